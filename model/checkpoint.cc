@@ -1,0 +1,154 @@
+// A checkpoint on disk, whatever its format (see checkpoint.h).
+#include "model/checkpoint.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "model/status_macros.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status WithPath(const absl::Status& s, const std::string& path) {
+  if (s.ok() || absl::string_view(s.message()).find(path) != absl::string_view::npos) {
+    return s;
+  }
+  return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+}
+
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t limit) {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", ec.message()));
+  if (size > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes is larger than the ", limit, "-byte limit"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool HasGgufMagic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::memcmp(magic, "GGUF", 4) == 0;
+}
+
+struct NameMap {
+  const char* gguf;
+  const char* hf;
+};
+constexpr NameMap kGlobalNames[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+};
+constexpr NameMap kLayerNames[] = {
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+};
+
+}  // namespace
+
+std::string CanonicalNameFromGguf(const std::string& name) {
+  for (const auto& m : kGlobalNames) {
+    if (name == m.gguf) return m.hf;
+  }
+  if (name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    if (dot != std::string::npos) {
+      const std::string layer = name.substr(4, dot - 4);
+      const std::string rest = name.substr(dot + 1);
+      for (const auto& m : kLayerNames) {
+        if (rest == m.gguf) return absl::StrCat("model.layers.", layer, ".", m.hf);
+      }
+    }
+  }
+  return name;
+}
+
+void Checkpoint::Index() {
+  index_.clear();
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+}
+
+const TensorView* Checkpoint::Find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& path) {
+  std::unique_ptr<Checkpoint> ckpt(new Checkpoint());
+  ckpt->path_ = path;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  }
+  if (!fs::is_directory(path, ec) && HasGgufMagic(path)) {
+    ckpt->format_ = CheckpointFormat::kGguf;
+    ASSIGN_OR_RETURN(ckpt->gguf_, GgufReader::Open(path));
+    const GgufContents& g = ckpt->gguf_->contents();
+    auto config = ConfigFromGguf(g);
+    if (!config.ok()) return WithPath(config.status(), path);
+    ckpt->config_ = *config;
+    if (g.metadata.count("tokenizer.ggml.model") != 0) {
+      auto tok = Tokenizer::FromGguf(g);
+      if (!tok.ok()) return WithPath(tok.status(), path);
+      ckpt->tokenizer_ = std::move(*tok);
+    }
+    for (const auto& t : g.tensors) {
+      TensorView v = t;
+      v.name = CanonicalNameFromGguf(t.name);
+      ckpt->tensors_.push_back(std::move(v));
+    }
+    ckpt->Index();
+    return ckpt;
+  }
+  if (!fs::is_directory(path, ec) && fs::path(path).extension() == ".gguf") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a GGUF file (magic is not 'GGUF')"));
+  }
+  ckpt->format_ = CheckpointFormat::kSafetensors;
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path)
+                                                  : fs::path(path).parent_path();
+  const std::string config_path = (dir / kConfigFileName).string();
+  if (!fs::exists(config_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a GGUF file and no ", kConfigFileName, " beside it for safetensors"));
+  }
+  ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path, 1 << 20));
+  ASSIGN_OR_RETURN(ckpt->config_, ConfigFromHfJson(config_text, config_path));
+  const std::string tok_path = (dir / kTokenizerFileName).string();
+  if (fs::exists(tok_path, ec)) {
+    ASSIGN_OR_RETURN(std::string tok_text, ReadSmallFile(tok_path, 64 << 20));
+    ASSIGN_OR_RETURN(auto tok, Tokenizer::FromJson(tok_text, tok_path));
+    ckpt->tokenizer_ = std::move(tok);
+  }
+  ASSIGN_OR_RETURN(ckpt->safetensors_, SafetensorsReader::Open(path));
+  ckpt->tensors_ = ckpt->safetensors_->tensors();
+  ckpt->Index();
+  return ckpt;
+}
+
+}  // namespace lrkv

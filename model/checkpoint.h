@@ -1,0 +1,64 @@
+// A checkpoint on disk, whatever its format: GGUF file, or safetensors (single or
+// sharded) with config.json. Gives the validated config, the tokenizer when one is
+// stored, and tensor views under canonical (Hugging Face) names.
+#ifndef LRKV_MODEL_CHECKPOINT_H_
+#define LRKV_MODEL_CHECKPOINT_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+#include "model/tensor_view.h"
+#include "model/tokenizer.h"
+
+namespace lrkv {
+
+enum class CheckpointFormat { kGguf, kSafetensors };
+
+// File names inside a safetensors checkpoint directory.
+inline constexpr char kConfigFileName[] = "config.json";
+inline constexpr char kTokenizerFileName[] = "tokenizer.lrkv.json";
+
+class Checkpoint {
+ public:
+  // `path`: a .gguf file; a directory with config.json and model.safetensors or
+  // model.safetensors.index.json; or a .safetensors file next to a config.json.
+  // Malformed files are InvalidArgument with the path and the problem.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& path);
+
+  CheckpointFormat format() const { return format_; }
+  const std::string& path() const { return path_; }
+  const ModelConfig& config() const { return config_; }
+  // nullptr when the checkpoint stores no tokenizer.
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  // All tensors, under canonical names ("model.layers.0.self_attn.q_proj.weight").
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  const TensorView* Find(const std::string& canonical_name) const;
+
+ private:
+  Checkpoint() = default;
+  void Index();
+
+  CheckpointFormat format_ = CheckpointFormat::kSafetensors;
+  std::string path_;
+  ModelConfig config_;
+  std::optional<Tokenizer> tokenizer_;
+  std::unique_ptr<GgufReader> gguf_;
+  std::unique_ptr<SafetensorsReader> safetensors_;
+  std::vector<TensorView> tensors_;
+  std::map<std::string, size_t> index_;
+};
+
+// The canonical name of a GGUF `llama` tensor ("blk.3.attn_k.weight" ->
+// "model.layers.3.self_attn.k_proj.weight"); the input unchanged when unknown.
+std::string CanonicalNameFromGguf(const std::string& gguf_name);
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_CHECKPOINT_H_

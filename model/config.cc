@@ -1,0 +1,274 @@
+// The architecture description of a Llama-family decoder, read from HF config.json or
+// GGUF metadata, validated, and written back as config.json.
+#include "model/config.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::Status Positive(const char* field, int64_t v) {
+  if (v <= 0) return Invalid(absl::StrCat(field, " must be positive, got ", v));
+  return absl::OkStatus();
+}
+
+struct ArchInfo {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr ArchInfo kArchitectures[] = {
+    {"LlamaForCausalLM", "llama"},
+    {"Qwen2ForCausalLM", "qwen2"},
+    {"Qwen3ForCausalLM", "qwen3"},
+};
+
+// Reads an integer field; `fallback` < 0 means required.
+absl::StatusOr<int64_t> IntField(const json& j, const char* field,
+                                 const std::string& source, int64_t fallback = -1) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) {
+    if (fallback >= 0) return fallback;
+    return Invalid(absl::StrCat(source, ": missing required field '", field, "'"));
+  }
+  if (!it->is_number_integer()) {
+    return Invalid(absl::StrCat(source, ": field '", field, "' must be an integer, got ",
+                                it->dump()));
+  }
+  return it->get<int64_t>();
+}
+
+absl::StatusOr<double> NumberField(const json& j, const char* field,
+                                   const std::string& source, double fallback) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) {
+    return Invalid(absl::StrCat(source, ": field '", field, "' must be a number, got ",
+                                it->dump()));
+  }
+  return it->get<double>();
+}
+
+absl::StatusOr<bool> BoolField(const json& j, const char* field,
+                               const std::string& source, bool fallback) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return Invalid(absl::StrCat(source, ": field '", field, "' must be true or false"));
+  }
+  return it->get<bool>();
+}
+
+}  // namespace
+
+const char* RopeLayoutName(RopeLayout layout) {
+  return layout == RopeLayout::kHalfSplit ? "half-split" : "adjacent";
+}
+
+absl::Status ModelConfig::Validate() const {
+  RETURN_IF_ERROR(Positive("hidden_size", hidden_size));
+  RETURN_IF_ERROR(Positive("intermediate_size", intermediate_size));
+  RETURN_IF_ERROR(Positive("num_hidden_layers", num_layers));
+  RETURN_IF_ERROR(Positive("num_attention_heads", num_heads));
+  RETURN_IF_ERROR(Positive("num_key_value_heads", num_kv_heads));
+  RETURN_IF_ERROR(Positive("head_dim", head_dim));
+  RETURN_IF_ERROR(Positive("vocab_size", vocab_size));
+  RETURN_IF_ERROR(Positive("max_position_embeddings", max_position_embeddings));
+  if (num_heads % num_kv_heads != 0) {
+    return Invalid(absl::StrCat("num_key_value_heads (", num_kv_heads,
+                                ") must divide num_attention_heads (", num_heads, ")"));
+  }
+  if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0) {
+    return Invalid(absl::StrCat("rope dimension ", rope_dim,
+                                " must be even and within [0, head_dim=", head_dim, "]"));
+  }
+  if (!(rms_norm_eps > 0) || rms_norm_eps > 1) {
+    return Invalid(absl::StrCat("rms_norm_eps must be in (0, 1], got ", rms_norm_eps));
+  }
+  if (!(rope_theta > 1)) {
+    return Invalid(absl::StrCat("rope_theta must be > 1, got ", rope_theta));
+  }
+  const int64_t limit = int64_t{1} << 24;
+  if (hidden_size > limit || intermediate_size > limit || vocab_size > limit ||
+      num_layers > 4096 || num_heads * head_dim > limit) {
+    return Invalid("model dimensions are implausibly large (a field exceeds 2^24)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
+                                             const std::string& source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& e) {
+    return Invalid(absl::StrCat(source, ": not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) return Invalid(absl::StrCat(source, ": not a JSON object"));
+  ModelConfig c;
+  std::string arch;
+  if (auto a = j.find("architectures"); a != j.end() && a->is_array() && !a->empty() &&
+                                        (*a)[0].is_string()) {
+    arch = (*a)[0].get<std::string>();
+  }
+  std::string model_type = j.value("model_type", std::string());
+  bool known = false;
+  for (const auto& info : kArchitectures) {
+    if (arch == info.architecture || (arch.empty() && model_type == info.model_type)) {
+      c.model_type = info.model_type;
+      known = true;
+    }
+  }
+  if (!known) {
+    return Invalid(absl::StrCat(
+        source, ": unsupported architecture (field 'architectures' = '", arch,
+        "', 'model_type' = '", model_type,
+        "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"));
+  }
+  ASSIGN_OR_RETURN(c.hidden_size, IntField(j, "hidden_size", source));
+  ASSIGN_OR_RETURN(c.intermediate_size, IntField(j, "intermediate_size", source));
+  ASSIGN_OR_RETURN(c.num_layers, IntField(j, "num_hidden_layers", source));
+  ASSIGN_OR_RETURN(c.num_heads, IntField(j, "num_attention_heads", source));
+  ASSIGN_OR_RETURN(c.num_kv_heads,
+                   IntField(j, "num_key_value_heads", source, c.num_heads));
+  ASSIGN_OR_RETURN(c.vocab_size, IntField(j, "vocab_size", source));
+  ASSIGN_OR_RETURN(c.max_position_embeddings,
+                   IntField(j, "max_position_embeddings", source, 2048));
+  if (c.num_heads <= 0) {
+    return Invalid(absl::StrCat(source, ": num_attention_heads must be positive"));
+  }
+  ASSIGN_OR_RETURN(c.head_dim,
+                   IntField(j, "head_dim", source, c.hidden_size / c.num_heads));
+  ASSIGN_OR_RETURN(c.rms_norm_eps, NumberField(j, "rms_norm_eps", source, 1e-6));
+  ASSIGN_OR_RETURN(c.rope_theta, NumberField(j, "rope_theta", source, 10000.0));
+  ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                   BoolField(j, "tie_word_embeddings", source, false));
+  ASSIGN_OR_RETURN(c.qkv_bias,
+                   BoolField(j, "attention_bias", source, c.model_type == "qwen2"));
+  c.qk_norm = c.model_type == "qwen3";
+  c.rope_dim = c.head_dim;
+  c.rope_layout = RopeLayout::kHalfSplit;
+  ASSIGN_OR_RETURN(c.bos_token_id, IntField(j, "bos_token_id", source, 1));
+  if (auto e = j.find("eos_token_id"); e != j.end() && e->is_array() && !e->empty() &&
+                                       (*e)[0].is_number_integer()) {
+    c.eos_token_id = (*e)[0].get<int64_t>();
+  } else {
+    ASSIGN_OR_RETURN(c.eos_token_id, IntField(j, "eos_token_id", source, 2));
+  }
+  // Settings the runtime does not implement are refused rather than ignored.
+  if (auto r = j.find("rope_scaling"); r != j.end() && !r->is_null()) {
+    return Invalid(absl::StrCat(source, ": field 'rope_scaling' (", r->dump(),
+                                ") is not supported; only plain RoPE"));
+  }
+  if (auto act = j.value("hidden_act", std::string("silu")); act != "silu") {
+    return Invalid(absl::StrCat(source, ": field 'hidden_act' is '", act,
+                                "'; only 'silu' (SwiGLU) is supported"));
+  }
+  if (j.value("use_sliding_window", false)) {
+    return Invalid(absl::StrCat(source,
+                                ": field 'use_sliding_window' = true is not supported"));
+  }
+  if (auto pr = j.find("partial_rotary_factor"); pr != j.end() && pr->is_number()) {
+    c.rope_dim = static_cast<int64_t>(pr->get<double>() * c.head_dim) / 2 * 2;
+  }
+  auto status = c.Validate();
+  if (!status.ok()) return Invalid(absl::StrCat(source, ": ", status.message()));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
+  ASSIGN_OR_RETURN(std::string arch, GgufString(g, "general.architecture"));
+  if (arch != "llama") {
+    return Invalid(absl::StrCat("unsupported architecture (metadata "
+                                "'general.architecture' = '",
+                                arch, "'); supported: llama"));
+  }
+  ModelConfig c;
+  auto get_int = [&](const char* key, int64_t* out) -> absl::Status {
+    auto v = GgufUint(g, key);
+    if (!v.ok()) return Invalid(std::string(v.status().message()));
+    *out = static_cast<int64_t>(*v);
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(get_int("llama.embedding_length", &c.hidden_size));
+  RETURN_IF_ERROR(get_int("llama.feed_forward_length", &c.intermediate_size));
+  RETURN_IF_ERROR(get_int("llama.block_count", &c.num_layers));
+  RETURN_IF_ERROR(get_int("llama.attention.head_count", &c.num_heads));
+  c.num_kv_heads = c.num_heads;
+  if (GgufUint(g, "llama.attention.head_count_kv").ok()) {
+    RETURN_IF_ERROR(get_int("llama.attention.head_count_kv", &c.num_kv_heads));
+  }
+  if (GgufUint(g, "llama.context_length").ok()) {
+    RETURN_IF_ERROR(get_int("llama.context_length", &c.max_position_embeddings));
+  }
+  if (c.num_heads <= 0) return Invalid("llama.attention.head_count must be positive");
+  c.head_dim = c.hidden_size / c.num_heads;
+  if (GgufUint(g, "llama.attention.key_length").ok()) {
+    RETURN_IF_ERROR(get_int("llama.attention.key_length", &c.head_dim));
+  }
+  c.rope_dim = c.head_dim;
+  if (GgufUint(g, "llama.rope.dimension_count").ok()) {
+    RETURN_IF_ERROR(get_int("llama.rope.dimension_count", &c.rope_dim));
+  }
+  if (auto eps = GgufFloat(g, "llama.attention.layer_norm_rms_epsilon"); eps.ok()) {
+    c.rms_norm_eps = *eps;
+  }
+  if (auto theta = GgufFloat(g, "llama.rope.freq_base"); theta.ok()) {
+    c.rope_theta = *theta;
+  }
+  if (auto it = g.metadata.find("llama.rope.scaling.type");
+      it != g.metadata.end() && it->second.is_string() &&
+      std::get<std::string>(it->second.scalar) != "none") {
+    return Invalid("metadata 'llama.rope.scaling.type' is not supported; only plain RoPE");
+  }
+  c.rope_layout = RopeLayout::kAdjacent;
+  if (auto it = g.metadata.find("tokenizer.ggml.tokens"); it != g.metadata.end()) {
+    c.vocab_size = static_cast<int64_t>(it->second.array.size());
+  }
+  if (auto v = GgufUint(g, "llama.vocab_size"); v.ok()) c.vocab_size = *v;
+  if (auto v = GgufUint(g, "tokenizer.ggml.bos_token_id"); v.ok()) c.bos_token_id = *v;
+  if (auto v = GgufUint(g, "tokenizer.ggml.eos_token_id"); v.ok()) c.eos_token_id = *v;
+  c.model_type = "llama";
+  RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+std::string ConfigToHfJson(const ModelConfig& c) {
+  // The architecture follows the features: only Qwen3 has QK-norm, and Qwen2 always
+  // has q/k/v biases; Llama takes biases through attention_bias.
+  const ArchInfo& info = c.qk_norm                             ? kArchitectures[2]
+                         : (c.model_type == "qwen2" && c.qkv_bias) ? kArchitectures[1]
+                                                                   : kArchitectures[0];
+  const char* arch = info.architecture;
+  json j = {
+      {"architectures", {arch}},
+      {"model_type", info.model_type},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_layers},
+      {"num_attention_heads", c.num_heads},
+      {"num_key_value_heads", c.num_kv_heads},
+      {"head_dim", c.head_dim},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"hidden_act", "silu"},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", c.qkv_bias},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_id", c.eos_token_id},
+      {"torch_dtype", "float32"},
+  };
+  if (c.rope_dim != c.head_dim) {
+    j["partial_rotary_factor"] = static_cast<double>(c.rope_dim) / c.head_dim;
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace lrkv

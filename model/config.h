@@ -1,0 +1,76 @@
+// The architecture description of a Llama-family decoder, read from HF config.json or
+// GGUF metadata, validated, and written back as config.json.
+#ifndef LRKV_MODEL_CONFIG_H_
+#define LRKV_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/gguf.h"
+
+namespace lrkv {
+
+// How the two coordinates of each RoPE rotation plane sit inside a head.
+enum class RopeLayout {
+  // Plane i pairs dims (i, i + rope_dim/2): HF Llama/Qwen checkpoints ("NeoX style").
+  kHalfSplit,
+  // Plane i pairs dims (2i, 2i+1): Meta/llama2.c weights and GGUF `llama` tensors.
+  kAdjacent,
+};
+
+const char* RopeLayoutName(RopeLayout layout);
+
+struct ModelConfig {
+  // "llama", "qwen2" or "qwen3": the HF model_type written back on export.
+  std::string model_type = "llama";
+  /// Model width d.
+  int64_t hidden_size = 0;
+  /// SwiGLU hidden width.
+  int64_t intermediate_size = 0;
+  /// Number of decoder layers N.
+  int64_t num_layers = 0;
+  /// Query heads H.
+  int64_t num_heads = 0;
+  /// Key/value heads H_kv (== H for MHA); must divide H.
+  int64_t num_kv_heads = 0;
+  /// Per-head dimension d_h.
+  int64_t head_dim = 0;
+  int64_t vocab_size = 0;
+  /// Longest context the model was trained for (positions beyond are allowed but flagged).
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  /// Dimensions of each head that RoPE rotates (the leading ones); == head_dim for Llama.
+  int64_t rope_dim = 0;
+  RopeLayout rope_layout = RopeLayout::kHalfSplit;
+  /// Per-head RMSNorm on q and k after projection, before RoPE (Qwen3, OLMo2-style).
+  bool qk_norm = false;
+  /// Biases on the q, k, v projections (Qwen2).
+  bool qkv_bias = false;
+  /// The output head reuses the token embedding.
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = 1;
+  int64_t eos_token_id = 2;
+
+  // Checks every field and their relations; InvalidArgument naming the field.
+  absl::Status Validate() const;
+};
+
+// Parses an HF config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM).
+// `source` names the file in messages. Unknown architectures and unsupported
+// settings (rope_scaling, sliding windows, non-SiLU activations) are rejected.
+absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
+                                             const std::string& source);
+
+// Builds the config from GGUF `llama` metadata. Weights in GGUF use kAdjacent.
+absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& gguf);
+
+// The HF config.json text for `config`. HF loaders assume the half-split RoPE layout:
+// writers of adjacent-layout weights must permute Q/K first (see PermuteRopeLayout).
+std::string ConfigToHfJson(const ModelConfig& config);
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_CONFIG_H_

@@ -1,0 +1,129 @@
+// Element types of checkpoint tensors and their conversion to float32.
+#include "model/dtype.h"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+namespace lrkv {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  size_t size;
+};
+
+constexpr std::array<DTypeInfo, 15> kDTypes = {{
+    {DType::kBool, "BOOL", 1},  {DType::kU8, "U8", 1},
+    {DType::kI8, "I8", 1},      {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kI16, "I16", 2},
+    {DType::kU16, "U16", 2},    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},  {DType::kI32, "I32", 4},
+    {DType::kU32, "U32", 4},    {DType::kF32, "F32", 4},
+    {DType::kF64, "F64", 8},    {DType::kI64, "I64", 8},
+    {DType::kU64, "U64", 8},
+}};
+
+const DTypeInfo& Info(DType dtype) {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info;
+  }
+  return kDTypes[0];  // unreachable: every enumerator is listed
+}
+
+float BitsToFloat(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint32_t FloatToBits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+}  // namespace
+
+size_t DTypeSize(DType dtype) { return Info(dtype).size; }
+const char* DTypeName(DType dtype) { return Info(dtype).name; }
+
+std::optional<DType> ParseDTypeName(std::string_view name) {
+  for (const auto& info : kDTypes) {
+    if (name == info.name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+bool IsFloatWeightDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    if (mant == 0) return BitsToFloat(sign);
+    // Subnormal half: value = mant * 2^-24.
+    float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return BitsToFloat(sign | 0x7f800000u | (mant << 13));
+  return BitsToFloat(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+float BFloat16ToFloat(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
+
+uint16_t FloatToBFloat16(float f) {
+  uint32_t bits = FloatToBits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+uint16_t FloatToHalf(float f) {
+  const uint32_t bits = FloatToBits(f);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;                  // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;                 // overflow -> inf
+  if (abs < 0x38800000u) {                                       // subnormal half
+    const float v = BitsToFloat(abs) * 16777216.0f;             // * 2^24
+    return sign | static_cast<uint16_t>(std::nearbyint(v));
+  }
+  uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst) {
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * sizeof(float));
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes + 2 * i, 2);
+        dst[i] = HalfToFloat(h);
+      }
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, bytes + 2 * i, 2);
+        dst[i] = BFloat16ToFloat(b);
+      }
+      return;
+    default:
+      for (size_t i = 0; i < n; ++i) dst[i] = std::nanf("");
+      return;
+  }
+}
+
+}  // namespace lrkv

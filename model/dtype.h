@@ -1,0 +1,38 @@
+// Element types of checkpoint tensors and their conversion to float32.
+#ifndef LRKV_MODEL_DTYPE_H_
+#define LRKV_MODEL_DTYPE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace lrkv {
+
+// Every dtype the safetensors format defines; the runtime reads F32, F16, BF16.
+enum class DType {
+  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16,
+  kI32, kU32, kF32, kF64, kI64, kU64,
+};
+
+// Bytes per element.
+size_t DTypeSize(DType dtype);
+// The safetensors spelling ("F32", "BF16", ...).
+const char* DTypeName(DType dtype);
+// Inverse of DTypeName; nullopt for unknown names.
+std::optional<DType> ParseDTypeName(std::string_view name);
+// True for the dtypes model weights may be stored in.
+bool IsFloatWeightDType(DType dtype);
+
+float HalfToFloat(uint16_t h);
+float BFloat16ToFloat(uint16_t b);
+uint16_t FloatToHalf(float f);      // round to nearest even
+uint16_t FloatToBFloat16(float f);  // round to nearest even
+
+// Converts n little-endian elements of a float weight dtype into float32.
+void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst);
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_DTYPE_H_

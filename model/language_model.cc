@@ -1,0 +1,105 @@
+// A loaded checkpoint with its tokenizer (see language_model.h). LibTorch errors
+// (c10::Error) are caught here, at the library's edge.
+#include "model/language_model.h"
+
+#include <c10/util/Exception.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/llama_weights.h"
+#include "model/status_macros.h"
+#include "model/transformer.h"
+
+namespace lrkv {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+absl::Status FromTorch(const c10::Error& e, const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+}
+
+}  // namespace
+
+LanguageModel::LanguageModel(std::unique_ptr<Transformer> t, Tokenizer tok)
+    : transformer_(std::move(t)), tokenizer_(std::move(tok)) {}
+LanguageModel::~LanguageModel() = default;
+
+const ModelConfig& LanguageModel::config() const { return transformer_->config(); }
+
+absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
+    const std::string& path) {
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(path));
+  if (ckpt->tokenizer() == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the checkpoint stores no tokenizer"));
+  }
+  if (ckpt->tokenizer()->size() > ckpt->config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tokenizer has ", ckpt->tokenizer()->size(),
+        " tokens but the model's vocab_size is ", ckpt->config().vocab_size));
+  }
+  try {
+    ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(*ckpt));
+    ASSIGN_OR_RETURN(auto t, Transformer::Create(ckpt->config(), std::move(w)));
+    return std::unique_ptr<LanguageModel>(
+        new LanguageModel(std::move(t), *ckpt->tokenizer()));
+  } catch (const c10::Error& e) {
+    return FromTorch(e, path);
+  }
+}
+
+absl::StatusOr<PerplexityResult> LanguageModel::Perplexity(
+    const std::vector<std::string>& docs) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  PerplexityResult r;
+  try {
+    at::NoGradGuard no_grad;
+    for (const auto& doc : docs) {
+      std::vector<int64_t> ids = {tokenizer_.vocab().bos_id};
+      for (int32_t id : tokenizer_.Encode(doc)) ids.push_back(id);
+      if (ids.size() < 2) continue;
+      auto tokens = at::tensor(ids, at::kLong).unsqueeze(0);
+      auto logits = transformer_->Forward(tokens.narrow(1, 0, tokens.size(1) - 1));
+      auto nll = at::cross_entropy_loss(logits[0], tokens[0].narrow(0, 1, ids.size() - 1),
+                                        {}, at::Reduction::Sum);
+      r.total_nll += nll.item<double>();
+      r.tokens += static_cast<int64_t>(ids.size()) - 1;
+      ++r.documents;
+    }
+  } catch (const c10::Error& e) {
+    return FromTorch(e, "perplexity");
+  }
+  if (r.tokens == 0) return absl::InvalidArgumentError("no tokens to evaluate");
+  r.mean_nll = r.total_nll / static_cast<double>(r.tokens);
+  r.perplexity = std::exp(r.mean_nll);
+  r.seconds = SecondsSince(t0);
+  return r;
+}
+
+absl::StatusOr<GenerationResult> LanguageModel::Generate(const std::string& prompt,
+                                                         int64_t max_tokens) const {
+  if (max_tokens < 0 || max_tokens > 1'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max tokens must be in [0, 1000000], got ", max_tokens));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  GenerationResult r;
+  r.prompt_ids.push_back(tokenizer_.vocab().bos_id);
+  for (int32_t id : tokenizer_.Encode(prompt)) r.prompt_ids.push_back(id);
+  try {
+    r.new_ids = transformer_->GenerateGreedy(r.prompt_ids, max_tokens, true);
+  } catch (const c10::Error& e) {
+    return FromTorch(e, "generate");
+  }
+  for (int32_t id : r.new_ids) r.continuation += tokenizer_.TokenToPiece(id);
+  r.seconds = SecondsSince(t0);
+  return r;
+}
+
+}  // namespace lrkv

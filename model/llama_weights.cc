@@ -1,0 +1,214 @@
+// Llama weights as ATen tensors: load, random init, RoPE layout permutation, save.
+#include "model/llama_weights.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "model/safetensors.h"
+#include "model/status_macros.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string LayerName(int64_t i, const char* rest) {
+  return absl::StrCat("model.layers.", i, ".", rest);
+}
+
+// Calls `fn(name, tensor*)` for every tensor slot `config` uses, in file order.
+void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
+                 const std::function<void(const std::string&, at::Tensor*,
+                                          std::vector<int64_t>)>& fn) {
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim,
+                kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  fn("model.embed_tokens.weight", &w->embed, {c.vocab_size, d});
+  w->layers.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights& l = w->layers[i];
+    fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
+    fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
+    fn(LayerName(i, "self_attn.k_proj.weight"), &l.wk, {kv, d});
+    fn(LayerName(i, "self_attn.v_proj.weight"), &l.wv, {kv, d});
+    if (c.qkv_bias) {
+      fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
+      fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
+      fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
+    }
+    if (c.qk_norm) {
+      fn(LayerName(i, "self_attn.q_norm.weight"), &l.q_norm, {c.head_dim});
+      fn(LayerName(i, "self_attn.k_norm.weight"), &l.k_norm, {c.head_dim});
+    }
+    fn(LayerName(i, "self_attn.o_proj.weight"), &l.wo, {d, q});
+    fn(LayerName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
+    fn(LayerName(i, "mlp.gate_proj.weight"), &l.w_gate, {ff, d});
+    fn(LayerName(i, "mlp.up_proj.weight"), &l.w_up, {ff, d});
+    fn(LayerName(i, "mlp.down_proj.weight"), &l.w_down, {d, ff});
+  }
+  fn("model.norm.weight", &w->final_norm, {d});
+  if (!c.tie_word_embeddings) fn("lm_head.weight", &w->lm_head, {c.vocab_size, d});
+}
+
+bool IsIgnorableExtra(const std::string& name) {
+  // Buffers some exporters store that the runtime recomputes.
+  return name.find("rotary_emb.inv_freq") != std::string::npos ||
+         name == "rope_freqs.weight";
+}
+
+// Source index (in layout `from`) of each destination dim (in layout `to`).
+std::vector<int64_t> RopePermutation(int64_t head_dim, int64_t rope_dim, RopeLayout from,
+                                     RopeLayout to) {
+  std::vector<int64_t> perm(head_dim);
+  const int64_t half = rope_dim / 2;
+  for (int64_t j = 0; j < head_dim; ++j) perm[j] = j;
+  if (from == to) return perm;
+  for (int64_t i = 0; i < half; ++i) {
+    if (to == RopeLayout::kHalfSplit) {  // from adjacent
+      perm[i] = 2 * i;
+      perm[i + half] = 2 * i + 1;
+    } else {  // from half-split
+      perm[2 * i] = i;
+      perm[2 * i + 1] = i + half;
+    }
+  }
+  return perm;
+}
+
+at::Tensor PermuteHeads(const at::Tensor& t, int64_t heads, int64_t head_dim,
+                        const at::Tensor& index) {
+  if (!t.defined()) return t;
+  auto shape = t.sizes().vec();
+  auto v = t.reshape({heads, head_dim, -1}).index_select(1, index);
+  return v.reshape(shape).contiguous();
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
+  const ModelConfig& c = ckpt.config();
+  LlamaWeights w;
+  absl::Status status;
+  std::set<std::string> used;
+  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot,
+                         std::vector<int64_t> shape) {
+    if (!status.ok()) return;
+    const TensorView* t = ckpt.Find(name);
+    if (t == nullptr) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(ckpt.path(), ": missing tensor '", name, "'"));
+      return;
+    }
+    used.insert(name);
+    if (t->shape != shape) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          ckpt.path(), ": tensor '", name, "' has shape ", ShapeString(t->shape),
+          ", expected ", ShapeString(shape), " from the config"));
+      return;
+    }
+    if (!IsFloatWeightDType(t->dtype)) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          ckpt.path(), ": tensor '", name, "' has dtype ", DTypeName(t->dtype),
+          "; weights must be F32, F16 or BF16"));
+      return;
+    }
+    at::Tensor out = at::empty(shape, at::kFloat);
+    ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
+                     out.data_ptr<float>());
+    *slot = out;
+  });
+  RETURN_IF_ERROR(status);
+  for (const auto& t : ckpt.tensors()) {
+    if (used.count(t.name) == 0 && !IsIgnorableExtra(t.name) &&
+        !(c.tie_word_embeddings && t.name == "lm_head.weight")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt.path(), ": unexpected tensor '", t.name,
+          "' (not part of a ", c.model_type, " model with this config)"));
+    }
+  }
+  if (c.tie_word_embeddings) w.lm_head = w.embed;
+  return w;
+}
+
+LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  LlamaWeights w;
+  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot,
+                         std::vector<int64_t> shape) {
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.find(".bias") != std::string::npos;
+    if (is_norm) {
+      *slot = 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
+    } else if (is_bias) {
+      *slot = 0.1 * at::randn(shape, gen, at::kFloat);
+    } else {
+      *slot = 0.02 * at::randn(shape, gen, at::kFloat);
+    }
+  });
+  if (c.tie_word_embeddings) w.lm_head = w.embed;
+  return w;
+}
+
+void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
+  if (c->rope_layout == to) return;
+  const auto perm = RopePermutation(c->head_dim, c->rope_dim, c->rope_layout, to);
+  const at::Tensor index = at::tensor(perm, at::kLong);
+  for (auto& l : w->layers) {
+    l.wq = PermuteHeads(l.wq, c->num_heads, c->head_dim, index);
+    l.bq = PermuteHeads(l.bq, c->num_heads, c->head_dim, index);
+    l.wk = PermuteHeads(l.wk, c->num_kv_heads, c->head_dim, index);
+    l.bk = PermuteHeads(l.bk, c->num_kv_heads, c->head_dim, index);
+    if (l.q_norm.defined()) l.q_norm = l.q_norm.index_select(0, index).contiguous();
+    if (l.k_norm.defined()) l.k_norm = l.k_norm.index_select(0, index).contiguous();
+  }
+  c->rope_layout = to;
+}
+
+absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig& config,
+                                       const LlamaWeights& weights,
+                                       const Tokenizer* tokenizer) {
+  RETURN_IF_ERROR(config.Validate());
+  ModelConfig c = config;
+  LlamaWeights w = weights;
+  PermuteRopeLayout(&c, &w, RopeLayout::kHalfSplit);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+  }
+  std::vector<TensorView> views;
+  std::vector<at::Tensor> keep;
+  absl::Status status;
+  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot,
+                         std::vector<int64_t> shape) {
+    if (!slot->defined() || slot->sizes().vec() != shape) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is missing or has the wrong shape"));
+      return;
+    }
+    at::Tensor t = slot->to(at::kFloat).contiguous();
+    keep.push_back(t);
+    TensorView v;
+    v.name = name;
+    v.dtype = DType::kF32;
+    v.shape = shape;
+    v.data = static_cast<const uint8_t*>(t.data_ptr());
+    v.nbytes = t.numel() * sizeof(float);
+    views.push_back(std::move(v));
+  });
+  RETURN_IF_ERROR(status);
+  RETURN_IF_ERROR(WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views,
+                                   {{"format", "pt"}}));
+  RETURN_IF_ERROR(
+      WriteFileAtomically((fs::path(dir) / kConfigFileName).string(), ConfigToHfJson(c)));
+  if (tokenizer != nullptr) {
+    RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kTokenizerFileName).string(),
+                                        tokenizer->ToJson()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lrkv

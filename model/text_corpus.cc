@@ -1,0 +1,53 @@
+// Splitting a text file into documents ("stories") the way evaluation defines them.
+#include "model/text_corpus.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace lrkv {
+
+std::vector<std::string> SplitDocuments(const std::string& text) {
+  std::vector<std::string> docs;
+  std::string current;
+  auto flush = [&] {
+    std::string doc(absl::StripAsciiWhitespace(current));
+    if (!doc.empty()) docs.push_back(std::move(doc));
+    current.clear();
+  };
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StripAsciiWhitespace(line) == kDocumentSeparator) {
+      flush();
+    } else {
+      current.append(line.data(), line.size());
+      current.push_back('\n');
+    }
+  }
+  flush();
+  return docs;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
+                                                       size_t max_bytes) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", ec.message()));
+  if (size > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", size, " bytes exceeds the limit of ", max_bytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  auto docs = SplitDocuments(ss.str());
+  if (docs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds no text"));
+  }
+  return docs;
+}
+
+}  // namespace lrkv

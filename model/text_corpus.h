@@ -1,0 +1,25 @@
+// Splitting a text file into documents ("stories") the way evaluation defines them.
+#ifndef LRKV_MODEL_TEXT_CORPUS_H_
+#define LRKV_MODEL_TEXT_CORPUS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lrkv {
+
+inline constexpr char kDocumentSeparator[] = "<|endoftext|>";
+
+// Splits on lines that are exactly "<|endoftext|>" (surrounding whitespace allowed),
+// strips each document, and drops empty ones.
+std::vector<std::string> SplitDocuments(const std::string& text);
+
+// Reads `path` (at most `max_bytes`) and splits it; InvalidArgument when it holds no
+// document, NotFound when it cannot be read.
+absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
+                                                       size_t max_bytes = 1ull << 30);
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_TEXT_CORPUS_H_

@@ -1,0 +1,178 @@
+// The Llama-family decoder runtime on LibTorch (see transformer.h).
+#include "model/transformer.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace lrkv {
+
+absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig config,
+                                                                 LlamaWeights weights) {
+  if (auto s = config.Validate(); !s.ok()) return s;
+  if (static_cast<int64_t>(weights.layers.size()) != config.num_layers ||
+      !weights.embed.defined() || !weights.lm_head.defined() ||
+      weights.embed.size(0) != config.vocab_size ||
+      weights.embed.size(1) != config.hidden_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights do not match the config (", weights.layers.size(), " layers for ",
+        config.num_layers, ")"));
+  }
+  for (const auto& l : weights.layers) {
+    if (l.wq.size(0) != config.num_heads * config.head_dim ||
+        l.wk.size(0) != config.num_kv_heads * config.head_dim ||
+        config.qk_norm != l.q_norm.defined() || config.qkv_bias != l.bq.defined()) {
+      return absl::InvalidArgumentError("attention weights do not match the config");
+    }
+  }
+  return std::unique_ptr<Transformer>(
+      new Transformer(std::move(config), std::move(weights)));
+}
+
+at::Tensor Transformer::RmsNorm(const at::Tensor& x, const at::Tensor& gamma) const {
+  auto inv = at::rsqrt(x.pow(2).mean({-1}, /*keepdim=*/true) + config_.rms_norm_eps);
+  return x * inv * gamma;
+}
+
+at::Tensor Transformer::ApplyRope(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t r = config_.rope_dim;
+  if (r == 0) return x;
+  const int64_t half = r / 2;
+  // Angles in float64 so that long positions keep their precision.
+  auto inv_freq = at::pow(config_.rope_theta,
+                          -at::arange(0, half, at::kDouble) * 2.0 / static_cast<double>(r));
+  auto angles = positions.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, half]
+  auto cos = angles.cos().to(at::kFloat).view({1, -1, 1, half});
+  auto sin = angles.sin().to(at::kFloat).view({1, -1, 1, half});
+  auto rot = x.narrow(-1, 0, r);
+  at::Tensor out;
+  if (config_.rope_layout == RopeLayout::kAdjacent) {
+    auto pairs = rot.unflatten(-1, {half, 2});
+    auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+    out = at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2);
+  } else {
+    auto x0 = rot.narrow(-1, 0, half), x1 = rot.narrow(-1, half, half);
+    out = at::cat({x0 * cos - x1 * sin, x1 * cos + x0 * sin}, -1);
+  }
+  if (r == config_.head_dim) return out;
+  return at::cat({out, x.narrow(-1, r, config_.head_dim - r)}, -1);
+}
+
+void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
+                             const at::Tensor& positions, at::Tensor* q, at::Tensor* k,
+                             at::Tensor* v) const {
+  const int64_t b = x.size(0), t = x.size(1), dh = config_.head_dim;
+  auto qp = l.bq.defined() ? at::linear(x, l.wq, l.bq) : at::linear(x, l.wq);
+  auto kp = l.bk.defined() ? at::linear(x, l.wk, l.bk) : at::linear(x, l.wk);
+  auto vp = l.bv.defined() ? at::linear(x, l.wv, l.bv) : at::linear(x, l.wv);
+  qp = qp.view({b, t, config_.num_heads, dh});
+  kp = kp.view({b, t, config_.num_kv_heads, dh});
+  *v = vp.view({b, t, config_.num_kv_heads, dh});
+  if (config_.qk_norm) {
+    qp = RmsNorm(qp, l.q_norm);
+    kp = RmsNorm(kp, l.k_norm);
+  }
+  *q = ApplyRope(qp, positions);
+  *k = ApplyRope(kp, positions);
+}
+
+at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, int64_t start) const {
+  const int64_t b = q.size(0), t = q.size(1), h = config_.num_heads,
+                hkv = config_.num_kv_heads, g = h / hkv, dh = config_.head_dim,
+                s = k.size(2);
+  // Query head j*g + i uses KV head j (the grouping of HF's repeat_kv).
+  auto qg = q.permute({0, 2, 1, 3}).reshape({b, hkv, g, t, dh});
+  auto kg = k.unsqueeze(2);  // [B, Hkv, 1, S, dh]
+  auto vg = v.unsqueeze(2);
+  auto scores = at::matmul(qg, kg.transpose(-1, -2)) / std::sqrt(static_cast<double>(dh));
+  auto qpos = at::arange(start, start + t, at::kLong).unsqueeze(1);
+  auto kpos = at::arange(0, s, at::kLong).unsqueeze(0);
+  auto masked = kpos > qpos;  // [T, S]: keys after the query are hidden
+  scores = scores.masked_fill(masked, -std::numeric_limits<float>::infinity());
+  auto probs = at::softmax(scores, -1);
+  auto out = at::matmul(probs, vg);  // [B, Hkv, g, T, dh]
+  return out.reshape({b, h, t, dh}).permute({0, 2, 1, 3}).reshape({b, t, h * dh});
+}
+
+at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) const {
+  return at::linear(at::silu(at::linear(x, l.w_gate)) * at::linear(x, l.w_up), l.w_down);
+}
+
+at::Tensor Transformer::Forward(const at::Tensor& tokens) const {
+  const int64_t t = tokens.size(1);
+  auto positions = at::arange(0, t, at::kLong);
+  auto x = at::embedding(weights_.embed, tokens);
+  for (const auto& l : weights_.layers) {
+    at::Tensor q, k, v;
+    ProjectQkv(l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
+    auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), 0);
+    x = x + at::linear(attn, l.wo);
+    x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
+  }
+  return at::linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
+}
+
+KVCache Transformer::NewCache(int64_t batch, int64_t capacity) const {
+  KVCache cache;
+  cache.capacity = capacity;
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    cache.k.push_back(
+        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, at::kFloat));
+    cache.v.push_back(
+        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, at::kFloat));
+  }
+  return cache;
+}
+
+at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) const {
+  const int64_t t = tokens.size(1), start = cache.length, end = start + t;
+  if (end > cache.capacity) {
+    const int64_t grown = std::max(end, 2 * cache.capacity);
+    for (size_t i = 0; i < cache.k.size(); ++i) {
+      auto pad = [&](const at::Tensor& old) {
+        auto fresh = at::zeros({old.size(0), old.size(1), grown, old.size(3)}, at::kFloat);
+        fresh.narrow(2, 0, start).copy_(old.narrow(2, 0, start));
+        return fresh;
+      };
+      cache.k[i] = pad(cache.k[i]);
+      cache.v[i] = pad(cache.v[i]);
+    }
+    cache.capacity = grown;
+  }
+  auto positions = at::arange(start, end, at::kLong);
+  auto x = at::embedding(weights_.embed, tokens);
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto& l = weights_.layers[i];
+    at::Tensor q, k, v;
+    ProjectQkv(l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
+    cache.k[i].narrow(2, start, t).copy_(k.permute({0, 2, 1, 3}));
+    cache.v[i].narrow(2, start, t).copy_(v.permute({0, 2, 1, 3}));
+    auto attn = Attend(q, cache.k[i].narrow(2, 0, end), cache.v[i].narrow(2, 0, end), start);
+    x = x + at::linear(attn, l.wo);
+    x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
+  }
+  cache.length = end;
+  return at::linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
+}
+
+std::vector<int32_t> Transformer::GenerateGreedy(const std::vector<int32_t>& prompt,
+                                                 int64_t max_new_tokens,
+                                                 bool stop_at_eos) const {
+  std::vector<int32_t> out;
+  if (prompt.empty() || max_new_tokens <= 0) return out;
+  at::NoGradGuard no_grad;
+  KVCache cache = NewCache(1, static_cast<int64_t>(prompt.size()) + max_new_tokens);
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  auto logits = ForwardCached(cache, at::tensor(ids, at::kLong).unsqueeze(0));
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    const auto next = static_cast<int32_t>(logits[0][-1].argmax().item<int64_t>());
+    out.push_back(next);
+    if (stop_at_eos && next == config_.eos_token_id) break;
+    if (i + 1 == max_new_tokens) break;
+    logits = ForwardCached(cache, at::full({1, 1}, next, at::kLong));
+  }
+  return out;
+}
+
+}  // namespace lrkv

@@ -1,0 +1,72 @@
+// The Llama-family decoder runtime on LibTorch (fp32): full-sequence forward for
+// training and perplexity, and incremental decoding with a standard KV cache.
+#ifndef LRKV_MODEL_TRANSFORMER_H_
+#define LRKV_MODEL_TRANSFORMER_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/llama_weights.h"
+
+namespace lrkv {
+
+// Per-layer key/value tensors [B, H_kv, capacity, d_h] holding post-QK-norm,
+// post-RoPE keys and values for positions [0, length).
+struct KVCache {
+  std::vector<at::Tensor> k;
+  std::vector<at::Tensor> v;
+  int64_t length = 0;
+  int64_t capacity = 0;
+};
+
+class Transformer {
+ public:
+  // Checks that the weights match the config.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Create(ModelConfig config,
+                                                             LlamaWeights weights);
+
+  // Logits [B, T, V] for token ids [B, T] at positions 0..T-1 (no cache).
+  at::Tensor Forward(const at::Tensor& tokens) const;
+
+  KVCache NewCache(int64_t batch, int64_t capacity) const;
+  // Appends token ids [B, T] at positions cache.length.. and returns their logits
+  // [B, T, V]; T = 1 is one decode step, T > 1 a prefill. Grows the cache as needed.
+  at::Tensor ForwardCached(KVCache& cache, const at::Tensor& tokens) const;
+
+  // Greedy continuation of `prompt` (ids, BOS included by the caller): at most
+  // `max_new_tokens` ids, stopping after EOS when `stop_at_eos`.
+  std::vector<int32_t> GenerateGreedy(const std::vector<int32_t>& prompt,
+                                      int64_t max_new_tokens, bool stop_at_eos) const;
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaWeights& weights() const { return weights_; }
+
+ private:
+  Transformer(ModelConfig config, LlamaWeights weights)
+      : config_(std::move(config)), weights_(std::move(weights)) {}
+
+  // RMSNorm over the last dimension.
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& gamma) const;
+  // Rotates the first rope_dim dims of x [B, T, heads, d_h] at positions [T].
+  at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& positions) const;
+  // q, k, v [B, T, heads, d_h] for x [B, T, d], after QK-norm and RoPE.
+  void ProjectQkv(const LayerWeights& l, const at::Tensor& x, const at::Tensor& positions,
+                  at::Tensor* q, at::Tensor* k, at::Tensor* v) const;
+  // Causal attention of q [B, T, H, d_h] (positions start..start+T-1) over
+  // k, v [B, H_kv, S, d_h] (positions 0..S-1); returns [B, T, H*d_h].
+  at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    int64_t start) const;
+  at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) const;
+
+  ModelConfig config_;
+  LlamaWeights weights_;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_TRANSFORMER_H_
