@@ -130,12 +130,15 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
         absl::StrCat(path, ": not a GGUF file (magic is not 'GGUF')"));
   }
   ckpt->format_ = CheckpointFormat::kSafetensors;
+  // The tensor files first: a malformed file is reported as such, not as a missing
+  // config.json.
+  ASSIGN_OR_RETURN(ckpt->safetensors_, SafetensorsReader::Open(path));
   const fs::path dir = fs::is_directory(path, ec) ? fs::path(path)
                                                   : fs::path(path).parent_path();
   const std::string config_path = (dir / kConfigFileName).string();
   if (!fs::exists(config_path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": not a GGUF file and no ", kConfigFileName, " beside it for safetensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": no ", kConfigFileName, " beside the safetensors data"));
   }
   ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path, 1 << 20));
   ASSIGN_OR_RETURN(ckpt->config_, ConfigFromHfJson(config_text, config_path));
@@ -145,7 +148,6 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     ASSIGN_OR_RETURN(auto tok, Tokenizer::FromJson(tok_text, tok_path));
     ckpt->tokenizer_ = std::move(tok);
   }
-  ASSIGN_OR_RETURN(ckpt->safetensors_, SafetensorsReader::Open(path));
   ckpt->tensors_ = ckpt->safetensors_->tensors();
   ckpt->Index();
   return ckpt;

@@ -36,17 +36,21 @@ uint64_t ReadLe64(const uint8_t* p) {
   return v;
 }
 
-// Parses JSON, rejecting duplicate keys in the top-level object (nlohmann would
-// silently keep the last one).
+// Parses JSON, rejecting duplicate keys in any object (nlohmann would silently keep
+// the last one).
 absl::StatusOr<json> ParseJsonNoDuplicateKeys(std::string_view text,
                                               const std::string& what) {
-  std::set<std::string> seen;
+  std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t event,
+  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t event,
                                    json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
       const std::string key = parsed.get<std::string>();
-      if (!seen.insert(key).second && duplicate.empty()) duplicate = key;
+      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
     }
     return true;
   };

@@ -1,0 +1,270 @@
+// Checkpoint formats and config parsing: safetensors writer/reader (single and
+// sharded), dtype conversions, GGUF metadata of the real stories260K model, HF configs.
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/dtype.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+#include "model/text_corpus.h"
+#include "tests/test_paths.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+fs::path TempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() /
+               ("lrkv_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+TensorView View(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                const std::vector<uint8_t>& bytes) {
+  TensorView v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape = std::move(shape);
+  v.data = bytes.data();
+  v.nbytes = bytes.size();
+  return v;
+}
+
+std::vector<uint8_t> RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+void WriteText(const fs::path& p, const std::string& s) {
+  std::ofstream(p, std::ios::binary) << s;
+}
+
+TEST(Safetensors, WriteThenReadIsBitExact) {
+  const fs::path dir = TempDir("st_roundtrip");
+  const auto a = RandomBytes(3 * 5 * 4, 1), b = RandomBytes(7 * 2, 2),
+             c = RandomBytes(0, 3);
+  const std::vector<TensorView> in = {View("a", DType::kF32, {3, 5}, a),
+                                      View("b", DType::kBF16, {7}, b),
+                                      View("empty", DType::kF16, {0, 4}, c)};
+  ASSERT_TRUE(WriteSafetensors((dir / "x.safetensors").string(), in, {{"k", "v"}}).ok());
+  // The header is padded to a multiple of 8 bytes, as the reference writer does.
+  std::ifstream f(dir / "x.safetensors", std::ios::binary);
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  EXPECT_EQ(n % 8, 0u);
+  auto reader = SafetensorsReader::Open((dir / "x.safetensors").string());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->metadata().at("k"), "v");
+  ASSERT_EQ((*reader)->tensors().size(), 3u);
+  for (const auto& t : in) {
+    const TensorView* got = (*reader)->Find(t.name);
+    ASSERT_NE(got, nullptr) << t.name;
+    EXPECT_EQ(got->dtype, t.dtype);
+    EXPECT_EQ(got->shape, t.shape);
+    ASSERT_EQ(got->nbytes, t.nbytes);
+    EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0);
+  }
+}
+
+TEST(Safetensors, WriterRejectsDuplicateAndMismatchedTensors) {
+  const fs::path dir = TempDir("st_writer_bad");
+  const auto a = RandomBytes(8, 1);
+  auto dup = WriteSafetensors((dir / "d.safetensors").string(),
+                              {View("a", DType::kF32, {2}, a), View("a", DType::kF32, {2}, a)},
+                              {});
+  EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
+  auto bad = WriteSafetensors((dir / "b.safetensors").string(),
+                              {View("a", DType::kF32, {3}, a)}, {});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(dir / "b.safetensors"));
+}
+
+TEST(Safetensors, ShardedCheckpointThroughIndex) {
+  const fs::path dir = TempDir("st_sharded");
+  const auto a = RandomBytes(16, 4), b = RandomBytes(8, 5);
+  ASSERT_TRUE(WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(),
+                               {View("a", DType::kF32, {4}, a)}, {})
+                  .ok());
+  ASSERT_TRUE(WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(),
+                               {View("b", DType::kF16, {4}, b)}, {})
+                  .ok());
+  WriteText(dir / "model.safetensors.index.json",
+            R"({"metadata": {"total_size": 24}, "weight_map": {
+                "a": "model-00001-of-00002.safetensors",
+                "b": "model-00002-of-00002.safetensors"}})");
+  auto reader = SafetensorsReader::Open(dir.string());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_NE((*reader)->Find("a"), nullptr);
+  ASSERT_NE((*reader)->Find("b"), nullptr);
+  EXPECT_EQ(std::memcmp((*reader)->Find("b")->data, b.data(), 8), 0);
+}
+
+TEST(Safetensors, ShardedIndexErrorsNameTheProblem) {
+  const fs::path dir = TempDir("st_sharded_bad");
+  const auto a = RandomBytes(16, 4);
+  ASSERT_TRUE(
+      WriteSafetensors((dir / "s1.safetensors").string(), {View("a", DType::kF32, {4}, a)}, {})
+          .ok());
+  const std::string index = (dir / "model.safetensors.index.json").string();
+  struct Case {
+    std::string json, phrase;
+  } cases[] = {
+      {R"({"weight_map": {"a": "../s1.safetensors"}})", "plain file name"},
+      {R"({"weight_map": {"a": "s1.safetensors", "zz": "s1.safetensors"}})",
+       "'zz' is missing"},
+      {R"({"weight_map": {"b": "s1.safetensors"}})", "not mapped to this shard"},
+      {R"({"nothing": 1})", "no weight_map"},
+      {R"({"weight_map": {"a": "s1.safetensors", "a": "s1.safetensors"}})", "duplicate"},
+  };
+  for (const auto& c : cases) {
+    WriteText(index, c.json);
+    auto reader = SafetensorsReader::Open(dir.string());
+    ASSERT_FALSE(reader.ok()) << c.json;
+    EXPECT_EQ(reader.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(reader.status().message()), HasSubstr(c.phrase));
+  }
+}
+
+TEST(DType, HalfRoundTripsEveryFiniteValue) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = HalfToFloat(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToHalf(f), h) << std::hex << h;
+  }
+  EXPECT_EQ(HalfToFloat(0x3c00), 1.0f);
+  EXPECT_EQ(HalfToFloat(0xc000), -2.0f);
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);  // overflow to +inf
+}
+
+TEST(DType, BFloat16RoundsToNearestEven) {
+  EXPECT_EQ(BFloat16ToFloat(0x3f80), 1.0f);
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  // 1 + 2^-8 lies exactly between two bf16 values: ties go to the even mantissa.
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+}
+
+TEST(Gguf, StoriesModelMetadataAndConfig) {
+  auto reader = GgufReader::Open(testing::StoriesModelPath());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const GgufContents& g = (*reader)->contents();
+  EXPECT_EQ(g.version, 3u);
+  EXPECT_EQ(g.tensors.size(), 48u);
+  auto config = ConfigFromGguf(g);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->num_layers, 5);
+  EXPECT_EQ(config->hidden_size, 64);
+  EXPECT_EQ(config->num_heads, 8);
+  EXPECT_EQ(config->num_kv_heads, 4);
+  EXPECT_EQ(config->head_dim, 8);
+  EXPECT_EQ(config->intermediate_size, 172);
+  EXPECT_EQ(config->vocab_size, 512);
+  EXPECT_EQ(config->rope_dim, 8);
+  EXPECT_EQ(config->rope_layout, RopeLayout::kAdjacent);
+  EXPECT_NEAR(config->rms_norm_eps, 1e-5, 1e-9);
+  EXPECT_EQ(config->rope_theta, 10000.0);
+  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const TensorView* k = (*ckpt)->Find("model.layers.0.self_attn.k_proj.weight");
+  ASSERT_NE(k, nullptr);
+  EXPECT_EQ(k->shape, (std::vector<int64_t>{32, 64}));  // [H_kv*d_h, d]
+  EXPECT_NE((*ckpt)->Find("lm_head.weight"), nullptr);
+  EXPECT_NE((*ckpt)->tokenizer(), nullptr);
+}
+
+constexpr char kQwen3Config[] = R"({
+  "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3",
+  "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+  "vocab_size": 100, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+  "tie_word_embeddings": true, "max_position_embeddings": 4096})";
+
+TEST(Config, ParsesQwen3WithQkNormAndExplicitHeadDim) {
+  auto c = ConfigFromHfJson(kQwen3Config, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->head_dim, 32);  // not hidden/heads = 16
+  EXPECT_EQ(c->rope_layout, RopeLayout::kHalfSplit);
+  // Written back and read again, the config is the same.
+  auto again = ConfigFromHfJson(ConfigToHfJson(*c), "again");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model_type, "qwen3");
+  EXPECT_EQ(again->head_dim, 32);
+  EXPECT_EQ(again->rope_theta, 1e6);
+}
+
+TEST(Config, Qwen2HasBiasesByDefault) {
+  auto c = ConfigFromHfJson(R"({"architectures": ["Qwen2ForCausalLM"],
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+      "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 10})",
+                            "c.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_EQ(c->head_dim, 16);
+}
+
+TEST(Config, RejectsUnsupportedSettingsNamingTheField) {
+  struct Case {
+    std::string json, phrase;
+  } cases[] = {
+      {R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})", "'architectures'"},
+      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+          "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 4,
+          "num_key_value_heads": 3, "vocab_size": 10})",
+       "num_key_value_heads (3) must divide"},
+      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+          "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 4,
+          "vocab_size": 10, "rope_scaling": {"type": "yarn"}})",
+       "'rope_scaling'"},
+      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+          "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 4,
+          "vocab_size": 10, "hidden_act": "gelu"})",
+       "'hidden_act'"},
+      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+          "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10})",
+       "'intermediate_size'"},
+      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": "64"})", "'hidden_size'"},
+      {"{not json", "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    auto r = ConfigFromHfJson(c.json, "config.json");
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.phrase));
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("config.json"));
+  }
+}
+
+TEST(TextCorpus, SplitsOnSeparatorLinesAndStrips) {
+  const auto docs = SplitDocuments(
+      "  first story\nline two\n<|endoftext|>\n\n<|endoftext|>\nsecond <|endoftext|> "
+      "inline\n <|endoftext|> \n");
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(docs[0], "first story\nline two");
+  EXPECT_EQ(docs[1], "second <|endoftext|> inline");
+}
+
+TEST(TextCorpus, SharedExcerptHas134Stories) {
+  auto docs = ReadDocuments(testing::StoriesTextPath());
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  EXPECT_EQ(docs->size(), 134u);
+}
+
+}  // namespace
+}  // namespace lrkv
