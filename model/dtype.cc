@@ -101,6 +101,7 @@ uint16_t FloatToHalf(float f) {
 }
 
 void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst) {
+  if (n == 0) return;
   const auto* bytes = static_cast<const unsigned char*>(src);
   switch (dtype) {
     case DType::kF32:

@@ -75,7 +75,7 @@ TEST(Safetensors, WriteThenReadIsBitExact) {
     EXPECT_EQ(got->dtype, t.dtype);
     EXPECT_EQ(got->shape, t.shape);
     ASSERT_EQ(got->nbytes, t.nbytes);
-    EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0);
+    if (t.nbytes > 0) EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0);
   }
 }
 
