@@ -22,14 +22,6 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::MaxRelError;
 
-fs::path TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("lrkv_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 at::Tensor Logits(const ModelConfig& c, LlamaWeights w, const at::Tensor& tokens) {
   auto t = Transformer::Create(c, std::move(w));
   EXPECT_TRUE(t.ok()) << t.status();
@@ -42,7 +34,7 @@ TEST(CheckpointRoundTrip, GqaQkNormModelIsBitExact) {
   c.qk_norm = true;
   c.model_type = "qwen3";
   const LlamaWeights w = RandomLlamaWeights(c, 11);
-  const fs::path dir = TempDir("roundtrip");
+  const fs::path dir = testing::FreshTempDir("roundtrip");
   ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), c, w, nullptr).ok());
   auto ckpt = Checkpoint::Open(dir.string());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
@@ -94,7 +86,7 @@ TEST(CheckpointRoundTrip, StoriesGgufExportsToSafetensorsWithTheSamePerplexity) 
   auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
   auto w = LoadLlamaWeights(**ckpt);
   ASSERT_TRUE(w.ok());
-  const fs::path dir = TempDir("stories_export");
+  const fs::path dir = testing::FreshTempDir("stories_export");
   ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), (*ckpt)->config(), *w,
                                         (*ckpt)->tokenizer())
                   .ok());
@@ -117,7 +109,7 @@ TEST(CheckpointRoundTrip, HalfPrecisionWeightsLoadAsTheirFloatValues) {
   ModelConfig c = testing::SmallConfig();
   c.num_layers = 1;
   const LlamaWeights w = RandomLlamaWeights(c, 5);
-  const fs::path dir = TempDir("bf16");
+  const fs::path dir = testing::FreshTempDir("bf16");
   ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), c, w, nullptr).ok());
   // Rewrite the embedding and q_proj in BF16 and every other tensor in F16.
   auto ckpt = Checkpoint::Open(dir.string());
@@ -140,7 +132,7 @@ TEST(CheckpointRoundTrip, HalfPrecisionWeightsLoadAsTheirFloatValues) {
     v.nbytes = storage.back().size();
     views.push_back(v);
   }
-  const fs::path half_dir = TempDir("bf16_out");
+  const fs::path half_dir = testing::FreshTempDir("bf16_out");
   fs::copy_file(dir / "config.json", half_dir / "config.json");
   ASSERT_TRUE(WriteSafetensors((half_dir / "model.safetensors").string(), views, {}).ok());
   auto half = Checkpoint::Open(half_dir.string());
@@ -159,7 +151,7 @@ TEST(CheckpointRoundTrip, MismatchedCheckpointsAreRejectedNamingTheTensor) {
   ModelConfig c = testing::SmallConfig();
   c.num_layers = 1;
   const LlamaWeights w = RandomLlamaWeights(c, 5);
-  const fs::path dir = TempDir("mismatch");
+  const fs::path dir = testing::FreshTempDir("mismatch");
   ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), c, w, nullptr).ok());
   auto rewrite_config = [&](const std::string& from, const std::string& to) {
     std::ifstream in(dir / "config.json");

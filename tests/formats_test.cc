@@ -22,14 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-fs::path TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("lrkv_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 TensorView View(const std::string& name, DType dtype, std::vector<int64_t> shape,
                 const std::vector<uint8_t>& bytes) {
   TensorView v;
@@ -53,7 +45,7 @@ void WriteText(const fs::path& p, const std::string& s) {
 }
 
 TEST(Safetensors, WriteThenReadIsBitExact) {
-  const fs::path dir = TempDir("st_roundtrip");
+  const fs::path dir = testing::FreshTempDir("st_roundtrip");
   const auto a = RandomBytes(3 * 5 * 4, 1), b = RandomBytes(7 * 2, 2),
              c = RandomBytes(0, 3);
   const std::vector<TensorView> in = {View("a", DType::kF32, {3, 5}, a),
@@ -80,7 +72,7 @@ TEST(Safetensors, WriteThenReadIsBitExact) {
 }
 
 TEST(Safetensors, WriterRejectsDuplicateAndMismatchedTensors) {
-  const fs::path dir = TempDir("st_writer_bad");
+  const fs::path dir = testing::FreshTempDir("st_writer_bad");
   const auto a = RandomBytes(8, 1);
   auto dup = WriteSafetensors((dir / "d.safetensors").string(),
                               {View("a", DType::kF32, {2}, a), View("a", DType::kF32, {2}, a)},
@@ -93,7 +85,7 @@ TEST(Safetensors, WriterRejectsDuplicateAndMismatchedTensors) {
 }
 
 TEST(Safetensors, ShardedCheckpointThroughIndex) {
-  const fs::path dir = TempDir("st_sharded");
+  const fs::path dir = testing::FreshTempDir("st_sharded");
   const auto a = RandomBytes(16, 4), b = RandomBytes(8, 5);
   ASSERT_TRUE(WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(),
                                {View("a", DType::kF32, {4}, a)}, {})
@@ -113,7 +105,7 @@ TEST(Safetensors, ShardedCheckpointThroughIndex) {
 }
 
 TEST(Safetensors, ShardedIndexErrorsNameTheProblem) {
-  const fs::path dir = TempDir("st_sharded_bad");
+  const fs::path dir = testing::FreshTempDir("st_sharded_bad");
   const auto a = RandomBytes(16, 4);
   ASSERT_TRUE(
       WriteSafetensors((dir / "s1.safetensors").string(), {View("a", DType::kF32, {4}, a)}, {})

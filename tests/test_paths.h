@@ -2,6 +2,9 @@
 #ifndef LRKV_TESTS_TEST_PATHS_H_
 #define LRKV_TESTS_TEST_PATHS_H_
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 
 namespace lrkv::testing {
@@ -15,6 +18,16 @@ inline std::string StoriesTextPath() {
 }
 inline std::string FixturePath(const std::string& rel) {
   return std::string(LRKV_FIXTURES_DIR) + "/" + rel;
+}
+
+// A fresh, empty folder under the system temp dir, unique to this process.
+inline std::filesystem::path FreshTempDir(const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::temp_directory_path() /
+               ("lrkv_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
 }
 
 }  // namespace lrkv::testing
