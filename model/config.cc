@@ -70,6 +70,32 @@ const char* RopeLayoutName(RopeLayout layout) {
   return layout == RopeLayout::kHalfSplit ? "half-split" : "adjacent";
 }
 
+const char* KvLayoutName(KvLayout layout) {
+  switch (layout) {
+    case KvLayout::kDense: return "dense";
+    case KvLayout::kLrkv: return "lrkv";
+    case KvLayout::kMla: return "mla";
+  }
+  return "?";
+}
+
+const char* RopeModeName(RopeMode mode) {
+  switch (mode) {
+    case RopeMode::kReconstruct: return "reconstruct";
+    case RopeMode::kPlane: return "plane";
+    case RopeMode::kPartial: return "partial";
+  }
+  return "?";
+}
+
+absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name) {
+  for (RopeMode m : {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial}) {
+    if (name == RopeModeName(m)) return m;
+  }
+  return Invalid(absl::StrCat("unknown RoPE mode '", name,
+                              "'; valid: reconstruct, plane, partial"));
+}
+
 absl::Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(Positive("hidden_size", hidden_size));
   RETURN_IF_ERROR(Positive("intermediate_size", intermediate_size));
@@ -92,6 +118,20 @@ absl::Status ModelConfig::Validate() const {
   }
   if (!(rope_theta > 1)) {
     return Invalid(absl::StrCat("rope_theta must be > 1, got ", rope_theta));
+  }
+  if (kv.layout == KvLayout::kLrkv && (kv.rank < 0 || kv.rank > head_dim)) {
+    return Invalid(absl::StrCat("lrkv rank ", kv.rank, " must lie in [0, head_dim=",
+                                head_dim, "]"));
+  }
+  if (kv.layout == KvLayout::kMla &&
+      (kv.latent < 1 || kv.latent > 2 * num_kv_heads * head_dim)) {
+    return Invalid(absl::StrCat("mla latent ", kv.latent, " must lie in [1, ",
+                                2 * num_kv_heads * head_dim, "]"));
+  }
+  if (kv.rope_mode == RopeMode::kPartial &&
+      (kv.rope_planes_kept < 0 || kv.rope_planes_kept > rope_dim / 2)) {
+    return Invalid(absl::StrCat("rope_planes_kept ", kv.rope_planes_kept,
+                                " must lie in [0, ", rope_dim / 2, "]"));
   }
   const int64_t limit = int64_t{1} << 24;
   if (hidden_size > limit || intermediate_size > limit || vocab_size > limit ||
@@ -175,6 +215,25 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   }
   if (auto pr = j.find("partial_rotary_factor"); pr != j.end() && pr->is_number()) {
     c.rope_dim = static_cast<int64_t>(pr->get<double>() * c.head_dim) / 2 * 2;
+  }
+  if (auto kv = j.find("lrkv_kv"); kv != j.end()) {
+    // Written by our exporter for converted (LRKV / MLA) checkpoints.
+    if (!kv->is_object()) return Invalid(absl::StrCat(source, ": 'lrkv_kv' is not an object"));
+    const std::string layout = kv->value("layout", std::string("dense"));
+    if (layout == "lrkv") {
+      c.kv.layout = KvLayout::kLrkv;
+    } else if (layout == "mla") {
+      c.kv.layout = KvLayout::kMla;
+    } else if (layout != "dense") {
+      return Invalid(absl::StrCat(source, ": field 'lrkv_kv.layout' is '", layout,
+                                  "'; valid: dense, lrkv, mla"));
+    }
+    ASSIGN_OR_RETURN(c.kv.rank, IntField(*kv, "rank", source, 0));
+    ASSIGN_OR_RETURN(c.kv.latent, IntField(*kv, "latent", source, 0));
+    ASSIGN_OR_RETURN(c.kv.rope_planes_kept, IntField(*kv, "rope_planes_kept", source, 0));
+    auto mode = ParseRopeMode(kv->value("rope_mode", std::string("reconstruct")));
+    if (!mode.ok()) return Invalid(absl::StrCat(source, ": ", mode.status().message()));
+    c.kv.rope_mode = *mode;
   }
   auto status = c.Validate();
   if (!status.ok()) return Invalid(absl::StrCat(source, ": ", status.message()));
@@ -265,6 +324,13 @@ std::string ConfigToHfJson(const ModelConfig& c) {
       {"eos_token_id", c.eos_token_id},
       {"torch_dtype", "float32"},
   };
+  if (c.kv.layout != KvLayout::kDense || c.kv.rope_mode == RopeMode::kPartial) {
+    j["lrkv_kv"] = {{"layout", KvLayoutName(c.kv.layout)},
+                    {"rank", c.kv.rank},
+                    {"latent", c.kv.latent},
+                    {"rope_mode", RopeModeName(c.kv.rope_mode)},
+                    {"rope_planes_kept", c.kv.rope_planes_kept}};
+  }
   if (c.rope_dim != c.head_dim) {
     j["partial_rotary_factor"] = static_cast<double>(c.rope_dim) / c.head_dim;
   }

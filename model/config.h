@@ -22,6 +22,32 @@ enum class RopeLayout {
 
 const char* RopeLayoutName(RopeLayout layout);
 
+// How converted K/V projections are stored (dense = the usual per-KV-head weights,
+// which also covers GQA/MQA conversions).
+enum class KvLayout { kDense, kLrkv, kMla };
+
+// How RoPE meets a low-rank K (DESIGN.md §2). kReconstruct and kPlane leave the model's
+// function unchanged (plane mode constrains B_h at surgery time); kPartial keeps RoPE
+// only on the first `rope_planes_kept` (highest-frequency) planes, which the shared
+// key carries, and is an approximation of the source.
+enum class RopeMode { kReconstruct, kPlane, kPartial };
+
+const char* KvLayoutName(KvLayout layout);
+const char* RopeModeName(RopeMode mode);
+absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name);
+
+// The compressed form of the K/V projections of a converted model.
+struct KvCompression {
+  KvLayout layout = KvLayout::kDense;
+  /// LRKV rank r (0 <= r <= head_dim).
+  int64_t rank = 0;
+  /// MLA latent size d_c.
+  int64_t latent = 0;
+  RopeMode rope_mode = RopeMode::kReconstruct;
+  /// kPartial: RoPE planes 0..rope_planes_kept-1 stay rotated; the rest are position-free.
+  int64_t rope_planes_kept = 0;
+};
+
 struct ModelConfig {
   // "llama", "qwen2" or "qwen3": the HF model_type written back on export.
   std::string model_type = "llama";
@@ -53,6 +79,8 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
+  /// Compressed K/V projections of a converted model (dense for source models).
+  KvCompression kv;
 
   // Checks every field and their relations; InvalidArgument naming the field.
   absl::Status Validate() const;

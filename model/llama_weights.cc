@@ -32,12 +32,39 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
     LayerWeights& l = w->layers[i];
     fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
     fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
-    fn(LayerName(i, "self_attn.k_proj.weight"), &l.wk, {kv, d});
-    fn(LayerName(i, "self_attn.v_proj.weight"), &l.wv, {kv, d});
-    if (c.qkv_bias) {
-      fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
-      fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
-      fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
+    if (c.qkv_bias) fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
+    switch (c.kv.layout) {
+      case KvLayout::kDense:
+        fn(LayerName(i, "self_attn.k_proj.weight"), &l.wk, {kv, d});
+        fn(LayerName(i, "self_attn.v_proj.weight"), &l.wv, {kv, d});
+        if (c.qkv_bias) {
+          fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
+          fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
+        }
+        break;
+      case KvLayout::kLrkv: {
+        const int64_t r = c.kv.rank, hkv = c.num_kv_heads, dh = c.head_dim;
+        for (auto [p, lr] : {std::pair{"k", &l.k_lr}, {"v", &l.v_lr}}) {
+          const std::string base = absl::StrCat("self_attn.", p);
+          fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared, {dh, d});
+          fn(LayerName(i, (base + "_down.weight").c_str()), &lr->down, {hkv * r, d});
+          fn(LayerName(i, (base + "_up.weight").c_str()), &lr->up, {hkv, dh, r});
+          if (c.qkv_bias) {
+            fn(LayerName(i, (base + "_shared.bias").c_str()), &lr->shared_bias, {dh});
+            fn(LayerName(i, (base + "_head_bias").c_str()), &lr->head_bias, {kv});
+          }
+        }
+        break;
+      }
+      case KvLayout::kMla:
+        fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down, {c.kv.latent, d});
+        fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.latent});
+        fn(LayerName(i, "self_attn.v_up.weight"), &l.v_up, {kv, c.kv.latent});
+        if (c.qkv_bias) {
+          fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
+          fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
+        }
+        break;
     }
     if (c.qk_norm) {
       fn(LayerName(i, "self_attn.q_norm.weight"), &l.q_norm, {c.head_dim});
@@ -80,7 +107,7 @@ std::vector<int64_t> RopePermutation(int64_t head_dim, int64_t rope_dim, RopeLay
 
 at::Tensor PermuteHeads(const at::Tensor& t, int64_t heads, int64_t head_dim,
                         const at::Tensor& index) {
-  if (!t.defined()) return t;
+  if (!t.defined() || t.numel() == 0) return t;
   auto shape = t.sizes().vec();
   auto v = t.reshape({heads, head_dim, -1}).index_select(1, index);
   return v.reshape(shape).contiguous();
@@ -161,10 +188,48 @@ void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
     l.bq = PermuteHeads(l.bq, c->num_heads, c->head_dim, index);
     l.wk = PermuteHeads(l.wk, c->num_kv_heads, c->head_dim, index);
     l.bk = PermuteHeads(l.bk, c->num_kv_heads, c->head_dim, index);
+    l.k_up = PermuteHeads(l.k_up, c->num_kv_heads, c->head_dim, index);
+    if (l.k_lr.shared.defined()) {
+      l.k_lr.shared = PermuteHeads(l.k_lr.shared, 1, c->head_dim, index);
+      l.k_lr.shared_bias = PermuteHeads(l.k_lr.shared_bias, 1, c->head_dim, index);
+      l.k_lr.up = PermuteHeads(l.k_lr.up, c->num_kv_heads, c->head_dim, index);
+      l.k_lr.head_bias = PermuteHeads(l.k_lr.head_bias, c->num_kv_heads, c->head_dim, index);
+    }
     if (l.q_norm.defined()) l.q_norm = l.q_norm.index_select(0, index).contiguous();
     if (l.k_norm.defined()) l.k_norm = l.k_norm.index_select(0, index).contiguous();
   }
   c->rope_layout = to;
+}
+
+DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
+  DenseKv out;
+  const int64_t hkv = c.num_kv_heads, dh = c.head_dim;
+  switch (c.kv.layout) {
+    case KvLayout::kDense:
+      out = {l.wk, l.bk, l.wv, l.bv};
+      break;
+    case KvLayout::kLrkv: {
+      auto expand = [&](const LowRankProjection& p, at::Tensor* w, at::Tensor* b) {
+        const int64_t d = p.shared.size(1), r = p.up.size(2);
+        // W_hᵀ = Sᵀ + B_h U_hᵀ for every head at once: [Hkv, dh, r] @ [Hkv, r, d].
+        auto residual = at::matmul(p.up, p.down.view({hkv, r, d}));
+        *w = (p.shared.unsqueeze(0) + residual).reshape({hkv * dh, d});
+        if (p.shared_bias.defined()) {
+          *b = (p.shared_bias.unsqueeze(0) + p.head_bias.view({hkv, dh})).reshape({-1});
+        }
+      };
+      expand(l.k_lr, &out.wk, &out.bk);
+      expand(l.v_lr, &out.wv, &out.bv);
+      break;
+    }
+    case KvLayout::kMla:
+      out.wk = at::matmul(l.k_up, l.kv_down);
+      out.wv = at::matmul(l.v_up, l.kv_down);
+      out.bk = l.bk;
+      out.bv = l.bv;
+      break;
+  }
+  return out;
 }
 
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig& config,

@@ -18,10 +18,24 @@
 
 namespace lrkv {
 
+// K or V of an LRKV layer: head h's projection is shared + up[h] · down_h, where
+// down_h = down[h*r:(h+1)*r] (PyTorch [out, in] layout: W_hᵀ = Sᵀ + B_h U_hᵀ).
+struct LowRankProjection {
+  at::Tensor shared;       // [dh, d]   Sᵀ
+  at::Tensor shared_bias;  // [dh]      mean of the source biases (with biases)
+  at::Tensor down;         // [Hkv*r, d] U_hᵀ of every head, stacked
+  at::Tensor up;           // [Hkv, dh, r] B_h
+  at::Tensor head_bias;    // [Hkv*dh]  per-head deltas from the shared bias (with biases)
+};
+
 struct LayerWeights {
   at::Tensor attn_norm;           // [d]
-  at::Tensor wq, wk, wv, wo;      // [H*dh, d], [Hkv*dh, d], [Hkv*dh, d], [d, H*dh]
-  at::Tensor bq, bk, bv;          // undefined unless config.qkv_bias
+  at::Tensor wq, wo;              // [H*dh, d], [d, H*dh]
+  at::Tensor wk, wv;              // [Hkv*dh, d] (dense layout only)
+  at::Tensor bq, bk, bv;          // undefined unless config.qkv_bias (bk/bv: dense, MLA)
+  LowRankProjection k_lr, v_lr;   // LRKV layout only
+  at::Tensor kv_down;             // [dc, d] MLA layout only: the joint latent
+  at::Tensor k_up, v_up;          // [Hkv*dh, dc] MLA layout only
   at::Tensor q_norm, k_norm;      // [dh], undefined unless config.qk_norm
   at::Tensor ffn_norm;            // [d]
   at::Tensor w_gate, w_up;        // [ff, d]
@@ -47,6 +61,13 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& config, uint64_t seed);
 // Re-expresses q/k projections (rows, biases, QK-norm scales) from config.rope_layout
 // in `to`, so that the model computes the same function; updates config.rope_layout.
 void PermuteRopeLayout(ModelConfig* config, LlamaWeights* weights, RopeLayout to);
+
+// Materialises the dense per-KV-head K/V projections [Hkv*dh, d] (and biases [Hkv*dh],
+// undefined without biases) of any layout.
+struct DenseKv {
+  at::Tensor wk, bk, wv, bv;
+};
+DenseKv ExpandKv(const ModelConfig& config, const LayerWeights& layer);
 
 // Writes config.json, model.safetensors (float32, HF names) and, when given, the
 // tokenizer into `dir` (created if needed). Adjacent-layout weights are permuted to

@@ -19,10 +19,24 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
         config.num_layers, ")"));
   }
   for (const auto& l : weights.layers) {
-    if (l.wq.size(0) != config.num_heads * config.head_dim ||
-        l.wk.size(0) != config.num_kv_heads * config.head_dim ||
+    bool kv_ok = false;
+    switch (config.kv.layout) {
+      case KvLayout::kDense:
+        kv_ok = l.wk.defined() && l.wk.size(0) == config.num_kv_heads * config.head_dim;
+        break;
+      case KvLayout::kLrkv:
+        kv_ok = l.k_lr.up.defined() && l.v_lr.up.defined() &&
+                l.k_lr.up.size(2) == config.kv.rank;
+        break;
+      case KvLayout::kMla:
+        kv_ok = l.kv_down.defined() && l.kv_down.size(0) == config.kv.latent;
+        break;
+    }
+    if (!kv_ok || l.wq.size(0) != config.num_heads * config.head_dim ||
         config.qk_norm != l.q_norm.defined() || config.qkv_bias != l.bq.defined()) {
-      return absl::InvalidArgumentError("attention weights do not match the config");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "attention weights do not match the config (", KvLayoutName(config.kv.layout),
+          " K/V layout)"));
     }
   }
   return std::unique_ptr<Transformer>(
@@ -42,8 +56,15 @@ at::Tensor Transformer::ApplyRope(const at::Tensor& x, const at::Tensor& positio
   auto inv_freq = at::pow(config_.rope_theta,
                           -at::arange(0, half, at::kDouble) * 2.0 / static_cast<double>(r));
   auto angles = positions.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, half]
-  auto cos = angles.cos().to(at::kFloat).view({1, -1, 1, half});
-  auto sin = angles.sin().to(at::kFloat).view({1, -1, 1, half});
+  auto cos = angles.cos(), sin = angles.sin();
+  if (config_.kv.rope_mode == RopeMode::kPartial) {
+    // Only the first rope_planes_kept planes (highest frequencies) stay rotated.
+    const int64_t kept = config_.kv.rope_planes_kept;
+    cos.narrow(1, kept, half - kept).fill_(1.0);
+    sin.narrow(1, kept, half - kept).fill_(0.0);
+  }
+  cos = cos.to(at::kFloat).view({1, -1, 1, half});
+  sin = sin.to(at::kFloat).view({1, -1, 1, half});
   auto rot = x.narrow(-1, 0, r);
   at::Tensor out;
   if (config_.rope_layout == RopeLayout::kAdjacent) {
@@ -62,12 +83,40 @@ void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
                              const at::Tensor& positions, at::Tensor* q, at::Tensor* k,
                              at::Tensor* v) const {
   const int64_t b = x.size(0), t = x.size(1), dh = config_.head_dim;
-  auto qp = l.bq.defined() ? at::linear(x, l.wq, l.bq) : at::linear(x, l.wq);
-  auto kp = l.bk.defined() ? at::linear(x, l.wk, l.bk) : at::linear(x, l.wk);
-  auto vp = l.bv.defined() ? at::linear(x, l.wv, l.bv) : at::linear(x, l.wv);
-  qp = qp.view({b, t, config_.num_heads, dh});
-  kp = kp.view({b, t, config_.num_kv_heads, dh});
-  *v = vp.view({b, t, config_.num_kv_heads, dh});
+  const int64_t hkv = config_.num_kv_heads;
+  auto linear = [](const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias) {
+    return bias.defined() ? at::linear(in, w, bias) : at::linear(in, w);
+  };
+  auto qp = linear(x, l.wq, l.bq).view({b, t, config_.num_heads, dh});
+  at::Tensor kp, vp;
+  switch (config_.kv.layout) {
+    case KvLayout::kDense:
+      kp = linear(x, l.wk, l.bk);
+      vp = linear(x, l.wv, l.bv);
+      break;
+    case KvLayout::kLrkv: {
+      // Expanded from the factors (differentiable in S, U, B): k_h = x S + (x U_h) B_hᵀ.
+      const int64_t r = config_.kv.rank;
+      auto project = [&](const LowRankProjection& p) {
+        auto shared = linear(x, p.shared, p.shared_bias).unsqueeze(2);  // [B,T,1,dh]
+        auto z = at::linear(x, p.down).view({b, t, hkv, r});
+        auto out = shared + at::einsum("bthr,hdr->bthd", {z, p.up});
+        if (p.head_bias.defined()) out = out + p.head_bias.view({hkv, dh});
+        return out;
+      };
+      kp = project(l.k_lr);
+      vp = project(l.v_lr);
+      break;
+    }
+    case KvLayout::kMla: {
+      auto c = at::linear(x, l.kv_down);
+      kp = linear(c, l.k_up, l.bk);
+      vp = linear(c, l.v_up, l.bv);
+      break;
+    }
+  }
+  kp = kp.reshape({b, t, hkv, dh});
+  *v = vp.reshape({b, t, hkv, dh});
   if (config_.qk_norm) {
     qp = RmsNorm(qp, l.q_norm);
     kp = RmsNorm(kp, l.k_norm);
@@ -99,13 +148,17 @@ at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) 
   return at::linear(at::silu(at::linear(x, l.w_gate)) * at::linear(x, l.w_up), l.w_down);
 }
 
-at::Tensor Transformer::Forward(const at::Tensor& tokens) const {
+at::Tensor Transformer::Forward(const at::Tensor& tokens,
+                                const AttentionInputObserver& observer) const {
   const int64_t t = tokens.size(1);
   auto positions = at::arange(0, t, at::kLong);
   auto x = at::embedding(weights_.embed, tokens);
-  for (const auto& l : weights_.layers) {
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto& l = weights_.layers[i];
     at::Tensor q, k, v;
-    ProjectQkv(l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
+    auto normed = RmsNorm(x, l.attn_norm);
+    if (observer) observer(static_cast<int64_t>(i), normed);
+    ProjectQkv(l, normed, positions, &q, &k, &v);
     auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), 0);
     x = x + at::linear(attn, l.wo);
     x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct KVCache {
   int64_t capacity = 0;
 };
 
+// Sees each layer's attention input (the normalised hidden state [B, T, d] that the
+// Q/K/V projections read); used to collect calibration statistics.
+using AttentionInputObserver = std::function<void(int64_t layer, const at::Tensor& x)>;
+
 class Transformer {
  public:
   // Checks that the weights match the config.
@@ -31,7 +36,8 @@ class Transformer {
                                                              LlamaWeights weights);
 
   // Logits [B, T, V] for token ids [B, T] at positions 0..T-1 (no cache).
-  at::Tensor Forward(const at::Tensor& tokens) const;
+  at::Tensor Forward(const at::Tensor& tokens,
+                     const AttentionInputObserver& observer = nullptr) const;
 
   KVCache NewCache(int64_t batch, int64_t capacity) const;
   // Appends token ids [B, T] at positions cache.length.. and returns their logits

@@ -1,0 +1,24 @@
+// The `lrkv` subcommands. Each Add*Commands registers its subcommands on the app; the
+// chosen one's callback stores its exit code in *exit_code.
+#ifndef LRKV_CLIENTS_CLI_COMMANDS_H_
+#define LRKV_CLIENTS_CLI_COMMANDS_H_
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+
+namespace lrkv::cli {
+
+// Exit codes shared by every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+// Prints "lrkv: error: <message>" on one line and returns kExitFailure.
+int Fail(const absl::Status& status);
+
+void AddModelCommands(CLI::App& app, int* exit_code);    // eval, generate
+void AddSurgeryCommands(CLI::App& app, int* exit_code);  // cache, convert
+
+}  // namespace lrkv::cli
+
+#endif  // LRKV_CLIENTS_CLI_COMMANDS_H_

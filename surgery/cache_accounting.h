@@ -1,0 +1,97 @@
+// KV-cache and K/V-parameter accounting for every attention variant (DESIGN.md §2),
+// and the budget planner that picks each variant's largest configuration within a
+// cache budget (DESIGN.md §3). No LibTorch: the service and CLI use it directly.
+#ifndef LRKV_SURGERY_CACHE_ACCOUNTING_H_
+#define LRKV_SURGERY_CACHE_ACCOUNTING_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lrkv {
+
+enum class KvVariant { kMha, kGqa, kMqa, kMla, kLrkv };
+
+const char* KvVariantName(KvVariant v);
+// "mha", "gqa", "mqa", "mla", "lrkv"; InvalidArgument listing the valid names.
+absl::StatusOr<KvVariant> ParseKvVariant(const std::string& name);
+
+// The attention shape of the source model.
+struct AttentionShape {
+  int64_t layers = 1;
+  int64_t hidden = 0;    // d; 0 means H * d_h
+  int64_t heads = 0;     // H (query heads)
+  int64_t kv_heads = 0;  // H_kv of the source; 0 means H (MHA)
+  int64_t head_dim = 0;  // d_h
+  bool qk_norm = false;  // per-head QK-norm: LRKV caches one scale per KV head
+
+  int64_t d() const { return hidden > 0 ? hidden : heads * head_dim; }
+  int64_t source_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }
+  absl::Status Validate() const;
+};
+
+// One configuration of one variant.
+struct KvConfig {
+  KvVariant variant = KvVariant::kMha;
+  int64_t kv_heads = 0;  // GQA: number of KV heads
+  int64_t latent = 0;    // MLA: d_c
+  int64_t rope_dim = 0;  // MLA: decoupled RoPE dims cached beside the latent
+  int64_t rank = 0;      // LRKV: r
+  // LRKV plane mode needs an even rank (r/2 rotation planes).
+  bool even_rank = false;
+
+  std::string ToString() const;  // "lrkv r=51", "gqa n_kv=4", "mla d_c=512"
+};
+
+// Elements cached per token per layer (DESIGN.md §2); LRKV counts the QK-norm scales
+// when shape.qk_norm.
+int64_t CacheElementsPerToken(const AttentionShape& shape, const KvConfig& config);
+// Elements of the source model's own cache (2 * H_kv * d_h).
+int64_t SourceCacheElements(const AttentionShape& shape);
+// K/V projection parameters per layer (weights only).
+int64_t KvParameterCount(const AttentionShape& shape, const KvConfig& config);
+
+struct CacheFootprint {
+  KvConfig config;
+  int64_t elements_per_token_layer = 0;
+  double bytes = 0;            // s * N * b * L * elements
+  double ratio_to_source = 0;  // elements / source elements
+  double ratio_to_mha = 0;     // elements / (2 * H * d_h)
+  int64_t kv_params_per_layer = 0;
+  double param_ratio_to_source = 0;
+};
+
+CacheFootprint MeasureFootprint(const AttentionShape& shape, const KvConfig& config,
+                                int64_t context, int64_t batch, int64_t bytes_per_element);
+
+// Checks that `config` is possible for `shape` (ranks, divisibility); InvalidArgument
+// naming the valid range otherwise.
+absl::Status ValidateKvConfig(const AttentionShape& shape, const KvConfig& config);
+
+// The largest configuration of `variant` whose cache is at most `budget` times the
+// source cache. InvalidArgument, with the smallest budget that variant can meet,
+// when none fits.
+absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& shape, KvVariant variant,
+                                       double budget, bool even_rank = false,
+                                       int64_t mla_rope_dim = 0);
+
+// What `lrkv cache` compares: one explicit size (rank, latent) or a budget.
+struct CacheQuery {
+  int64_t rank = -1;    // LRKV r; MLA is then matched to LRKV's cache
+  int64_t latent = -1;  // MLA d_c; LRKV is then the largest r within it
+  double budget = 0;    // > 0: every variant's largest config within budget x source
+  int64_t context = 1;
+  int64_t batch = 1;
+  int64_t bytes_per_element = 2;
+};
+
+// One row per variant (MHA, GQA when the source is GQA or a budget is given, MQA,
+// MLA, LRKV), with bytes for the query's context, batch and element size.
+absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(
+    const AttentionShape& shape, const CacheQuery& query);
+
+}  // namespace lrkv
+
+#endif  // LRKV_SURGERY_CACHE_ACCOUNTING_H_

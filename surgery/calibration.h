@@ -1,0 +1,41 @@
+// Calibration statistics for activation-aware surgery: the Gram matrix XᵀX of each
+// layer's attention input (the normalised hidden state the K/V projections see), and
+// the whitening factor L with XᵀX/n + λI = LLᵀ (SVD-LLM style).
+#ifndef LRKV_SURGERY_CALIBRATION_H_
+#define LRKV_SURGERY_CALIBRATION_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/tokenizer.h"
+#include "model/transformer.h"
+
+namespace lrkv {
+
+struct CalibrationStats {
+  // Per layer: Σ xᵀx over calibration tokens, float64 [d, d].
+  std::vector<at::Tensor> gram;
+  int64_t tokens = 0;
+  int64_t documents = 0;
+};
+
+// Runs each document ([BOS] + encode(doc)) through `model` until `max_tokens` tokens
+// have been seen (the last document is cut), accumulating every layer's Gram matrix.
+absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
+                                                    const Tokenizer& tokenizer,
+                                                    const std::vector<std::string>& docs,
+                                                    int64_t max_tokens);
+
+// The lower Cholesky factor L of XᵀX/n + λI with λ = damping · trace(XᵀX/n) / d.
+// Damping grows tenfold (up to 6 times) until the factorisation succeeds.
+// float64 [d, d].
+absl::StatusOr<at::Tensor> WhiteningFactor(const at::Tensor& gram, int64_t tokens,
+                                           double damping);
+
+}  // namespace lrkv
+
+#endif  // LRKV_SURGERY_CALIBRATION_H_

@@ -1,0 +1,99 @@
+// Options of a K/V conversion and their validation (see conversion_options.h).
+#include "surgery/conversion_options.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+
+namespace lrkv {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+}  // namespace
+
+const char* SurgeryMetricName(SurgeryMetric m) {
+  return m == SurgeryMetric::kWeight ? "weight" : "activation";
+}
+
+absl::StatusOr<SurgeryMetric> ParseSurgeryMetric(const std::string& name) {
+  if (name == "weight") return SurgeryMetric::kWeight;
+  if (name == "activation") return SurgeryMetric::kActivation;
+  return Invalid(absl::StrCat("unknown metric '", name, "'; valid: weight, activation"));
+}
+
+AttentionShape ShapeOf(const ModelConfig& c) {
+  AttentionShape s;
+  s.layers = c.num_layers;
+  s.hidden = c.hidden_size;
+  s.heads = c.num_heads;
+  s.kv_heads = c.num_kv_heads;
+  s.head_dim = c.head_dim;
+  s.qk_norm = c.qk_norm;
+  return s;
+}
+
+absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOptions& o) {
+  if (c.kv.layout != KvLayout::kDense) {
+    return Invalid(absl::StrCat("the source is already converted (",
+                                KvLayoutName(c.kv.layout),
+                                " K/V); convert a dense MHA/GQA checkpoint"));
+  }
+  const AttentionShape shape = ShapeOf(c);
+  const bool by_budget = o.budget > 0;
+  KvConfig target;
+  target.variant = o.variant;
+  const bool plane = o.rope_mode == RopeMode::kPlane;
+  if (o.variant != KvVariant::kLrkv && o.rope_mode != RopeMode::kReconstruct) {
+    return Invalid(absl::StrCat("--rope-mode ", RopeModeName(o.rope_mode),
+                                " applies to lrkv only; ", KvVariantName(o.variant),
+                                " keeps exact RoPE (reconstruct)"));
+  }
+  if (plane && c.rope_dim != c.head_dim) {
+    return Invalid(absl::StrCat("plane mode needs RoPE on every head dim (rope dim ",
+                                c.rope_dim, " != head dim ", c.head_dim, ")"));
+  }
+  if (by_budget) {
+    if (o.rank >= 0 || o.kv_heads >= 0 || o.latent >= 0) {
+      return Invalid("give either --budget or an explicit size (--rank, --kv-heads, "
+                     "--latent), not both");
+    }
+    ASSIGN_OR_RETURN(target, PlanForBudget(shape, o.variant, o.budget, plane));
+  } else {
+    switch (o.variant) {
+      case KvVariant::kLrkv:
+        if (o.rank < 0) return Invalid("lrkv needs --rank r or --budget");
+        target.rank = o.rank;
+        target.even_rank = plane;
+        break;
+      case KvVariant::kGqa:
+        if (o.kv_heads < 0) return Invalid("gqa needs --kv-heads n or --budget");
+        target.kv_heads = o.kv_heads;
+        break;
+      case KvVariant::kMla:
+        if (o.latent < 0) return Invalid("mla needs --latent d_c or --budget");
+        target.latent = o.latent;
+        break;
+      case KvVariant::kMqa:
+        break;
+      case KvVariant::kMha:
+        return Invalid("variant mha is the source itself; valid targets: lrkv, gqa, mqa, mla");
+    }
+    RETURN_IF_ERROR(ValidateKvConfig(shape, target));
+  }
+  if (o.rope_mode == RopeMode::kPartial) {
+    const int64_t kept = o.rope_planes_kept;
+    if (kept > c.rope_dim / 2 || kept < -1) {
+      return Invalid(absl::StrCat("--rope-planes ", kept, " must lie in [0, ",
+                                  c.rope_dim / 2, "] (the RoPE planes of a head)"));
+    }
+  }
+  if (o.max_iters < 1 || o.max_iters > 1000) {
+    return Invalid(absl::StrCat("iterations ", o.max_iters, " must lie in [1, 1000]"));
+  }
+  if (!(o.damping > 0) || o.damping > 1) {
+    return Invalid(absl::StrCat("damping ", o.damping, " must lie in (0, 1]"));
+  }
+  return target;
+}
+
+}  // namespace lrkv

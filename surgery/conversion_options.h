@@ -1,0 +1,57 @@
+// Options of a K/V conversion and their validation against a model config. No
+// LibTorch, so that the CLI and the service can check requests before loading models.
+#ifndef LRKV_SURGERY_CONVERSION_OPTIONS_H_
+#define LRKV_SURGERY_CONVERSION_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "surgery/cache_accounting.h"
+
+namespace lrkv {
+
+enum class SurgeryMetric { kWeight, kActivation };
+const char* SurgeryMetricName(SurgeryMetric m);
+absl::StatusOr<SurgeryMetric> ParseSurgeryMetric(const std::string& name);
+
+struct ConversionOptions {
+  /// Target variant: lrkv, gqa, mqa or mla.
+  KvVariant variant = KvVariant::kLrkv;
+  /// LRKV rank r; -1 takes it from `budget`.
+  int64_t rank = -1;
+  /// GQA KV heads; -1 takes it from `budget`.
+  int64_t kv_heads = -1;
+  /// MLA latent d_c; -1 takes it from `budget`.
+  int64_t latent = -1;
+  /// Cache budget as a fraction of the source model's cache, used when no explicit
+  /// size is given: the largest configuration within it is chosen.
+  double budget = 0;
+  /// Error metric of the decomposition: Frobenius (`weight`) or calibration-whitened
+  /// (`activation`, needs calibration statistics).
+  SurgeryMetric metric = SurgeryMetric::kWeight;
+  /// LRKV RoPE handling. `plane` restricts each head's K residual to r/2 rotation
+  /// planes; `partial` keeps RoPE on `rope_planes_kept` planes carried by the shared key.
+  RopeMode rope_mode = RopeMode::kReconstruct;
+  /// Partial mode: planes that stay rotated; -1 = a quarter of the planes (at least 1).
+  int64_t rope_planes_kept = -1;
+  /// Alternating-minimisation iterations at most, and the relative stopping tolerance.
+  int max_iters = 10;
+  double tol = 1e-6;
+  /// Whitening damping: λ = damping · trace(XᵀX/n) / d.
+  double damping = 1e-3;
+};
+
+// The shape of `config` as the accounting sees it.
+AttentionShape ShapeOf(const ModelConfig& config);
+
+// Checks `options` against `config` and resolves the target configuration (from the
+// budget when no explicit size is given). InvalidArgument names the option and the
+// valid range.
+absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& config,
+                                       const ConversionOptions& options);
+
+}  // namespace lrkv
+
+#endif  // LRKV_SURGERY_CONVERSION_OPTIONS_H_

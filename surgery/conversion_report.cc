@@ -1,0 +1,90 @@
+// Conversion reports as JSON and as a readable table (see the header).
+#include "surgery/conversion_report.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace lrkv {
+namespace {
+
+nlohmann::json ProjectionJson(const ProjectionReport& p) {
+  nlohmann::json j = {{"objective", p.objective},
+                      {"head_rel_error", p.head_rel_error},
+                      {"rel_error", p.rel_error}};
+  if (!p.planes.empty()) j["planes"] = p.planes;
+  return j;
+}
+
+double MaxOf(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+}
+
+}  // namespace
+
+nlohmann::json ConversionReport::ToJson() const {
+  nlohmann::json layers_json = nlohmann::json::array();
+  for (const auto& l : layers) {
+    layers_json.push_back(
+        {{"layer", l.layer}, {"k", ProjectionJson(l.k)}, {"v", ProjectionJson(l.v)}});
+  }
+  nlohmann::json j = {
+      {"source", source},
+      {"output", output},
+      {"shape",
+       {{"layers", shape.layers}, {"hidden", shape.d()}, {"heads", shape.heads},
+        {"kv_heads", shape.source_kv_heads()}, {"head_dim", shape.head_dim},
+        {"qk_norm", shape.qk_norm}}},
+      {"variant", KvVariantName(target.variant)},
+      {"config", target.ToString()},
+      {"rank", target.rank},
+      {"kv_heads", target.kv_heads},
+      {"latent", target.latent},
+      {"metric", metric},
+      {"rope_mode", rope_mode},
+      {"rope_planes_kept", rope_planes_kept},
+      {"budget", budget},
+      {"cache_elements_per_token_layer", footprint.elements_per_token_layer},
+      {"cache_ratio_to_source", footprint.ratio_to_source},
+      {"cache_ratio_to_mha", footprint.ratio_to_mha},
+      {"kv_params_per_layer", footprint.kv_params_per_layer},
+      {"kv_param_ratio_to_source", footprint.param_ratio_to_source},
+      {"calibration_tokens", calibration_tokens},
+      {"damping", damping},
+      {"wall_seconds", wall_seconds},
+      {"threads", threads},
+      {"layers", layers_json},
+  };
+  if (perplexity_before) j["perplexity_before"] = *perplexity_before;
+  if (perplexity_after) j["perplexity_after"] = *perplexity_after;
+  if (eval_tokens > 0) j["eval_tokens"] = eval_tokens;
+  return j;
+}
+
+std::string ConversionReport::ToTable() const {
+  std::string out = absl::StrFormat(
+      "conversion   %s -> %s (%s metric, RoPE %s)\n"
+      "cache        %d elements/token/layer: %.2f%% of the source cache, %.2f%% of MHA\n"
+      "K/V params   %d per layer: %.2f%% of the source\n"
+      "calibration  %d tokens\n"
+      "wall time    %.2f s\n",
+      source, target.ToString(), metric, rope_mode, footprint.elements_per_token_layer,
+      100 * footprint.ratio_to_source, 100 * footprint.ratio_to_mha,
+      footprint.kv_params_per_layer, 100 * footprint.param_ratio_to_source,
+      calibration_tokens, wall_seconds);
+  if (perplexity_before && perplexity_after) {
+    absl::StrAppendFormat(&out, "perplexity   %.4f -> %.4f (%d tokens)\n",
+                          *perplexity_before, *perplexity_after, eval_tokens);
+  }
+  absl::StrAppend(&out, "\nlayer  K rel.err  K worst head  K iters   V rel.err  V worst head\n");
+  for (const auto& l : layers) {
+    absl::StrAppendFormat(&out, "%5d  %9.5f  %12.5f  %7d   %9.5f  %12.5f\n", l.layer,
+                          l.k.rel_error, MaxOf(l.k.head_rel_error),
+                          static_cast<int>(std::max<size_t>(l.k.objective.size(), 1) - 1),
+                          l.v.rel_error, MaxOf(l.v.head_rel_error));
+  }
+  return out;
+}
+
+}  // namespace lrkv

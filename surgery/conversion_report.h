@@ -1,0 +1,57 @@
+// What a conversion did and measured: target configuration, cache and parameter
+// accounting, per-layer objective traces and per-head errors, wall time, and the
+// perplexity before/after when evaluated. Printed as JSON and as a readable table.
+#ifndef LRKV_SURGERY_CONVERSION_REPORT_H_
+#define LRKV_SURGERY_CONVERSION_REPORT_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "surgery/cache_accounting.h"
+
+namespace lrkv {
+
+struct ProjectionReport {
+  // Objective Σ_h‖M(W_h − Ŵ_h)‖² after initialisation and each iteration (LRKV only).
+  std::vector<double> objective;
+  // ‖M(W_h − Ŵ_h)‖ / ‖M W_h‖ per source KV head.
+  std::vector<double> head_rel_error;
+  double rel_error = 0;
+  // Plane mode: the RoPE planes each head's residual keeps.
+  std::vector<std::vector<int64_t>> planes;
+};
+
+struct LayerReport {
+  int64_t layer = 0;
+  ProjectionReport k, v;
+};
+
+struct ConversionReport {
+  std::string source;
+  std::string output;
+  AttentionShape shape;
+  KvConfig target;
+  std::string metric;     // "weight" | "activation"
+  std::string rope_mode;  // "reconstruct" | "plane" | "partial"
+  int64_t rope_planes_kept = 0;
+  double budget = 0;      // requested budget (0 when an explicit size was given)
+  CacheFootprint footprint;         // per token per layer, ratios
+  int64_t calibration_tokens = 0;
+  double damping = 0;
+  double wall_seconds = 0;          // the decomposition itself
+  int threads = 0;                  // intra-op threads LibTorch used
+  std::vector<LayerReport> layers;
+  std::optional<double> perplexity_before;
+  std::optional<double> perplexity_after;
+  int64_t eval_tokens = 0;
+
+  nlohmann::json ToJson() const;
+  std::string ToTable() const;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_SURGERY_CONVERSION_REPORT_H_

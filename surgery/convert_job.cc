@@ -1,0 +1,187 @@
+// A whole conversion as users run it (see convert_job.h). LibTorch errors are caught
+// here, at the library's edge.
+#include "surgery/convert_job.h"
+
+#include <c10/util/Exception.h>
+
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "model/checkpoint.h"
+#include "model/language_model.h"
+#include "model/llama_weights.h"
+#include "model/safetensors.h"
+#include "model/status_macros.h"
+#include "model/text_corpus.h"
+#include "model/transformer.h"
+#include "surgery/calibration.h"
+#include "surgery/converter.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::StatusOr<double> Perplexity(const Transformer& model, const Tokenizer& tokenizer,
+                                  const std::vector<std::string>& docs, int64_t* tokens) {
+  double nll = 0;
+  int64_t n = 0;
+  at::NoGradGuard no_grad;
+  for (const auto& doc : docs) {
+    std::vector<int64_t> ids = {tokenizer.vocab().bos_id};
+    for (int32_t id : tokenizer.Encode(doc)) ids.push_back(id);
+    if (ids.size() < 2) continue;
+    auto t = at::tensor(ids, at::kLong).unsqueeze(0);
+    auto logits = model.Forward(t.narrow(1, 0, t.size(1) - 1))[0];
+    nll += at::cross_entropy_loss(logits, t[0].narrow(0, 1, t.size(1) - 1), {},
+                                  at::Reduction::Sum)
+               .item<double>();
+    n += t.size(1) - 1;
+  }
+  if (n == 0) return Invalid("evaluation text holds no tokens");
+  *tokens = n;
+  return std::exp(nll / static_cast<double>(n));
+}
+
+absl::Status CheckOutputDir(const std::string& out) {
+  if (out.empty()) return Invalid("--out is required");
+  std::error_code ec;
+  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
+    return Invalid(absl::StrCat(out, ": output folder exists and is not empty"));
+  }
+  const fs::path parent = fs::absolute(out, ec).parent_path();
+  if (!fs::is_directory(parent, ec)) {
+    return Invalid(absl::StrCat(parent.string(), ": output's parent folder does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
+  RETURN_IF_ERROR(CheckOutputDir(o.out_dir));
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  const ModelConfig& config = ckpt->config();
+  // Every option is checked before any heavy work or any write.
+  RETURN_IF_ERROR(ResolveTarget(config, o.conversion).status());
+  const bool activation = o.conversion.metric == SurgeryMetric::kActivation;
+  if (activation && o.calib_path.empty()) {
+    return Invalid("--metric activation needs --calib FILE");
+  }
+  if ((activation || !o.eval_path.empty()) && ckpt->tokenizer() == nullptr) {
+    return Invalid(absl::StrCat(o.checkpoint,
+                                ": no tokenizer stored, so no calibration or evaluation text"));
+  }
+  std::vector<std::string> calib_docs, eval_docs;
+  if (activation) {
+    ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));
+    calib_docs = o.calib_range.Slice(docs);
+    if (calib_docs.empty()) return Invalid("--calib-range selects no document");
+  }
+  if (!o.eval_path.empty()) {
+    ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.eval_path));
+    eval_docs = o.eval_range.Slice(docs);
+    if (eval_docs.empty()) return Invalid("--eval-range selects no document");
+  }
+  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt));
+  ASSIGN_OR_RETURN(auto source, Transformer::Create(config, weights));
+
+  ConversionReport report;
+  report.source = o.checkpoint;
+  report.output = o.out_dir;
+  std::optional<CalibrationStats> calib;
+  if (activation) {
+    ASSIGN_OR_RETURN(calib, CollectCalibration(*source, *ckpt->tokenizer(), calib_docs,
+                                               o.calib_tokens));
+  }
+  ASSIGN_OR_RETURN(ConvertedModel converted,
+                   ConvertModel(config, weights, o.conversion,
+                                calib ? &*calib : nullptr, &report));
+  if (!eval_docs.empty()) {
+    ASSIGN_OR_RETURN(report.perplexity_before,
+                     Perplexity(*source, *ckpt->tokenizer(), eval_docs, &report.eval_tokens));
+    ASSIGN_OR_RETURN(auto after, Transformer::Create(converted.config, converted.weights));
+    ASSIGN_OR_RETURN(report.perplexity_after,
+                     Perplexity(*after, *ckpt->tokenizer(), eval_docs, &report.eval_tokens));
+  }
+  if (o.expand) converted = ExpandModel(converted.config, converted.weights);
+
+  // Write everything into a sibling temporary folder, then rename it into place.
+  const fs::path out = fs::absolute(o.out_dir);
+  const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial");
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  absl::Status written = SaveSafetensorsCheckpoint(tmp.string(), converted.config,
+                                                   converted.weights, ckpt->tokenizer());
+  if (written.ok()) {
+    written = WriteFileAtomically((tmp / "report.json").string(),
+                                  report.ToJson().dump(2) + "\n");
+  }
+  if (written.ok()) {
+    written = WriteFileAtomically((tmp / "report.txt").string(), report.ToTable());
+  }
+  if (written.ok()) {
+    fs::remove(out, ec);  // an empty folder, checked above
+    fs::rename(tmp, out, ec);
+    if (ec) written = absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
+  }
+  if (!written.ok()) {
+    fs::remove_all(tmp, ec);
+    return written;
+  }
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  DocumentRange r;
+  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &r.begin) ||
+      !absl::SimpleAtod(parts[1], &r.end) || !(r.begin >= 0) || !(r.end <= 1) ||
+      !(r.begin < r.end)) {
+    return Invalid(absl::StrCat("document range '", text,
+                                "' must be A:B with 0 <= A < B <= 1 (fractions)"));
+  }
+  return r;
+}
+
+absl::StatusOr<ConversionReport> RunConvertJob(const ConvertJobOptions& options) {
+  try {
+    return Run(options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("conversion failed in LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<ConversionReport> RunConvertBench(const ConvertBenchOptions& o) {
+  ModelConfig c;
+  c.hidden_size = o.hidden;
+  c.intermediate_size = 1;
+  c.num_layers = o.layers;
+  c.num_heads = o.heads;
+  c.num_kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  c.head_dim = o.head_dim;
+  c.rope_dim = o.head_dim;
+  c.vocab_size = 16;
+  RETURN_IF_ERROR(c.Validate());
+  if (o.conversion.metric != SurgeryMetric::kWeight) {
+    return Invalid("the conversion benchmark uses the weight metric");
+  }
+  try {
+    const LlamaWeights w = RandomLlamaWeights(c, o.seed);
+    ConversionReport report;
+    report.source = absl::StrCat("random ", o.layers, "-layer model, d=", o.hidden,
+                                 ", H=", o.heads, ", H_kv=", c.num_kv_heads, ", d_h=",
+                                 o.head_dim);
+    RETURN_IF_ERROR(ConvertModel(c, w, o.conversion, nullptr, &report).status());
+    return report;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  }
+}
+
+}  // namespace lrkv

@@ -1,0 +1,72 @@
+// A whole conversion as users run it (`lrkv convert`, later the service's convert
+// job): load the source, calibrate, convert, evaluate, write the checkpoint and its
+// report. Nothing is written to the output folder unless everything succeeds.
+#ifndef LRKV_SURGERY_CONVERT_JOB_H_
+#define LRKV_SURGERY_CONVERT_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "surgery/conversion_options.h"
+#include "surgery/conversion_report.h"
+
+namespace lrkv {
+
+// A slice of a document list as fractions: [begin, end) of the documents, so that
+// "0:0.5" is the first half.
+struct DocumentRange {
+  double begin = 0;
+  double end = 1;
+  template <typename T>
+  std::vector<T> Slice(const std::vector<T>& docs) const {
+    const auto n = static_cast<double>(docs.size());
+    const auto a = static_cast<size_t>(begin * n + 0.5), b = static_cast<size_t>(end * n + 0.5);
+    return std::vector<T>(docs.begin() + a, docs.begin() + b);
+  }
+};
+// Parses "A:B" with 0 <= A < B <= 1.
+absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text);
+
+struct ConvertJobOptions {
+  /// Source checkpoint (GGUF file or safetensors directory).
+  std::string checkpoint;
+  /// Output directory; must not exist yet (or be empty).
+  std::string out_dir;
+  ConversionOptions conversion;
+  /// Calibration text (needed for the activation metric), its document range and the
+  /// number of tokens to use at most.
+  std::string calib_path;
+  DocumentRange calib_range;
+  int64_t calib_tokens = 16384;
+  /// When set, perplexity before and after conversion on this text and range.
+  std::string eval_path;
+  DocumentRange eval_range;
+  /// Write a plain Llama checkpoint with materialised per-head K/V instead of the
+  /// factored layout.
+  bool expand = false;
+};
+
+// Runs the job and returns its report (also written as report.json / report.txt).
+absl::StatusOr<ConversionReport> RunConvertJob(const ConvertJobOptions& options);
+
+struct ConvertBenchOptions {
+  /// Attention shape of the random model (FFN and vocabulary are kept tiny: they
+  /// play no part in K/V surgery).
+  int64_t layers = 24;
+  int64_t hidden = 1536;
+  int64_t heads = 12;
+  int64_t kv_heads = 0;  // 0: MHA (= heads)
+  int64_t head_dim = 128;
+  uint64_t seed = 1;
+  ConversionOptions conversion;
+};
+
+// Converts a random model of the given shape in memory (weight metric) and returns
+// the report; its wall_seconds is the conversion time.
+absl::StatusOr<ConversionReport> RunConvertBench(const ConvertBenchOptions& options);
+
+}  // namespace lrkv
+
+#endif  // LRKV_SURGERY_CONVERT_JOB_H_

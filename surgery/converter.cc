@@ -1,0 +1,230 @@
+// Converts a model's K/V projections into a target variant (see converter.h).
+#include "surgery/converter.h"
+
+#include <ATen/Parallel.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+#include "surgery/baselines.h"
+#include "surgery/lrkv_decomposition.h"
+
+namespace lrkv {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+// Coordinates (within a head) of each RoPE rotation plane, by frequency index.
+std::vector<std::pair<int64_t, int64_t>> RopePlanes(const ModelConfig& c) {
+  std::vector<std::pair<int64_t, int64_t>> planes;
+  const int64_t half = c.rope_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    planes.emplace_back(c.rope_layout == RopeLayout::kAdjacent
+                            ? std::pair<int64_t, int64_t>{2 * i, 2 * i + 1}
+                            : std::pair<int64_t, int64_t>{i, i + half});
+  }
+  return planes;
+}
+
+// [H_kv*dh, d] -> W [H_kv, d, dh] (the DESIGN.md orientation).
+at::Tensor HeadsOf(const at::Tensor& w, int64_t hkv, int64_t dh) {
+  return w.view({hkv, dh, -1}).transpose(1, 2);
+}
+
+ProjectionReport ReportOf(const LrkvDecomposition& dec) {
+  ProjectionReport p;
+  p.objective = dec.objective;
+  p.head_rel_error = dec.head_rel_error;
+  p.rel_error = dec.rel_error;
+  p.planes = dec.planes_chosen;
+  return p;
+}
+
+// Splits per-head biases [H_kv*dh] into their mean and the per-head deltas.
+void SplitBias(const at::Tensor& bias, int64_t hkv, int64_t dh, LowRankProjection* p) {
+  if (!bias.defined()) return;
+  auto heads = bias.view({hkv, dh});
+  p->shared_bias = heads.mean(0).contiguous();
+  p->head_bias = (heads - p->shared_bias).reshape({-1}).contiguous();
+}
+
+LowRankProjection ToProjection(const LrkvDecomposition& dec, int64_t hkv, int64_t r) {
+  LowRankProjection p;
+  const int64_t d = dec.shared.size(0);
+  p.shared = dec.shared.t().contiguous().to(at::kFloat);                   // [dh, d]
+  p.down = dec.down.transpose(1, 2).reshape({hkv * r, d}).contiguous().to(at::kFloat);
+  p.up = dec.up.contiguous().to(at::kFloat);                               // [hkv, dh, r]
+  return p;
+}
+
+// Per source KV head: ‖M(W_h − Ŵ_{j(h)})‖/‖M W_h‖ where j(h) is the pooled head that
+// h's first query head uses.
+ProjectionReport PooledReport(const ModelConfig& c, const at::Tensor& src,
+                              const at::Tensor& pooled, int64_t n_kv,
+                              const at::Tensor& whitening) {
+  ProjectionReport p;
+  const int64_t dh = c.head_dim, g_src = c.num_heads / c.num_kv_heads,
+                g_dst = c.num_heads / n_kv;
+  std::vector<at::Tensor> approx;
+  for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+    const int64_t j = h * g_src / g_dst;
+    const auto wh = src.narrow(0, h * dh, dh), ph = pooled.narrow(0, j * dh, dh);
+    p.head_rel_error.push_back(RelativeError(wh, ph, whitening));
+    approx.push_back(ph);
+  }
+  p.rel_error = RelativeError(src, at::cat(approx, 0), whitening);
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
+                                            const LlamaWeights& weights,
+                                            const ConversionOptions& o,
+                                            const CalibrationStats* calibration,
+                                            ConversionReport* report) {
+  ASSIGN_OR_RETURN(KvConfig target, ResolveTarget(config, o));
+  if (o.metric == SurgeryMetric::kActivation &&
+      (calibration == nullptr ||
+       static_cast<int64_t>(calibration->gram.size()) != config.num_layers)) {
+    return Invalid("the activation metric needs calibration text (--calib)");
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  at::NoGradGuard no_grad;
+  ConvertedModel out{config, weights};
+  ModelConfig& c = out.config;
+  const int64_t hkv = config.num_kv_heads, dh = config.head_dim;
+  int64_t kept = 0;
+  if (o.rope_mode == RopeMode::kPartial) {
+    kept = o.rope_planes_kept >= 0 ? o.rope_planes_kept
+                                   : std::max<int64_t>(1, config.rope_dim / 2 / 4);
+  }
+  switch (target.variant) {
+    case KvVariant::kGqa:
+      c.num_kv_heads = target.kv_heads;
+      break;
+    case KvVariant::kMqa:
+      c.num_kv_heads = 1;
+      break;
+    case KvVariant::kMla:
+      c.kv.layout = KvLayout::kMla;
+      c.kv.latent = target.latent;
+      break;
+    case KvVariant::kLrkv:
+      c.kv.layout = KvLayout::kLrkv;
+      c.kv.rank = target.rank;
+      c.kv.rope_mode = o.rope_mode;
+      c.kv.rope_planes_kept = kept;
+      break;
+    case KvVariant::kMha:
+      break;
+  }
+  LrkvDecompositionOptions k_opt, v_opt;
+  k_opt.rank = v_opt.rank = target.rank;
+  k_opt.max_iters = v_opt.max_iters = o.max_iters;
+  k_opt.tol = v_opt.tol = o.tol;
+  const auto planes = RopePlanes(config);
+  if (o.rope_mode == RopeMode::kPlane) {
+    k_opt.support = ResidualSupport::kRopePlanes;
+    k_opt.planes = planes;
+  } else if (o.rope_mode == RopeMode::kPartial) {
+    k_opt.support = ResidualSupport::kExcludeCoords;
+    for (int64_t p = 0; p < kept; ++p) {
+      k_opt.excluded.push_back(planes[p].first);
+      k_opt.excluded.push_back(planes[p].second);
+    }
+  }
+  std::vector<LayerReport> layer_reports;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    LayerWeights& l = out.weights.layers[i];
+    const LayerWeights& src = weights.layers[i];
+    at::Tensor whitening;
+    if (o.metric == SurgeryMetric::kActivation) {
+      ASSIGN_OR_RETURN(whitening, WhiteningFactor(calibration->gram[i],
+                                                  calibration->tokens, o.damping));
+    }
+    LayerReport lr;
+    lr.layer = i;
+    switch (target.variant) {
+      case KvVariant::kGqa:
+      case KvVariant::kMqa: {
+        const int64_t n = c.num_kv_heads;
+        l.wk = PoolKvHeads(config, src.wk, n);
+        l.wv = PoolKvHeads(config, src.wv, n);
+        if (src.bk.defined()) {
+          l.bk = PoolKvHeads(config, src.bk, n);
+          l.bv = PoolKvHeads(config, src.bv, n);
+        }
+        lr.k = PooledReport(config, src.wk, l.wk, n, whitening);
+        lr.v = PooledReport(config, src.wv, l.wv, n, whitening);
+        break;
+      }
+      case KvVariant::kMla: {
+        MlaFactors f = FactorizeMla(src.wk, src.wv, whitening, target.latent);
+        l.wk = l.wv = at::Tensor();
+        l.kv_down = f.kv_down;
+        l.k_up = f.k_up;
+        l.v_up = f.v_up;
+        lr.k.rel_error = f.k_rel_error;
+        lr.v.rel_error = f.v_rel_error;
+        break;
+      }
+      case KvVariant::kLrkv: {
+        ASSIGN_OR_RETURN(auto kd, DecomposeLrkv(HeadsOf(src.wk, hkv, dh), whitening, k_opt));
+        ASSIGN_OR_RETURN(auto vd, DecomposeLrkv(HeadsOf(src.wv, hkv, dh), whitening, v_opt));
+        l.k_lr = ToProjection(kd, hkv, target.rank);
+        l.v_lr = ToProjection(vd, hkv, target.rank);
+        SplitBias(src.bk, hkv, dh, &l.k_lr);
+        SplitBias(src.bv, hkv, dh, &l.v_lr);
+        l.wk = l.wv = l.bk = l.bv = at::Tensor();
+        lr.k = ReportOf(kd);
+        lr.v = ReportOf(vd);
+        break;
+      }
+      case KvVariant::kMha:
+        break;
+    }
+    layer_reports.push_back(std::move(lr));
+  }
+  RETURN_IF_ERROR(c.Validate());
+  if (report != nullptr) {
+    report->shape = ShapeOf(config);
+    report->target = target;
+    report->metric = SurgeryMetricName(o.metric);
+    report->rope_mode = RopeModeName(o.rope_mode);
+    report->rope_planes_kept = kept;
+    report->budget = o.budget;
+    report->footprint = MeasureFootprint(report->shape, target, 1, 1, 1);
+    report->calibration_tokens = calibration != nullptr ? calibration->tokens : 0;
+    report->damping = o.metric == SurgeryMetric::kActivation ? o.damping : 0;
+    report->layers = std::move(layer_reports);
+    report->threads = at::get_num_threads();
+    report->wall_seconds = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - t0).count();
+  }
+  return out;
+}
+
+ConvertedModel ExpandModel(const ModelConfig& config, const LlamaWeights& weights) {
+  ConvertedModel out{config, weights};
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    DenseKv dense = ExpandKv(config, weights.layers[i]);
+    LayerWeights& l = out.weights.layers[i];
+    l.wk = dense.wk.contiguous();
+    l.wv = dense.wv.contiguous();
+    l.bk = dense.bk.defined() ? dense.bk.contiguous() : dense.bk;
+    l.bv = dense.bv.defined() ? dense.bv.contiguous() : dense.bv;
+    l.k_lr = l.v_lr = LowRankProjection();
+    l.kv_down = l.k_up = l.v_up = at::Tensor();
+  }
+  // Partial RoPE changes the function; the expanded model keeps that setting.
+  out.config.kv.layout = KvLayout::kDense;
+  out.config.kv.rank = out.config.kv.latent = 0;
+  if (out.config.kv.rope_mode != RopeMode::kPartial) {
+    out.config.kv.rope_mode = RopeMode::kReconstruct;
+  }
+  return out;
+}
+
+}  // namespace lrkv

@@ -1,0 +1,63 @@
+// The LRKV decomposition of one projection (K or V) of one layer:
+//   min Σ_h ‖M (W_h − S − U_h B_hᵀ)‖²_F
+// over the H_kv heads, by alternating S ← mean_h(W̃_h − Ũ_h B_hᵀ) and
+// (Ũ_h, B_h) ← best rank-r fit of W̃_h − S, in whitened coordinates W̃ = MW
+// (M = Lᵀ for the activation metric, I for the weight metric). DESIGN.md §3.
+#ifndef LRKV_SURGERY_LRKV_DECOMPOSITION_H_
+#define LRKV_SURGERY_LRKV_DECOMPOSITION_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lrkv {
+
+// Where the residual B_h may live.
+enum class ResidualSupport {
+  kFree,          // any rank-r subspace of the head (general SVD)
+  kRopePlanes,    // r/2 whole RoPE rotation planes (plane mode: B_h selects coordinates)
+  kExcludeCoords, // any rank-r subspace that is zero on `excluded` (partial mode)
+};
+
+struct LrkvDecompositionOptions {
+  /// Residual rank r per head, 0 <= r <= d_h.
+  int64_t rank = 0;
+  /// Alternating iterations at most.
+  int max_iters = 10;
+  /// Stop once an iteration lowers the objective by less than tol × its value.
+  double tol = 1e-6;
+  ResidualSupport support = ResidualSupport::kFree;
+  /// kRopePlanes: the head's rotation planes as coordinate pairs.
+  std::vector<std::pair<int64_t, int64_t>> planes;
+  /// kExcludeCoords: coordinates the residual must not touch.
+  std::vector<int64_t> excluded;
+};
+
+struct LrkvDecomposition {
+  at::Tensor shared;  // S   [d, d_h]        float64, original coordinates
+  at::Tensor down;    // U   [H_kv, d, r]    float64, original coordinates
+  at::Tensor up;      // B   [H_kv, d_h, r]  float64
+  // Σ_h ‖M(W_h − S − U_h B_hᵀ)‖²: after initialisation (S = mean, U = 0) and after
+  // each iteration. Never increases.
+  std::vector<double> objective;
+  // ‖M(W_h − S − U_h B_hᵀ)‖ / ‖M W_h‖ per head, at the end.
+  std::vector<double> head_rel_error;
+  // sqrt(final objective / Σ_h ‖M W_h‖²).
+  double rel_error = 0;
+  // kRopePlanes: the planes each head keeps (indices into options.planes, ascending).
+  std::vector<std::vector<int64_t>> planes_chosen;
+};
+
+// `weights`: W [H_kv, d, d_h] (any float dtype). `whitening`: L [d, d] lower
+// triangular, or undefined for the weight metric.
+absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
+                                                const at::Tensor& whitening,
+                                                const LrkvDecompositionOptions& options);
+
+}  // namespace lrkv
+
+#endif  // LRKV_SURGERY_LRKV_DECOMPOSITION_H_
