@@ -1,0 +1,348 @@
+// K/V surgery on the real stories260K model and on random models: exactness at full
+// rank, r = 0 = MQA, monotone objectives, plane/partial RoPE constraints, the
+// activation metric, saved converted checkpoints, and impossible requests.
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/llama_weights.h"
+#include "model/text_corpus.h"
+#include "model/transformer.h"
+#include "surgery/baselines.h"
+#include "surgery/calibration.h"
+#include "surgery/convert_job.h"
+#include "surgery/converter.h"
+#include "surgery/lrkv_decomposition.h"
+#include "tests/model_test_util.h"
+#include "tests/test_paths.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using testing::MaxRelError;
+
+struct Source {
+  ModelConfig config;
+  LlamaWeights weights;
+  std::optional<Tokenizer> tokenizer;
+};
+
+Source Stories() {
+  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  auto w = LoadLlamaWeights(**ckpt);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return {(*ckpt)->config(), std::move(*w), *(*ckpt)->tokenizer()};
+}
+
+// A random MHA model with d_h = 64.
+Source RandomMha(bool qk_norm = false) {
+  ModelConfig c = testing::SmallConfig();
+  c.hidden_size = 128;
+  c.num_heads = c.num_kv_heads = 4;
+  c.head_dim = c.rope_dim = 64;
+  c.qk_norm = qk_norm;
+  return {c, RandomLlamaWeights(c, 21), std::nullopt};
+}
+
+at::Tensor Logits(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& tokens) {
+  auto t = Transformer::Create(c, w);
+  EXPECT_TRUE(t.ok()) << t.status();
+  at::NoGradGuard no_grad;
+  return (*t)->Forward(tokens);
+}
+
+at::Tensor SomeTokens(int64_t vocab, int64_t n = 48) {
+  return at::randint(1, vocab, {2, n}, at::kLong);
+}
+
+CalibrationStats Calibrate(const Source& s, double from, double to) {
+  auto docs = ReadDocuments(testing::StoriesTextPath());
+  EXPECT_TRUE(docs.ok());
+  DocumentRange range{from, to};
+  auto t = Transformer::Create(s.config, s.weights);
+  auto stats = CollectCalibration(**t, *s.tokenizer, range.Slice(*docs), 4096);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  return std::move(*stats);
+}
+
+ConvertedModel Convert(const Source& s, ConversionOptions o,
+                       const CalibrationStats* calib = nullptr,
+                       ConversionReport* report = nullptr) {
+  auto out = ConvertModel(s.config, s.weights, o, calib, report);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return std::move(*out);
+}
+
+ConversionOptions LrkvAt(int64_t r, RopeMode mode = RopeMode::kReconstruct) {
+  ConversionOptions o;
+  o.variant = KvVariant::kLrkv;
+  o.rank = r;
+  o.rope_mode = mode;
+  return o;
+}
+
+TEST(Surgery, FullRankReproducesTheSource) {
+  const Source stories = Stories();
+  const auto tokens = SomeTokens(stories.config.vocab_size);
+  const auto ref = Logits(stories.config, stories.weights, tokens);
+  const CalibrationStats calib = Calibrate(stories, 0, 0.5);
+  for (RopeMode mode : {RopeMode::kReconstruct, RopeMode::kPlane}) {
+    for (SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+      ConversionOptions o = LrkvAt(stories.config.head_dim, mode);
+      o.metric = metric;
+      const auto m = Convert(stories, o, &calib);
+      EXPECT_LE(MaxRelError(Logits(m.config, m.weights, tokens), ref), 1e-5)
+          << RopeModeName(mode) << " " << SurgeryMetricName(metric);
+    }
+  }
+  for (bool qk_norm : {false, true}) {
+    const Source mha = RandomMha(qk_norm);
+    const auto t = SomeTokens(mha.config.vocab_size);
+    const auto m = Convert(mha, LrkvAt(64));
+    EXPECT_LE(MaxRelError(Logits(m.config, m.weights, t),
+                          Logits(mha.config, mha.weights, t)),
+              1e-5);
+  }
+}
+
+TEST(Surgery, RankZeroIsTheMeanPooledMqaModel) {
+  for (const Source& s : {Stories(), RandomMha()}) {
+    const auto tokens = SomeTokens(s.config.vocab_size);
+    ConversionOptions mqa;
+    mqa.variant = KvVariant::kMqa;
+    const auto a = Convert(s, LrkvAt(0));
+    const auto b = Convert(s, mqa);
+    EXPECT_EQ(b.config.num_kv_heads, 1);
+    const auto ref = Logits(b.config, b.weights, tokens);
+    EXPECT_LE(MaxRelError(Logits(a.config, a.weights, tokens), ref), 1e-5);
+    // ... and differs from the source.
+    EXPECT_GT(MaxRelError(Logits(s.config, s.weights, tokens), ref), 1e-3);
+  }
+}
+
+TEST(Surgery, MlaAtFullLatentReproducesTheSource) {
+  const Source s = Stories();  // 2·H_kv·d_h = d = 64
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.latent = 64;
+  const auto tokens = SomeTokens(s.config.vocab_size);
+  const auto m = Convert(s, o);
+  EXPECT_LE(MaxRelError(Logits(m.config, m.weights, tokens),
+                        Logits(s.config, s.weights, tokens)),
+            1e-5);
+}
+
+TEST(Surgery, GqaPoolingAveragesEachGroup) {
+  const Source s = RandomMha();
+  const auto pooled = PoolKvHeads(s.config, s.weights.layers[0].wk, 2);
+  const auto heads = s.weights.layers[0].wk.view({4, 64, -1});
+  EXPECT_TRUE(at::allclose(pooled.view({2, 64, -1})[1], (heads[2] + heads[3]) / 2));
+}
+
+TEST(Surgery, ObjectiveNeverIncreasesAndErrorsShrinkWithRank) {
+  const Source s = Stories();
+  const CalibrationStats calib = Calibrate(s, 0, 0.5);
+  for (SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+    for (RopeMode mode : {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial}) {
+      double previous_error = 1e30;
+      for (int64_t r : {2, 4, 6}) {
+        ConversionOptions o = LrkvAt(r, mode);
+        o.metric = metric;
+        o.max_iters = 30;
+        o.tol = 0;
+        ConversionReport report;
+        Convert(s, o, &calib, &report);
+        double total = 0;
+        for (const auto& layer : report.layers) {
+          for (const auto* p : {&layer.k, &layer.v}) {
+            ASSERT_GE(p->objective.size(), 2u);
+            for (size_t i = 1; i < p->objective.size(); ++i) {
+              EXPECT_LE(p->objective[i], p->objective[i - 1] * (1 + 1e-12))
+                  << RopeModeName(mode) << " r=" << r << " layer " << layer.layer;
+            }
+            EXPECT_EQ(p->head_rel_error.size(), 4u);
+          }
+          total += layer.k.rel_error + layer.v.rel_error;
+        }
+        EXPECT_LT(total, previous_error);
+        previous_error = total;
+      }
+    }
+  }
+}
+
+TEST(Surgery, PlaneModeKeepsWholeRotationPlanesWithTheMostEnergy) {
+  // Four heads that differ from their mean only in plane 1 (adjacent dims 2, 3): at
+  // r = 2, plane mode must pick that plane and be exact.
+  const int64_t d = 16, dh = 8;
+  at::Tensor base = at::randn({1, d, dh}, at::kDouble).expand({4, d, dh}).clone();
+  base.narrow(2, 2, 2).add_(at::randn({4, d, 2}, at::kDouble));
+  LrkvDecompositionOptions o;
+  o.rank = 2;
+  o.support = ResidualSupport::kRopePlanes;
+  for (int64_t i = 0; i < 4; ++i) o.planes.emplace_back(2 * i, 2 * i + 1);
+  auto dec = DecomposeLrkv(base, at::Tensor(), o);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  for (const auto& planes : dec->planes_chosen) {
+    ASSERT_EQ(planes.size(), 1u);
+    EXPECT_EQ(planes[0], 1);
+  }
+  EXPECT_LT(dec->rel_error, 1e-10);
+  // B_h selects exactly the plane's coordinates.
+  EXPECT_EQ(dec->up[0][2][0].item<double>(), 1.0);
+  EXPECT_EQ(dec->up[0][3][1].item<double>(), 1.0);
+  EXPECT_EQ(dec->up.abs().sum().item<double>(), 8.0);
+  // The free SVD finds the same optimum.
+  o.support = ResidualSupport::kFree;
+  EXPECT_LT(DecomposeLrkv(base, at::Tensor(), o)->rel_error, 1e-10);
+  o.rank = 3;
+  o.support = ResidualSupport::kRopePlanes;
+  EXPECT_EQ(DecomposeLrkv(base, at::Tensor(), o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Surgery, PartialModeKeepsTheResidualOffTheRotatedPlanes) {
+  const Source s = Stories();
+  ConversionOptions o = LrkvAt(4, RopeMode::kPartial);
+  o.rope_planes_kept = 1;  // adjacent layout: plane 0 = dims 0, 1
+  const auto m = Convert(s, o);
+  EXPECT_EQ(m.config.kv.rope_mode, RopeMode::kPartial);
+  EXPECT_EQ(m.config.kv.rope_planes_kept, 1);
+  for (const auto& l : m.weights.layers) {
+    EXPECT_EQ(l.k_lr.up.narrow(1, 0, 2).abs().max().item<float>(), 0.0f);
+  }
+  // Partial RoPE changes the function even at full rank: it is an approximation.
+  const auto tokens = SomeTokens(s.config.vocab_size);
+  o.rank = s.config.head_dim - 2;
+  const auto full = Convert(s, o);
+  EXPECT_GT(MaxRelError(Logits(full.config, full.weights, tokens),
+                        Logits(s.config, s.weights, tokens)),
+            1e-3);
+}
+
+TEST(Surgery, ActivationMetricLowersTheOutputErrorOnCalibrationData) {
+  const Source s = Stories();
+  const CalibrationStats calib = Calibrate(s, 0, 0.5);
+  ConversionOptions o = LrkvAt(2);
+  const auto weight = Convert(s, o);
+  o.metric = SurgeryMetric::kActivation;
+  const auto activation = Convert(s, o, &calib);
+  // Σ over layers of ‖X(W − Ŵ)‖² = tr((W − Ŵ)ᵀ XᵀX (W − Ŵ)), K and V.
+  auto output_error = [&](const ConvertedModel& m) {
+    double e = 0;
+    for (int64_t i = 0; i < s.config.num_layers; ++i) {
+      const DenseKv dense = ExpandKv(m.config, m.weights.layers[i]);
+      for (auto [src, approx] : {std::pair{s.weights.layers[i].wk, dense.wk},
+                                 {s.weights.layers[i].wv, dense.wv}}) {
+        const auto diff = (src - approx).to(at::kDouble);
+        e += (at::matmul(diff, calib.gram[i]) * diff).sum().item<double>();
+      }
+    }
+    return e;
+  };
+  EXPECT_LT(output_error(activation), output_error(weight));
+}
+
+TEST(Surgery, ConvertedCheckpointsRoundTripAndExpand) {
+  const Source s = Stories();
+  const auto tokens = SomeTokens(s.config.vocab_size);
+  for (ConversionOptions o : {LrkvAt(2), LrkvAt(4, RopeMode::kPlane)}) {
+    const auto m = Convert(s, o);
+    const auto ref = Logits(m.config, m.weights, tokens);
+    const fs::path dir = testing::FreshTempDir("converted");
+    ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), m.config, m.weights, nullptr).ok());
+    auto ckpt = Checkpoint::Open(dir.string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_EQ((*ckpt)->config().kv.layout, KvLayout::kLrkv);
+    EXPECT_EQ((*ckpt)->config().kv.rank, o.rank);
+    EXPECT_NE((*ckpt)->Find("model.layers.0.self_attn.k_up.weight"), nullptr);
+    auto w = LoadLlamaWeights(**ckpt);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_LE(MaxRelError(Logits((*ckpt)->config(), *w, tokens), ref), 1e-5);
+    const auto expanded = ExpandModel(m.config, m.weights);
+    EXPECT_EQ(expanded.config.kv.layout, KvLayout::kDense);
+    EXPECT_LE(MaxRelError(Logits(expanded.config, expanded.weights, tokens), ref), 1e-5);
+  }
+}
+
+class ConvertJobTest : public ::testing::Test {
+ protected:
+  ConvertJobOptions Job(const std::string& name) {
+    ConvertJobOptions job;
+    job.checkpoint = testing::StoriesModelPath();
+    job.out_dir = (root_ / name).string();
+    return job;
+  }
+  void ExpectRejected(const ConvertJobOptions& job, const std::string& phrase,
+                      bool out_existed = false) {
+    auto r = RunConvertJob(job);
+    ASSERT_FALSE(r.ok()) << phrase;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(phrase));
+    EXPECT_EQ(fs::exists(job.out_dir), out_existed) << phrase;
+    EXPECT_FALSE(fs::exists(job.out_dir + ".partial")) << phrase;
+  }
+  fs::path root_ = testing::FreshTempDir("convert_job");
+};
+
+TEST_F(ConvertJobTest, WritesCheckpointAndReport) {
+  ConvertJobOptions job = Job("ok");
+  job.conversion.budget = 0.5;
+  job.conversion.metric = SurgeryMetric::kActivation;
+  job.calib_path = testing::StoriesTextPath();
+  job.calib_range = {0, 0.5};
+  job.calib_tokens = 2048;
+  job.eval_path = testing::StoriesTextPath();
+  job.eval_range = {0.9, 1};
+  auto r = RunConvertJob(job);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->target.rank, 2);
+  EXPECT_DOUBLE_EQ(r->footprint.ratio_to_source, 0.5);
+  ASSERT_TRUE(r->perplexity_before && r->perplexity_after);
+  EXPECT_GT(*r->perplexity_after, *r->perplexity_before);
+  EXPECT_EQ(r->calibration_tokens, 2048);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.lrkv.json",
+                        "report.json", "report.txt"}) {
+    EXPECT_TRUE(fs::exists(fs::path(job.out_dir) / f)) << f;
+  }
+  // An existing, non-empty output folder is refused and left alone.
+  ExpectRejected(job, "exists and is not empty", /*out_existed=*/true);
+  EXPECT_TRUE(fs::exists(fs::path(job.out_dir) / "model.safetensors"));
+}
+
+TEST_F(ConvertJobTest, ImpossibleRequestsFailAndWriteNothing) {
+  ConvertJobOptions job = Job("bad");
+  job.conversion.rank = 9;
+  ExpectRejected(job, "must lie in [0, 8]");
+  job.conversion.rank = -1;
+  job.conversion.budget = 0.2;  // LRKV r = 0 needs 0.25 of the source cache
+  ExpectRejected(job, "valid budgets are [0.2500, 1]");
+  job.conversion.budget = 0;
+  job.conversion.variant = KvVariant::kGqa;
+  job.conversion.kv_heads = 3;
+  ExpectRejected(job, "must divide the 8 query heads");
+  job.conversion.kv_heads = 2;
+  job.conversion.rope_mode = RopeMode::kPlane;
+  ExpectRejected(job, "applies to lrkv only");
+  job = Job("bad");
+  job.conversion.rank = 3;
+  job.conversion.rope_mode = RopeMode::kPlane;
+  ExpectRejected(job, "must be even in plane mode");
+  job.conversion.rope_mode = RopeMode::kReconstruct;
+  job.conversion.metric = SurgeryMetric::kActivation;
+  ExpectRejected(job, "needs --calib");
+  job = Job("bad");
+  job.conversion.rank = 2;
+  job.checkpoint = testing::FixturePath("malformed/gguf_quantized.gguf");
+  ExpectRejected(job, "Q4_0");
+  EXPECT_EQ(ParseKvVariant("mamba").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseDocumentRange("0.5:0.2").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lrkv
