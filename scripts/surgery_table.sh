@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The surgery table for stories260K: perplexity on the second half of the shared
+# excerpt's stories for LRKV r in {1,2,4,6} (reconstruct and plane RoPE), GQA n_kv=2,
+# MQA and MLA at the matching cache, in both metrics, calibrated on the first half.
+# Needs a built build/bin/lrkv. Prints a Markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED="${LRKV_SHARED_DIR:-../shared}"
+MODEL="$SHARED/models/stories260K.gguf"
+TEXT="$SHARED/data/tinystories-valid-excerpt.txt"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# name | convert arguments (the same for both metrics)
+configs=(
+  "lrkv r=1|--variant lrkv --rank 1"
+  "mla d_c=24|--variant mla --latent 24"
+  "lrkv r=2|--variant lrkv --rank 2"
+  "lrkv r=2 plane|--variant lrkv --rank 2 --rope-mode plane"
+  "gqa n_kv=2|--variant gqa --kv-heads 2"
+  "mla d_c=32|--variant mla --latent 32"
+  "lrkv r=4|--variant lrkv --rank 4"
+  "lrkv r=4 plane|--variant lrkv --rank 4 --rope-mode plane"
+  "mla d_c=48|--variant mla --latent 48"
+  "lrkv r=6|--variant lrkv --rank 6"
+  "lrkv r=6 plane|--variant lrkv --rank 6 --rope-mode plane"
+  "mla d_c=64|--variant mla --latent 64"
+  "mqa|--variant mqa"
+)
+i=0
+for entry in "${configs[@]}"; do
+  args="${entry#*|}"
+  for metric in weight activation; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086
+    ./build/bin/lrkv convert --checkpoint "$MODEL" $args --metric "$metric" \
+      --calib "$TEXT" --calib-range 0:0.5 --calib-tokens 1000000 \
+      --eval "$TEXT" --eval-range 0.5:1 --out "$work/$i" --json > "$work/$i.json"
+    echo "${entry%%|*}|$metric|$work/$i.json" >> "$work/index"
+  done
+done
+python3 - "$work/index" <<'PY'
+import json, sys
+rows = {}
+order = []
+for line in open(sys.argv[1]):
+    name, metric, path = line.strip().split("|")
+    r = json.load(open(path))
+    if name not in rows:
+        order.append(name)
+        rows[name] = {"r": r}
+    rows[name][metric] = r["perplexity_after"]
+    src = r["perplexity_before"]
+    tokens = r["eval_tokens"]
+print(f"source stories260K: perplexity {src:.4f} on the second half ({tokens} tokens); "
+      "calibration: first half\n")
+print("| config | cache vs source | K/V params vs source | ppl (weight) | ppl (activation) |")
+print("|---|---:|---:|---:|---:|")
+for name in order:
+    x = rows[name]
+    r = x["r"]
+    print(f"| {name} | {100*r['cache_ratio_to_source']:.1f}% | "
+          f"{100*r['kv_param_ratio_to_source']:.1f}% | {x['weight']:.3f} | {x['activation']:.3f} |")
+PY
