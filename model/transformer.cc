@@ -49,34 +49,7 @@ at::Tensor Transformer::RmsNorm(const at::Tensor& x, const at::Tensor& gamma) co
 }
 
 at::Tensor Transformer::ApplyRope(const at::Tensor& x, const at::Tensor& positions) const {
-  const int64_t r = config_.rope_dim;
-  if (r == 0) return x;
-  const int64_t half = r / 2;
-  // Angles in float64 so that long positions keep their precision.
-  auto inv_freq = at::pow(config_.rope_theta,
-                          -at::arange(0, half, at::kDouble) * 2.0 / static_cast<double>(r));
-  auto angles = positions.to(at::kDouble).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, half]
-  auto cos = angles.cos(), sin = angles.sin();
-  if (config_.kv.rope_mode == RopeMode::kPartial) {
-    // Only the first rope_planes_kept planes (highest frequencies) stay rotated.
-    const int64_t kept = config_.kv.rope_planes_kept;
-    cos.narrow(1, kept, half - kept).fill_(1.0);
-    sin.narrow(1, kept, half - kept).fill_(0.0);
-  }
-  cos = cos.to(at::kFloat).view({1, -1, 1, half});
-  sin = sin.to(at::kFloat).view({1, -1, 1, half});
-  auto rot = x.narrow(-1, 0, r);
-  at::Tensor out;
-  if (config_.rope_layout == RopeLayout::kAdjacent) {
-    auto pairs = rot.unflatten(-1, {half, 2});
-    auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-    out = at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2);
-  } else {
-    auto x0 = rot.narrow(-1, 0, half), x1 = rot.narrow(-1, half, half);
-    out = at::cat({x0 * cos - x1 * sin, x1 * cos + x0 * sin}, -1);
-  }
-  if (r == config_.head_dim) return out;
-  return at::cat({out, x.narrow(-1, r, config_.head_dim - r)}, -1);
+  return rope_.Rotate(x, positions);
 }
 
 void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "model/llama_weights.h"
+#include "model/rope.h"
 
 namespace lrkv {
 
@@ -54,7 +55,7 @@ class Transformer {
 
  private:
   Transformer(ModelConfig config, LlamaWeights weights)
-      : config_(std::move(config)), weights_(std::move(weights)) {}
+      : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {}
 
   // RMSNorm over the last dimension.
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& gamma) const;
@@ -71,6 +72,7 @@ class Transformer {
 
   ModelConfig config_;
   LlamaWeights weights_;
+  Rope rope_;
 };
 
 }  // namespace lrkv

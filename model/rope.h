@@ -1,0 +1,45 @@
+// Rotary position embedding for a model config: both layouts, partial rotary dims,
+// and the partial-RoPE mode of converted models (only the first planes rotate). Also
+// rotates latent coordinate pairs with chosen plane frequencies (LRKV plane mode).
+#ifndef LRKV_MODEL_ROPE_H_
+#define LRKV_MODEL_ROPE_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "model/config.h"
+
+namespace lrkv {
+
+class Rope {
+ public:
+  explicit Rope(const ModelConfig& config);
+
+  // Rotates x [B, T, n, d_h] at positions [T] as the model does.
+  at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;
+
+  // Rotates coordinate pairs (2m, 2m+1) of z [B, T, n, r] at positions [T]; pair m of
+  // head i turns with the frequency of plane `planes[i][m]` ([n, r/2] int64). An odd
+  // last coordinate is left alone.
+  at::Tensor RotatePairs(const at::Tensor& z, const at::Tensor& positions,
+                         const at::Tensor& planes) const;
+
+  // The head coordinates (first, second) of rotation plane `plane`.
+  std::pair<int64_t, int64_t> PlaneCoordinates(int64_t plane) const;
+  int64_t planes() const { return half_; }
+  // Whether plane `plane` rotates in this model (false beyond the partial-RoPE planes).
+  bool PlaneRotates(int64_t plane) const;
+
+ private:
+  // cos and sin [T, half] (float64) of every plane at `positions`.
+  std::pair<at::Tensor, at::Tensor> Angles(const at::Tensor& positions) const;
+
+  ModelConfig config_;
+  int64_t half_;
+  at::Tensor inv_freq_;  // [half] float64
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_ROPE_H_
