@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/layers.h"
 
 namespace lrkv {
 
@@ -44,8 +45,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
 }
 
 at::Tensor Transformer::RmsNorm(const at::Tensor& x, const at::Tensor& gamma) const {
-  auto inv = at::rsqrt(x.pow(2).mean({-1}, /*keepdim=*/true) + config_.rms_norm_eps);
-  return x * inv * gamma;
+  return lrkv::RmsNorm(x, gamma, config_.rms_norm_eps);
 }
 
 at::Tensor Transformer::ApplyRope(const at::Tensor& x, const at::Tensor& positions) const {
@@ -57,9 +57,7 @@ void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
                              at::Tensor* v) const {
   const int64_t b = x.size(0), t = x.size(1), dh = config_.head_dim;
   const int64_t hkv = config_.num_kv_heads;
-  auto linear = [](const at::Tensor& in, const at::Tensor& w, const at::Tensor& bias) {
-    return bias.defined() ? at::linear(in, w, bias) : at::linear(in, w);
-  };
+  const auto& linear = Linear;
   auto qp = linear(x, l.wq, l.bq).view({b, t, config_.num_heads, dh});
   at::Tensor kp, vp;
   switch (config_.kv.layout) {
@@ -118,7 +116,7 @@ at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
 }
 
 at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) const {
-  return at::linear(at::silu(at::linear(x, l.w_gate)) * at::linear(x, l.w_up), l.w_down);
+  return lrkv::FeedForward(l, x);
 }
 
 at::Tensor Transformer::Forward(const at::Tensor& tokens,

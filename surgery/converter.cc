@@ -177,6 +177,25 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
         l.v_lr = ToProjection(vd, hkv, target.rank);
         SplitBias(src.bk, hkv, dh, &l.k_lr);
         SplitBias(src.bv, hkv, dh, &l.v_lr);
+        if (l.k_lr.head_bias.defined() && o.rope_mode != RopeMode::kReconstruct) {
+          // A per-head key bias must live where the residual does (the selected planes,
+          // or the position-free coordinates) for the factored decode to stay exact;
+          // the rest of it is dropped, an approximation of the source.
+          auto keep = at::zeros({hkv, dh}, at::kFloat);
+          for (int64_t h = 0; h < hkv; ++h) {
+            if (o.rope_mode == RopeMode::kPlane) {
+              if (h >= static_cast<int64_t>(kd.planes_chosen.size())) continue;  // r = 0
+              for (int64_t p : kd.planes_chosen[h]) {
+                keep[h][planes[p].first] = 1;
+                keep[h][planes[p].second] = 1;
+              }
+            } else {
+              keep[h].fill_(1);
+              for (int64_t c : k_opt.excluded) keep[h][c] = 0;
+            }
+          }
+          l.k_lr.head_bias = (l.k_lr.head_bias.view({hkv, dh}) * keep).reshape({-1});
+        }
         l.wk = l.wv = l.bk = l.bv = at::Tensor();
         lr.k = ReportOf(kd);
         lr.v = ReportOf(vd);

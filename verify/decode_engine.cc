@@ -1,0 +1,125 @@
+// The model shell shared by every decode engine, and the engine factory.
+#include "verify/decode_engine.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/layers.h"
+#include "verify/engines.h"
+
+namespace lrkv {
+
+const char* DecodeModeName(DecodeMode mode) {
+  switch (mode) {
+    case DecodeMode::kExpanded: return "expanded";
+    case DecodeMode::kReconstruct: return "reconstruct";
+    case DecodeMode::kPlane: return "plane";
+    case DecodeMode::kPartial: return "partial";
+    case DecodeMode::kNaive: return "naive";
+  }
+  return "?";
+}
+
+absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name) {
+  for (DecodeMode m : {DecodeMode::kExpanded, DecodeMode::kReconstruct, DecodeMode::kPlane,
+                       DecodeMode::kPartial, DecodeMode::kNaive}) {
+    if (name == DecodeModeName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown decode mode '", name, "'; valid: reconstruct, plane, partial, naive, all"));
+}
+
+DecodeEngine::DecodeEngine(const ModelConfig& config, const LlamaWeights& weights,
+                           DecodeMode mode, const EngineOptions& options)
+    : config_(config),
+      weights_(weights),
+      mode_(mode),
+      options_(options),
+      rope_(config),
+      capacity_(std::max<int64_t>(1, options.capacity)) {}
+
+at::Tensor DecodeEngine::NewCache(std::vector<int64_t> rest) const {
+  rest.insert(rest.begin(), {options_.batch, capacity_});
+  return at::zeros(rest, at::TensorOptions().dtype(options_.cache_dtype));
+}
+
+void DecodeEngine::Write(at::Tensor& cache, int64_t pos, const at::Tensor& value) const {
+  cache.select(1, pos).copy_(value);
+}
+
+at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) {
+  return cache.narrow(1, 0, n).to(at::kFloat);
+}
+
+at::Tensor DecodeEngine::Grouped(const at::Tensor& q) const {
+  return q.reshape({q.size(0), config_.num_kv_heads, -1, q.size(-1)});
+}
+
+at::Tensor DecodeEngine::RotateAt(const at::Tensor& x, int64_t pos) const {
+  return rope_.Rotate(x.unsqueeze(1), at::full({1}, pos, at::kLong)).squeeze(1);
+}
+
+void DecodeEngine::GrowIfFull() {
+  if (length_ < capacity_) return;
+  for (at::Tensor* t : CacheTensors()) {
+    *t = at::cat({*t, at::zeros_like(*t)}, 1);
+  }
+  capacity_ *= 2;
+}
+
+CacheMeasurement DecodeEngine::MeasureCache() const {
+  CacheMeasurement m;
+  m.tokens = length_;
+  for (at::Tensor* t : const_cast<DecodeEngine*>(this)->CacheTensors()) {
+    const int64_t bytes = t->numel() * static_cast<int64_t>(t->element_size());
+    m.allocated_bytes += bytes;
+    m.used_bytes += bytes / t->size(1) * length_;
+  }
+  return m;
+}
+
+at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
+  GrowIfFull();
+  const int64_t pos = length_;
+  const double eps = config_.rms_norm_eps;
+  auto x = at::embedding(weights_.embed, tokens);  // [B, d]
+  attention_.resize(weights_.layers.size());
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    auto h = RmsNorm(x, l.attn_norm, eps);
+    auto q = Linear(h, l.wq, l.bq).view({x.size(0), config_.num_heads, config_.head_dim});
+    if (config_.qk_norm) q = RmsNorm(q, l.q_norm, eps);
+    Append(static_cast<int64_t>(i), h, pos);
+    auto attn = Attend(static_cast<int64_t>(i), q, pos).reshape({x.size(0), -1});
+    attention_[i] = attn;
+    x = x + at::linear(attn, l.wo);
+    x = x + FeedForward(l, RmsNorm(x, l.ffn_norm, eps));
+  }
+  ++length_;
+  return at::linear(RmsNorm(x, weights_.final_norm, eps), weights_.lm_head);
+}
+
+absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
+    const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
+    const EngineOptions& options) {
+  if (options.cache_dtype != at::kFloat && options.cache_dtype != at::kBFloat16) {
+    return absl::InvalidArgumentError("cache dtype must be fp32 or bf16");
+  }
+  if (mode == DecodeMode::kExpanded) return MakeExpandedEngine(config, weights, options);
+  switch (config.kv.layout) {
+    case KvLayout::kDense:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mode ", DecodeModeName(mode), " needs a factored (LRKV or MLA) model; a dense ",
+          "model decodes with the expanded engine only"));
+    case KvLayout::kMla:
+      if (mode != DecodeMode::kReconstruct) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mode ", DecodeModeName(mode), " does not apply to MLA (exact MLA decoding "
+            "with RoPE is reconstruct)"));
+      }
+      return MakeMlaEngine(config, weights, options);
+    case KvLayout::kLrkv:
+      return MakeLrkvEngine(config, weights, mode, options);
+  }
+  return absl::InternalError("unknown layout");
+}
+
+}  // namespace lrkv

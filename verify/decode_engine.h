@@ -1,0 +1,113 @@
+// Incremental decode engines that hold real cache tensors. Every engine runs the same
+// model shell (embedding, Q projection, QK-norm, FFN, head); they differ only in what
+// they cache and how attention reads it:
+//   expanded     materialised per-KV-head K (post-QK-norm, post-RoPE) and V: the
+//                standard MHA/GQA/MQA cache, for any layout;
+//   reconstruct  LRKV: rotated shared key, raw latents; the residual key is rebuilt and
+//                rotated per position (exact, O(L·r·d_h) per head). MLA: the latent,
+//                with K rebuilt per position;
+//   plane        LRKV with B_h selecting whole RoPE planes: latents rotated at write
+//                time with their planes' frequencies (exact, O(L·r));
+//   partial      LRKV whose residual avoids the rotated planes (exact for a
+//                partial-RoPE model, O(L·r));
+//   naive        the paper's claim, rotating the r-dim latent: a negative control.
+// QK-norm: the key is rebuilt once at write time and σ = 1/rms(k) is cached per KV head
+// and token; γ is folded into the shared key, the write-time rotation or the rebuild.
+#ifndef LRKV_VERIFY_DECODE_ENGINE_H_
+#define LRKV_VERIFY_DECODE_ENGINE_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/llama_weights.h"
+#include "model/rope.h"
+
+namespace lrkv {
+
+enum class DecodeMode { kExpanded, kReconstruct, kPlane, kPartial, kNaive };
+const char* DecodeModeName(DecodeMode mode);
+absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name);
+
+struct EngineOptions {
+  /// Storage type of every cache tensor (kFloat or kBFloat16); arithmetic is fp32.
+  at::ScalarType cache_dtype = at::kFloat;
+  int64_t batch = 1;
+  /// Positions allocated up front; the cache doubles when full.
+  int64_t capacity = 64;
+  /// Factored engines: attend through per-head K/V materialised (in fp32) from this
+  /// engine's own stored cache instead of by associativity. Two engines that differ
+  /// only in this flag decode the same stored cache two ways, which is how bf16
+  /// equivalence is judged (FlashMLA-style: same bf16 inputs, two computations).
+  bool materialize = false;
+};
+
+struct CacheMeasurement {
+  int64_t tokens = 0;
+  int64_t allocated_bytes = 0;  // Σ numel × element size
+  int64_t used_bytes = 0;       // the part holding the `tokens` positions
+};
+
+class DecodeEngine {
+ public:
+  virtual ~DecodeEngine() = default;
+
+  // Appends token ids [B] at the next position; returns logits [B, V] (fp32).
+  at::Tensor Step(const at::Tensor& tokens);
+  // Each layer's attention output [B, H*d_h] (before o_proj) at the last step.
+  const std::vector<at::Tensor>& attention_outputs() const { return attention_; }
+  CacheMeasurement MeasureCache() const;
+  int64_t length() const { return length_; }
+  DecodeMode mode() const { return mode_; }
+
+ protected:
+  DecodeEngine(const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
+               const EngineOptions& options);
+
+  // Writes the cache entries of `layer` for its normalised input x [B, d] at `pos`.
+  virtual void Append(int64_t layer, const at::Tensor& x, int64_t pos) = 0;
+  // Attention of q̂ [B, H, d_h] (after QK-norm, before RoPE) at `pos` over positions
+  // 0..pos; returns [B, H, d_h].
+  virtual at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) = 0;
+  // Every cache tensor; each has its position axis at dim 1.
+  virtual std::vector<at::Tensor*> CacheTensors() = 0;
+
+  // Allocates a cache tensor [B, capacity, rest...] in the cache dtype.
+  at::Tensor NewCache(std::vector<int64_t> rest) const;
+  // Writes value [B, rest...] at position pos of cache.
+  void Write(at::Tensor& cache, int64_t pos, const at::Tensor& value) const;
+  // Positions 0..n-1 of cache, as fp32.
+  static at::Tensor Read(const at::Tensor& cache, int64_t n);
+  // The query grouped by KV head: [B, H_kv, g, d].
+  at::Tensor Grouped(const at::Tensor& q) const;
+  // Rotates x [B, n, d_h] at one position.
+  at::Tensor RotateAt(const at::Tensor& x, int64_t pos) const;
+
+  ModelConfig config_;
+  LlamaWeights weights_;
+  DecodeMode mode_;
+  EngineOptions options_;
+  Rope rope_;
+
+ private:
+  void GrowIfFull();
+  int64_t length_ = 0;
+  int64_t capacity_;
+  std::vector<at::Tensor> attention_;
+};
+
+// The engine for `mode`, or InvalidArgument saying why the mode does not apply to
+// this model (plane mode needs B_h to select whole planes, partial a partial-RoPE
+// model, factored modes an LRKV or MLA layout, naive a model with RoPE).
+absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
+    const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
+    const EngineOptions& options);
+
+}  // namespace lrkv
+
+#endif  // LRKV_VERIFY_DECODE_ENGINE_H_

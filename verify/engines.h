@@ -1,0 +1,26 @@
+// Constructors of the concrete decode engines (internal to verify/; use
+// CreateDecodeEngine).
+#ifndef LRKV_VERIFY_ENGINES_H_
+#define LRKV_VERIFY_ENGINES_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "verify/decode_engine.h"
+
+namespace lrkv {
+
+std::unique_ptr<DecodeEngine> MakeExpandedEngine(const ModelConfig& config,
+                                                 const LlamaWeights& weights,
+                                                 const EngineOptions& options);
+std::unique_ptr<DecodeEngine> MakeMlaEngine(const ModelConfig& config,
+                                            const LlamaWeights& weights,
+                                            const EngineOptions& options);
+absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeLrkvEngine(const ModelConfig& config,
+                                                             const LlamaWeights& weights,
+                                                             DecodeMode mode,
+                                                             const EngineOptions& options);
+
+}  // namespace lrkv
+
+#endif  // LRKV_VERIFY_ENGINES_H_

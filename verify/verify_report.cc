@@ -1,0 +1,223 @@
+// Verification reports as JSON, JUnit XML and a table (see verify_report.h).
+#include "verify/verify_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+
+namespace lrkv {
+namespace {
+
+nlohmann::json StatsJson(const ErrorStats& e) {
+  return {{"max_abs", e.max_abs}, {"max_rel", e.max_rel}, {"cos_dist", e.cos_dist}};
+}
+
+std::string XmlEscape(const std::string& s) {
+  return absl::StrReplaceAll(s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"},
+                                 {"\"", "&quot;"}, {"'", "&apos;"}});
+}
+
+std::string Verdict(const EquivalenceResult& e) {
+  if (!e.applicable) return "n/a";
+  return e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
+}
+
+std::string Divergence(const EquivalenceResult& e) {
+  if (e.first_bad_step < 0) return "none";
+  return absl::StrFormat("step %d, %s, %s %.3g", e.first_bad_step,
+                         e.first_bad_layer < 0 ? std::string("logits")
+                                               : absl::StrCat("layer ", e.first_bad_layer),
+                         e.dtype == "bf16" ? "cos dist" : "rel err", e.first_bad_error);
+}
+
+std::string EquivalenceMessage(const EquivalenceResult& e) {
+  return absl::StrFormat(
+      "%s decoding (%s cache) is %s: worst layer output max|d|/max|ref| %.3g, cos dist "
+      "%.3g; logits %.3g, cos dist %.3g; greedy tokens agreed %d/%d; first divergence: "
+      "%s; expected %s",
+      e.mode, e.dtype, Verdict(e), e.worst_layer.max_rel, e.worst_layer.cos_dist,
+      e.worst_logits.max_rel, e.worst_logits.cos_dist, e.tokens_agreed, e.decode_tokens,
+      Divergence(e), e.expected_equivalent ? "equivalent" : "NOT equivalent (control)");
+}
+
+std::string CacheMessage(const CacheCheck& c) {
+  return absl::StrFormat("%s engine (%s) after %d tokens: %d bytes used, %d allocated; "
+                         "formula %d bytes",
+                         c.engine, c.variant, c.tokens, c.used_bytes, c.allocated_bytes,
+                         c.formula_bytes);
+}
+
+}  // namespace
+
+bool VerifyReport::passed() const {
+  for (const auto& e : equivalence) {
+    if (e.applicable && !e.passed()) return false;
+  }
+  for (const auto& c : cache) {
+    if (!c.passed()) return false;
+  }
+  return true;
+}
+
+nlohmann::json VerifyReport::ToJson() const {
+  nlohmann::json eq = nlohmann::json::array();
+  for (const auto& e : equivalence) {
+    nlohmann::json j = {{"mode", e.mode},
+                        {"dtype", e.dtype},
+                        {"applicable", e.applicable},
+                        {"verdict", Verdict(e)},
+                        {"expected_equivalent", e.expected_equivalent},
+                        {"passed", e.passed()}};
+    if (!e.applicable) {
+      j["reason"] = e.reason;
+    } else {
+      j["reference"] = e.reference;
+      if (e.dtype == "bf16") {
+        j["storage_cos_dist"] = e.storage_cos_dist;
+        j["expanded_storage_cos_dist"] = e.expanded_storage_cos_dist;
+      }
+      j["worst_layer"] = StatsJson(e.worst_layer);
+      j["worst_logits"] = StatsJson(e.worst_logits);
+      j["steps"] = e.steps;
+      j["greedy_tokens"] = e.decode_tokens;
+      j["greedy_tokens_agreed"] = e.tokens_agreed;
+      if (e.first_bad_step >= 0) {
+        j["first_divergence"] = {{"step", e.first_bad_step},
+                                 {"layer", e.first_bad_layer},
+                                 {"error", e.first_bad_error}};
+      }
+    }
+    eq.push_back(j);
+  }
+  nlohmann::json cache_json = nlohmann::json::array();
+  for (const auto& c : cache) {
+    cache_json.push_back({{"engine", c.engine},
+                          {"variant", c.variant},
+                          {"tokens", c.tokens},
+                          {"used_bytes", c.used_bytes},
+                          {"allocated_bytes", c.allocated_bytes},
+                          {"formula_bytes", c.formula_bytes},
+                          {"passed", c.passed()}});
+  }
+  nlohmann::json j = {{"checkpoint", checkpoint}, {"variant", variant},
+                      {"passed", passed()},       {"equivalence", eq},
+                      {"cache", cache_json}};
+  if (!source.empty()) j["source"] = source;
+  if (fidelity) {
+    j["fidelity"] = {{"documents", fidelity->documents},
+                     {"tokens", fidelity->tokens},
+                     {"kl_mean", fidelity->kl_mean},
+                     {"kl_max", fidelity->kl_max},
+                     {"top1_agreement", fidelity->top1_agreement},
+                     {"source_perplexity", fidelity->source_perplexity},
+                     {"converted_perplexity", fidelity->converted_perplexity},
+                     {"perplexity_change",
+                      fidelity->converted_perplexity - fidelity->source_perplexity}};
+  }
+  if (diversity) {
+    j["head_diversity"] = {{"heads", diversity->heads},
+                           {"bound", diversity->heads - 1},
+                           {"converted_centred", diversity->converted_centred},
+                           {"converted_uncentred", diversity->converted_uncentred}};
+    if (diversity->has_source) {
+      j["head_diversity"]["source_centred"] = diversity->source_centred;
+      j["head_diversity"]["source_uncentred"] = diversity->source_uncentred;
+    }
+  }
+  return j;
+}
+
+std::string VerifyReport::ToJUnit() const {
+  int tests = 0, failures = 0, skipped = 0;
+  std::string cases;
+  for (const auto& e : equivalence) {
+    ++tests;
+    absl::StrAppend(&cases, "    <testcase classname=\"lrkv.equivalence\" name=\"",
+                    XmlEscape(e.mode + " " + e.dtype), "\">\n");
+    if (!e.applicable) {
+      ++skipped;
+      absl::StrAppend(&cases, "      <skipped message=\"", XmlEscape(e.reason), "\"/>\n");
+    } else if (!e.passed()) {
+      ++failures;
+      absl::StrAppend(&cases, "      <failure message=\"", XmlEscape(EquivalenceMessage(e)),
+                      "\"/>\n");
+    } else {
+      absl::StrAppend(&cases, "      <system-out>", XmlEscape(EquivalenceMessage(e)),
+                      "</system-out>\n");
+    }
+    absl::StrAppend(&cases, "    </testcase>\n");
+  }
+  for (const auto& c : cache) {
+    ++tests;
+    absl::StrAppend(&cases, "    <testcase classname=\"lrkv.cache\" name=\"",
+                    XmlEscape(c.engine + " " + std::to_string(c.tokens) + " tokens"), "\">\n");
+    if (!c.passed()) {
+      ++failures;
+      absl::StrAppend(&cases, "      <failure message=\"", XmlEscape(CacheMessage(c)),
+                      "\"/>\n");
+    } else {
+      absl::StrAppend(&cases, "      <system-out>", XmlEscape(CacheMessage(c)),
+                      "</system-out>\n");
+    }
+    absl::StrAppend(&cases, "    </testcase>\n");
+  }
+  return absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n",
+                      "<testsuites>\n  <testsuite name=\"lrkv verify ", XmlEscape(checkpoint),
+                      "\" tests=\"", tests, "\" failures=\"", failures, "\" skipped=\"",
+                      skipped, "\">\n", cases, "  </testsuite>\n</testsuites>\n");
+}
+
+std::string VerifyReport::ToTable() const {
+  std::string out = absl::StrFormat("checkpoint %s (%s)\n\n", checkpoint, variant);
+  absl::StrAppend(&out, "mode         dtype  verdict          max rel err   cos dist    "
+                        "logits rel   tokens  check\n");
+  for (const auto& e : equivalence) {
+    if (!e.applicable) {
+      absl::StrAppendFormat(&out, "%-12s %-6s n/a: %s\n", e.mode, e.dtype, e.reason);
+      continue;
+    }
+    absl::StrAppendFormat(&out, "%-12s %-6s %-16s %11.3g %10.3g %12.3g %5d/%-3d %s\n",
+                          e.mode, e.dtype, Verdict(e), e.worst_layer.max_rel,
+                          e.worst_layer.cos_dist, e.worst_logits.max_rel, e.tokens_agreed,
+                          e.decode_tokens, e.passed() ? "pass" : "FAIL");
+    if (e.first_bad_step >= 0) {
+      absl::StrAppendFormat(&out, "             first divergence: %s\n", Divergence(e));
+    }
+    if (e.dtype == "bf16") {
+      absl::StrAppendFormat(&out,
+                            "             bf16 storage vs fp32: this cache cos %.3g, "
+                            "expanded bf16 cache cos %.3g\n",
+                            e.storage_cos_dist, e.expanded_storage_cos_dist);
+    }
+  }
+  absl::StrAppend(&out, "\ncache engine  variant        tokens   used bytes   formula  check\n");
+  for (const auto& c : cache) {
+    absl::StrAppendFormat(&out, "%-13s %-14s %6d %12d %9d  %s\n", c.engine, c.variant,
+                          c.tokens, c.used_bytes, c.formula_bytes,
+                          c.passed() ? "pass" : "FAIL");
+  }
+  if (fidelity) {
+    absl::StrAppendFormat(
+        &out,
+        "\nfidelity vs %s (%d tokens)\n  KL(source||converted) mean %.5f max %.4f nats\n"
+        "  top-1 agreement %.2f%%\n  perplexity %.4f -> %.4f (%+.4f)\n",
+        source, fidelity->tokens, fidelity->kl_mean, fidelity->kl_max,
+        100 * fidelity->top1_agreement, fidelity->source_perplexity,
+        fidelity->converted_perplexity,
+        fidelity->converted_perplexity - fidelity->source_perplexity);
+  }
+  if (diversity) {
+    absl::StrAppendFormat(&out, "\nhead diversity (effective rank, bound H-1 = %d)\n",
+                          diversity->heads - 1);
+    if (diversity->has_source) {
+      absl::StrAppendFormat(&out, "  source     centred %.3f  uncentred %.3f\n",
+                            diversity->source_centred, diversity->source_uncentred);
+    }
+    absl::StrAppendFormat(&out, "  converted  centred %.3f  uncentred %.3f\n",
+                          diversity->converted_centred, diversity->converted_uncentred);
+  }
+  absl::StrAppendFormat(&out, "\nverdict: %s\n", passed() ? "PASS" : "FAIL");
+  return out;
+}
+
+}  // namespace lrkv
