@@ -63,3 +63,28 @@ run_lrkv(cache --layers 18 --heads 18 --head-dim 128 --rank 55 --context 2048 --
 if(NOT rc EQUAL 0 OR NOT out MATCHES "mha +mha +4608 +324.00" OR NOT out MATCHES "48.52%")
   message(FATAL_ERROR "cache: rc=${rc} ${out} ${err}")
 endif()
+
+# Verification as a CI gate: a plane-mode conversion passes; requiring plane mode of a
+# free conversion fails with exit 1 and a JUnit failure.
+foreach(mode plane reconstruct)
+  file(REMOVE_RECURSE ${outdir}_${mode})
+  run_lrkv(convert --checkpoint ${model} --variant lrkv --rank 2 --rope-mode ${mode}
+           --out ${outdir}_${mode})
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "convert ${mode}: ${err}")
+  endif()
+endforeach()
+run_lrkv(verify --checkpoint ${outdir}_plane --source ${model} --text ${text}
+         --prompt-tokens 12 --decode-tokens 6 --junit ${outdir}_ok.xml --json ${outdir}_ok.json)
+file(READ ${outdir}_ok.xml junit)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "verdict: PASS" OR NOT junit MATCHES "failures=\"0\"")
+  message(FATAL_ERROR "verify plane: rc=${rc} ${out} ${err}")
+endif()
+run_lrkv(verify --checkpoint ${outdir}_reconstruct --rope-mode reconstruct,plane
+         --prompt-tokens 8 --decode-tokens 4 --junit ${outdir}_bad.xml)
+file(READ ${outdir}_bad.xml junit)
+if(NOT rc EQUAL 1 OR NOT junit MATCHES "<failure message=\"plane was required")
+  message(FATAL_ERROR "verify required plane: rc=${rc} ${out} ${err} ${junit}")
+endif()
+file(REMOVE_RECURSE ${outdir}_plane ${outdir}_reconstruct)
+file(REMOVE ${outdir}_ok.xml ${outdir}_ok.json ${outdir}_bad.xml)

@@ -12,6 +12,8 @@
 #include "tests/test_paths.h"
 #include "verify/decode_engine.h"
 #include "verify/equivalence.h"
+#include "verify/head_diversity.h"
+#include "verify/verify_job.h"
 
 namespace lrkv {
 namespace {
@@ -245,6 +247,101 @@ TEST(CacheMeasurement, CacheGrowsAndUsedBytesFollowTheTokens) {
   // 5 layers × 2(8 + 4·2) elements × 4 bytes per token.
   EXPECT_EQ(cm.used_bytes, 10 * 5 * 32 * 4);
   EXPECT_EQ(cm.allocated_bytes, 16 * 5 * 32 * 4);
+}
+
+TEST(HeadDiversity, TraceIdentityMatchesTheExplicitBilinearForms) {
+  const int64_t h = 6, hkv = 3, dh = 4, d = 10;
+  const auto wq = at::randn({h * dh, d}, at::kDouble);
+  const auto wk = at::randn({hkv * dh, d}, at::kDouble);
+  const auto g = BilinearGram(wq, wk, h, hkv, dh);
+  for (int64_t i = 0; i < h; ++i) {
+    for (int64_t j = 0; j < h; ++j) {
+      const auto ai = at::matmul(wq.narrow(0, i * dh, dh).t(), wk.narrow(0, i / 2 * dh, dh));
+      const auto aj = at::matmul(wq.narrow(0, j * dh, dh).t(), wk.narrow(0, j / 2 * dh, dh));
+      EXPECT_NEAR(g[i][j].item<double>(), (ai * aj).sum().item<double>(), 1e-9);
+    }
+  }
+}
+
+TEST(HeadDiversity, CentredRankIsBoundedAndVanishesForIdenticalHeads) {
+  for (int64_t h : {2, 6, 12}) {
+    const auto wq = at::randn({h * 8, 32}, at::kDouble);
+    const auto wk = at::randn({h * 8, 32}, at::kDouble);
+    const HeadDiversity random = MeasureHeadDiversity(BilinearGram(wq, wk, h, h, 8));
+    EXPECT_LE(random.centred, h - 1 + 1e-9);
+    EXPECT_GT(random.centred, 0.5 * (h - 1));  // random heads are diverse
+    EXPECT_LE(random.uncentred, h + 1e-9);
+    const auto one_q = at::randn({8, 32}, at::kDouble), one_k = at::randn({8, 32}, at::kDouble);
+    const HeadDiversity same = MeasureHeadDiversity(
+        BilinearGram(one_q.repeat({h, 1}), one_k.repeat({h, 1}), h, h, 8));
+    EXPECT_LT(same.centred, 1e-6);
+    EXPECT_NEAR(same.uncentred, 1.0, 1e-6);
+  }
+}
+
+class VerifyJobTest : public ::testing::Test {
+ protected:
+  std::string Save(const std::string& name, const Model& m) {
+    const auto dir = testing::FreshTempDir(name);
+    auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
+    EXPECT_TRUE(SaveSafetensorsCheckpoint(dir.string(), m.config, m.weights,
+                                          (*ckpt)->tokenizer())
+                    .ok());
+    return dir.string();
+  }
+};
+
+TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
+  const std::string dir = Save("verify_plane", Convert(Stories(), KvVariant::kLrkv, 2,
+                                                       RopeMode::kPlane));
+  VerifyJobOptions o;
+  o.checkpoint = dir;
+  o.source = testing::StoriesModelPath();
+  o.text = testing::StoriesTextPath();
+  o.prompt_tokens = 16;
+  o.decode_tokens = 8;
+  o.dtype = "both";
+  o.fidelity_tokens = 2000;
+  auto r = RunVerifyJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->passed()) << r->ToTable();
+  ASSERT_EQ(r->equivalence.size(), 8u);  // 4 modes x 2 dtypes
+  EXPECT_FALSE(r->equivalence[2].applicable);  // partial: not a partial-RoPE model
+  EXPECT_FALSE(r->equivalence[3].equivalent);  // naive
+  ASSERT_TRUE(r->fidelity.has_value());
+  EXPECT_EQ(r->fidelity->tokens, 2000);
+  EXPECT_GT(r->fidelity->kl_mean, 0.0);
+  EXPECT_LT(r->fidelity->top1_agreement, 1.0);
+  EXPECT_GT(r->fidelity->converted_perplexity, r->fidelity->source_perplexity);
+  for (const auto& c : r->cache) EXPECT_TRUE(c.passed()) << c.engine;
+  ASSERT_TRUE(r->diversity.has_value());
+  EXPECT_TRUE(r->diversity->has_source);
+  EXPECT_LE(r->diversity->source_centred, 7.0);
+  const std::string junit = r->ToJUnit();
+  EXPECT_THAT(junit, ::testing::HasSubstr("failures=\"0\""));
+  EXPECT_THAT(junit, ::testing::HasSubstr("skipped=\"2\""));
+  EXPECT_EQ(r->ToJson()["passed"], true);
+}
+
+TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
+  const std::string dir = Save("verify_free", Convert(Stories(), KvVariant::kLrkv, 2,
+                                                      RopeMode::kReconstruct));
+  VerifyJobOptions o;
+  o.checkpoint = dir;
+  o.modes = {"reconstruct", "plane"};
+  o.prompt_tokens = 8;
+  o.decode_tokens = 4;
+  auto r = RunVerifyJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->passed());
+  EXPECT_TRUE(r->equivalence[0].passed());
+  EXPECT_FALSE(r->equivalence[1].passed());
+  EXPECT_THAT(r->ToJUnit(), ::testing::HasSubstr("failures=\"1\""));
+  o.modes = {"sideways"};
+  EXPECT_EQ(RunVerifyJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.modes = {"all"};
+  o.dtype = "fp8";
+  EXPECT_EQ(RunVerifyJob(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

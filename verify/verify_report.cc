@@ -51,7 +51,7 @@ std::string CacheMessage(const CacheCheck& c) {
 
 bool VerifyReport::passed() const {
   for (const auto& e : equivalence) {
-    if (e.applicable && !e.passed()) return false;
+    if (!e.passed()) return false;
   }
   for (const auto& c : cache) {
     if (!c.passed()) return false;
@@ -134,7 +134,12 @@ std::string VerifyReport::ToJUnit() const {
     ++tests;
     absl::StrAppend(&cases, "    <testcase classname=\"lrkv.equivalence\" name=\"",
                     XmlEscape(e.mode + " " + e.dtype), "\">\n");
-    if (!e.applicable) {
+    if (!e.applicable && e.required) {
+      ++failures;
+      absl::StrAppend(&cases, "      <failure message=\"",
+                      XmlEscape(e.mode + " was required but does not apply: " + e.reason),
+                      "\"/>\n");
+    } else if (!e.applicable) {
       ++skipped;
       absl::StrAppend(&cases, "      <skipped message=\"", XmlEscape(e.reason), "\"/>\n");
     } else if (!e.passed()) {
@@ -173,7 +178,8 @@ std::string VerifyReport::ToTable() const {
                         "logits rel   tokens  check\n");
   for (const auto& e : equivalence) {
     if (!e.applicable) {
-      absl::StrAppendFormat(&out, "%-12s %-6s n/a: %s\n", e.mode, e.dtype, e.reason);
+      absl::StrAppendFormat(&out, "%-12s %-6s n/a: %s%s\n", e.mode, e.dtype, e.reason,
+                            e.required ? " (required: FAIL)" : "");
       continue;
     }
     absl::StrAppendFormat(&out, "%-12s %-6s %-16s %11.3g %10.3g %12.3g %5d/%-3d %s\n",

@@ -17,7 +17,8 @@ inline constexpr int kExitUsage = 2;
 int Fail(const absl::Status& status);
 
 void AddModelCommands(CLI::App& app, int* exit_code);    // eval, generate
-void AddSurgeryCommands(CLI::App& app, int* exit_code);  // cache, convert
+void AddSurgeryCommands(CLI::App& app, int* exit_code);  // cache, convert, bench
+void AddVerifyCommands(CLI::App& app, int* exit_code);   // verify
 
 }  // namespace lrkv::cli
 

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   int exit_code = lrkv::cli::kExitOk;
   lrkv::cli::AddModelCommands(app, &exit_code);
   lrkv::cli::AddSurgeryCommands(app, &exit_code);
+  lrkv::cli::AddVerifyCommands(app, &exit_code);
   lrkv::ConfigureThreads();
   try {
     app.parse(argc, argv);

@@ -1,0 +1,222 @@
+// `lrkv verify` as a job (see verify_job.h). LibTorch errors are caught here.
+#include "verify/verify_job.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/llama_weights.h"
+#include "model/status_macros.h"
+#include "model/text_corpus.h"
+#include "model/transformer.h"
+#include "surgery/conversion_options.h"
+#include "verify/decode_engine.h"
+#include "verify/equivalence.h"
+#include "verify/fidelity.h"
+#include "verify/head_diversity.h"
+
+namespace lrkv {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+constexpr char kBuiltinPrompt[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in "
+    "the park with her friends. One day, she saw a big red ball under a tree and ran to "
+    "get it. Her mom smiled and said they could play together after lunch.";
+
+// The accounting configuration of a (converted) model.
+KvConfig KvConfigOf(const ModelConfig& c) {
+  KvConfig kv;
+  switch (c.kv.layout) {
+    case KvLayout::kLrkv:
+      kv.variant = KvVariant::kLrkv;
+      kv.rank = c.kv.rank;
+      break;
+    case KvLayout::kMla:
+      kv.variant = KvVariant::kMla;
+      kv.latent = c.kv.latent;
+      break;
+    case KvLayout::kDense:
+      kv.variant = c.num_kv_heads == c.num_heads ? KvVariant::kMha
+                   : c.num_kv_heads == 1         ? KvVariant::kMqa
+                                                 : KvVariant::kGqa;
+      kv.kv_heads = c.num_kv_heads;
+      break;
+  }
+  return kv;
+}
+
+std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
+                                 const ModelConfig& c, absl::Status* status) {
+  std::vector<DecodeMode> modes;
+  for (const auto& name : names) {
+    if (name == "all") {
+      if (c.kv.layout == KvLayout::kLrkv) {
+        for (DecodeMode m : {DecodeMode::kReconstruct, DecodeMode::kPlane,
+                             DecodeMode::kPartial, DecodeMode::kNaive}) {
+          modes.push_back(m);
+        }
+      } else if (c.kv.layout == KvLayout::kMla) {
+        modes.push_back(DecodeMode::kReconstruct);
+      }
+      continue;
+    }
+    auto m = ParseDecodeMode(name);
+    if (!m.ok() || *m == DecodeMode::kExpanded) {
+      *status = Invalid(absl::StrCat("--rope-mode '", name,
+                                     "' must be reconstruct, plane, partial, naive or all"));
+      return {};
+    }
+    modes.push_back(*m);
+  }
+  return modes;
+}
+
+absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
+  if (o.prompt_tokens < 1 || o.prompt_tokens > 4096) {
+    return Invalid(absl::StrCat("--prompt-tokens ", o.prompt_tokens, " must lie in [1, 4096]"));
+  }
+  if (o.decode_tokens < 0 || o.decode_tokens > 4096) {
+    return Invalid(absl::StrCat("--decode-tokens ", o.decode_tokens, " must lie in [0, 4096]"));
+  }
+  std::vector<at::ScalarType> dtypes;
+  if (o.dtype == "fp32" || o.dtype == "both") dtypes.push_back(at::kFloat);
+  if (o.dtype == "bf16" || o.dtype == "both") dtypes.push_back(at::kBFloat16);
+  if (dtypes.empty()) return Invalid(absl::StrCat("--dtype '", o.dtype, "' must be fp32, bf16 or both"));
+
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  const ModelConfig& config = ckpt->config();
+  absl::Status mode_status;
+  const auto modes = ModesFor(o.modes, config, &mode_status);
+  RETURN_IF_ERROR(mode_status);
+  std::vector<std::string> docs;
+  if (!o.text.empty()) {
+    ASSIGN_OR_RETURN(docs, ReadDocuments(o.text));
+  }
+  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt));
+
+  // The prompt: the text's first tokens, else a built-in passage, else fixed ids.
+  std::vector<int32_t> prompt;
+  const Tokenizer* tok = ckpt->tokenizer();
+  if (tok != nullptr) {
+    prompt.push_back(tok->vocab().bos_id);
+    std::string text;
+    for (const auto& d : docs) {
+      if (static_cast<int64_t>(prompt.size()) >= o.prompt_tokens) break;
+      for (int32_t id : tok->Encode(d)) prompt.push_back(id);
+    }
+    while (static_cast<int64_t>(prompt.size()) < o.prompt_tokens) {
+      for (int32_t id : tok->Encode(kBuiltinPrompt)) prompt.push_back(id);
+    }
+  } else {
+    for (int64_t i = 0; i < o.prompt_tokens; ++i) {
+      prompt.push_back(static_cast<int32_t>(1 + (i * 7919) % (config.vocab_size - 1)));
+    }
+  }
+  prompt.resize(o.prompt_tokens);
+
+  VerifyReport report;
+  report.checkpoint = o.checkpoint;
+  report.source = o.source;
+  const KvConfig kv = KvConfigOf(config);
+  report.variant = kv.ToString();
+  for (at::ScalarType dtype : dtypes) {
+    EquivalenceOptions eo;
+    eo.prompt = prompt;
+    eo.decode_tokens = o.decode_tokens;
+    eo.cache_dtype = dtype;
+    const bool all = std::find(o.modes.begin(), o.modes.end(), "all") != o.modes.end();
+    for (DecodeMode mode : modes) {
+      ASSIGN_OR_RETURN(auto r, CheckEquivalence(config, weights, mode, eo));
+      r.required = !all;
+      report.equivalence.push_back(std::move(r));
+    }
+  }
+  // Cache bytes of every applicable engine after prompt + decode tokens, fp32 storage.
+  const int64_t tokens = o.prompt_tokens + o.decode_tokens;
+  std::vector<DecodeMode> engines = {DecodeMode::kExpanded};
+  engines.insert(engines.end(), modes.begin(), modes.end());
+  at::NoGradGuard no_grad;
+  for (DecodeMode mode : engines) {
+    EngineOptions eo;
+    eo.capacity = tokens;
+    auto engine = CreateDecodeEngine(config, weights, mode, eo);
+    if (!engine.ok()) continue;  // reported as n/a above
+    for (int64_t t = 0; t < tokens; ++t) {
+      (*engine)->Step(at::full({1}, prompt[t % prompt.size()], at::kLong));
+    }
+    const CacheMeasurement m = (*engine)->MeasureCache();
+    CacheCheck c;
+    c.engine = DecodeModeName(mode);
+    // The expanded engine of a factored model holds the materialised per-head cache.
+    KvConfig engine_kv = kv;
+    if (mode == DecodeMode::kExpanded && config.kv.layout != KvLayout::kDense) {
+      engine_kv = KvConfig();
+      engine_kv.variant =
+          config.num_kv_heads == config.num_heads ? KvVariant::kMha : KvVariant::kGqa;
+      engine_kv.kv_heads = config.num_kv_heads;
+    }
+    c.variant = engine_kv.ToString();
+    c.tokens = m.tokens;
+    c.used_bytes = m.used_bytes;
+    c.allocated_bytes = m.allocated_bytes;
+    c.formula_bytes = static_cast<int64_t>(
+        MeasureFootprint(ShapeOf(config), engine_kv, tokens, 1, 4).bytes);
+    report.cache.push_back(c);
+  }
+  // Head diversity of the converted model's (materialised) heads, and the source's.
+  auto diversity_of = [](const ModelConfig& c, const LlamaWeights& w) {
+    double centred = 0, uncentred = 0;
+    for (const auto& l : w.layers) {
+      const DenseKv dense = ExpandKv(c, l);
+      const HeadDiversity d = MeasureHeadDiversity(
+          BilinearGram(l.wq, dense.wk, c.num_heads, c.num_kv_heads, c.head_dim));
+      centred += d.centred;
+      uncentred += d.uncentred;
+    }
+    const auto n = static_cast<double>(w.layers.size());
+    return std::pair{centred / n, uncentred / n};
+  };
+  DiversityResult diversity;
+  diversity.heads = config.num_heads;
+  std::tie(diversity.converted_centred, diversity.converted_uncentred) =
+      diversity_of(config, weights);
+  if (!o.source.empty()) {
+    ASSIGN_OR_RETURN(auto src_ckpt, Checkpoint::Open(o.source));
+    ASSIGN_OR_RETURN(LlamaWeights src_weights, LoadLlamaWeights(*src_ckpt));
+    const ModelConfig& sc = src_ckpt->config();
+    if (sc.num_layers != config.num_layers || sc.hidden_size != config.hidden_size ||
+        sc.vocab_size != config.vocab_size || sc.num_heads != config.num_heads) {
+      return Invalid(absl::StrCat(o.source, ": the source's shape (layers, width, heads, "
+                                  "vocabulary) differs from ", o.checkpoint));
+    }
+    diversity.has_source = true;
+    std::tie(diversity.source_centred, diversity.source_uncentred) =
+        diversity_of(sc, src_weights);
+    if (!docs.empty() && tok != nullptr) {
+      ASSIGN_OR_RETURN(auto source_model, Transformer::Create(sc, std::move(src_weights)));
+      ASSIGN_OR_RETURN(auto converted_model, Transformer::Create(config, weights));
+      ASSIGN_OR_RETURN(report.fidelity,
+                       MeasureFidelity(*source_model, *converted_model, *tok, docs,
+                                       o.fidelity_tokens));
+    }
+  }
+  report.diversity = diversity;
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<VerifyReport> RunVerifyJob(const VerifyJobOptions& options) {
+  try {
+    return Run(options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("verification failed in LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace lrkv

@@ -1,0 +1,40 @@
+// `lrkv verify` as a job: load a (converted) checkpoint, run every requested decode
+// mode against the expanded reference, measure every engine's cache against the
+// formula, and — given the source — fidelity and head diversity. No LibTorch here.
+#ifndef LRKV_VERIFY_VERIFY_JOB_H_
+#define LRKV_VERIFY_VERIFY_JOB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "verify/verify_report.h"
+
+namespace lrkv {
+
+struct VerifyJobOptions {
+  /// The checkpoint to verify (usually a converted one).
+  std::string checkpoint;
+  /// The model it was converted from (fidelity and head diversity); optional.
+  std::string source;
+  /// Decode modes: reconstruct, plane, partial, naive, or "all" (every mode; those
+  /// that do not apply to the model are reported as n/a).
+  std::vector<std::string> modes = {"all"};
+  /// Teacher-forced prompt tokens (BOS included) and greedy steps after them.
+  int64_t prompt_tokens = 32;
+  int64_t decode_tokens = 16;
+  /// Cache storage: fp32, bf16 or both.
+  std::string dtype = "fp32";
+  /// Text for the prompt and for fidelity; without it a built-in English prompt is
+  /// used and fidelity is skipped.
+  std::string text;
+  /// Predicted positions at most for fidelity.
+  int64_t fidelity_tokens = 8192;
+};
+
+absl::StatusOr<VerifyReport> RunVerifyJob(const VerifyJobOptions& options);
+
+}  // namespace lrkv
+
+#endif  // LRKV_VERIFY_VERIFY_JOB_H_
