@@ -1,0 +1,180 @@
+// Entry points, validation and naive references of the decode kernels.
+#include "kernels/decode_attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace lrkv::kernels {
+namespace avx2 {
+void MhaDecodeImpl(const MhaDecodeParams& p);
+void FactoredDecodeImpl(const FactoredDecodeParams& p);
+}  // namespace avx2
+namespace generic {
+void MhaDecodeImpl(const MhaDecodeParams& p);
+void FactoredDecodeImpl(const FactoredDecodeParams& p);
+}  // namespace generic
+
+namespace {
+
+bool force_generic = false;
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has && !force_generic;
+}
+
+double Element(const void* base, CacheDType t, int64_t i) {
+  if (t == CacheDType::kF32) return static_cast<const float*>(base)[i];
+  uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Softmax-weighted sums for one head: weights from scores, then out = Σ w·row.
+std::vector<double> Softmax(const std::vector<double>& scores) {
+  double m = -INFINITY;
+  for (double s : scores) m = std::max(m, s);
+  std::vector<double> w(scores.size());
+  double sum = 0;
+  for (size_t i = 0; i < scores.size(); ++i) sum += (w[i] = std::exp(scores[i] - m));
+  for (double& x : w) x /= sum;
+  return w;
+}
+
+absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+}  // namespace
+
+const char* KernelIsa() { return HasAvx2() ? "avx2" : "generic"; }
+
+void ForceGenericKernels(bool force) { force_generic = force; }
+
+absl::Status ValidateMha(const MhaDecodeParams& p) {
+  if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.head_dim < 1 ||
+      p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > 64) {
+    return Invalid(absl::StrCat("MHA decode: bad shape (batch ", p.batch, ", heads ", p.heads,
+                                ", kv heads ", p.kv_heads, ", head dim ", p.head_dim,
+                                "); kv heads must divide heads, group <= 64"));
+  }
+  if (p.length < 1 || p.length > p.capacity) {
+    return Invalid(absl::StrCat("MHA decode: length ", p.length, " must lie in [1, capacity ",
+                                p.capacity, "]"));
+  }
+  if (!p.k || !p.v || !p.q || !p.out) return Invalid("MHA decode: missing buffer");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFactored(const FactoredDecodeParams& p) {
+  if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.dim < 1 || p.rank < 0 ||
+      p.heads % p.kv_heads != 0) {
+    return Invalid(absl::StrCat("factored decode: bad shape (batch ", p.batch, ", heads ",
+                                p.heads, ", kv heads ", p.kv_heads, ", dim ", p.dim,
+                                ", rank ", p.rank, ")"));
+  }
+  if (p.length < 1 || p.length > p.capacity) {
+    return Invalid(absl::StrCat("factored decode: length ", p.length,
+                                " must lie in [1, capacity ", p.capacity, "]"));
+  }
+  const int64_t zk_end = p.zk_offset + p.kv_heads * p.rank;
+  const int64_t zv_end = p.zv_offset + p.kv_heads * p.rank;
+  if (p.k_offset + p.dim > p.row || p.v_offset + p.dim > p.row ||
+      (p.rank > 0 && (zk_end > p.row || zv_end > p.row))) {
+    return Invalid(absl::StrCat("factored decode: row of ", p.row,
+                                " elements is too short for its segments"));
+  }
+  if (!p.cache || !p.q || !p.out || (p.rank > 0 && (!p.q_latent || !p.out_latent))) {
+    return Invalid("factored decode: missing buffer");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MhaDecode(const MhaDecodeParams& p) {
+  if (auto st = ValidateMha(p); !st.ok()) return st;
+  if (HasAvx2()) {
+    avx2::MhaDecodeImpl(p);
+  } else {
+    generic::MhaDecodeImpl(p);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FactoredDecode(const FactoredDecodeParams& p) {
+  if (auto st = ValidateFactored(p); !st.ok()) return st;
+  if (HasAvx2()) {
+    avx2::FactoredDecodeImpl(p);
+  } else {
+    generic::FactoredDecodeImpl(p);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MhaDecodeReference(const MhaDecodeParams& p) {
+  if (auto st = ValidateMha(p); !st.ok()) return st;
+  const int64_t g = p.heads / p.kv_heads, dh = p.head_dim;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const int64_t base = ((b * p.kv_heads + h / g) * p.capacity) * dh;
+      const float* q = p.q + (b * p.heads + h) * dh;
+      std::vector<double> scores(p.length);
+      for (int64_t t = 0; t < p.length; ++t) {
+        double s = 0;
+        for (int64_t c = 0; c < dh; ++c) s += q[c] * Element(p.k, p.dtype, base + t * dh + c);
+        scores[t] = s * p.scale;
+      }
+      const auto w = Softmax(scores);
+      for (int64_t c = 0; c < dh; ++c) {
+        double o = 0;
+        for (int64_t t = 0; t < p.length; ++t) o += w[t] * Element(p.v, p.dtype, base + t * dh + c);
+        p.out[(b * p.heads + h) * dh + c] = static_cast<float>(o);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
+  if (auto st = ValidateFactored(p); !st.ok()) return st;
+  const int64_t g = p.heads / p.kv_heads, n = p.dim, r = p.rank;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t base = b * p.capacity * p.row;
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const int64_t kvh = h / g;
+      const float* q = p.q + (b * p.heads + h) * n;
+      const float* ql = r > 0 ? p.q_latent + (b * p.heads + h) * r : nullptr;
+      std::vector<double> scores(p.length);
+      for (int64_t t = 0; t < p.length; ++t) {
+        const int64_t row = base + t * p.row;
+        double s = 0;
+        for (int64_t c = 0; c < n; ++c) s += q[c] * Element(p.cache, p.dtype, row + p.k_offset + c);
+        for (int64_t c = 0; c < r; ++c) {
+          s += ql[c] * Element(p.cache, p.dtype, row + p.zk_offset + kvh * r + c);
+        }
+        const double sigma =
+            p.sigma != nullptr ? p.sigma[(b * p.capacity + t) * p.kv_heads + kvh] : 1.0;
+        scores[t] = s * sigma * p.scale;
+      }
+      const auto w = Softmax(scores);
+      for (int64_t c = 0; c < n; ++c) {
+        double o = 0;
+        for (int64_t t = 0; t < p.length; ++t) {
+          o += w[t] * Element(p.cache, p.dtype, base + t * p.row + p.v_offset + c);
+        }
+        p.out[(b * p.heads + h) * n + c] = static_cast<float>(o);
+      }
+      for (int64_t c = 0; c < r; ++c) {
+        double o = 0;
+        for (int64_t t = 0; t < p.length; ++t) {
+          o += w[t] * Element(p.cache, p.dtype, base + t * p.row + p.zv_offset + kvh * r + c);
+        }
+        p.out_latent[(b * p.heads + h) * r + c] = static_cast<float>(o);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lrkv::kernels

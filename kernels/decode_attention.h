@@ -1,0 +1,31 @@
+// Decode-step attention kernels: standard MHA/GQA and factored (LRKV / absorbed MLA),
+// each with a naive reference beside it. The optimised entry points use AVX2/FMA when
+// the CPU has them (checked at run time) and OpenMP across sequences and position
+// chunks. See decode_params.h for the cache layouts.
+#ifndef LRKV_KERNELS_DECODE_ATTENTION_H_
+#define LRKV_KERNELS_DECODE_ATTENTION_H_
+
+#include "absl/status/status.h"
+#include "kernels/decode_params.h"
+
+namespace lrkv::kernels {
+
+// InvalidArgument for inconsistent shapes or missing buffers.
+absl::Status ValidateMha(const MhaDecodeParams& p);
+absl::Status ValidateFactored(const FactoredDecodeParams& p);
+
+absl::Status MhaDecode(const MhaDecodeParams& p);
+absl::Status FactoredDecode(const FactoredDecodeParams& p);
+
+// Two-pass softmax in float64, one head and one position at a time.
+absl::Status MhaDecodeReference(const MhaDecodeParams& p);
+absl::Status FactoredDecodeReference(const FactoredDecodeParams& p);
+
+// Which implementation the optimised entry points run on this CPU ("avx2", "generic").
+const char* KernelIsa();
+// Tests: run the generic implementation even where AVX2 is available.
+void ForceGenericKernels(bool force);
+
+}  // namespace lrkv::kernels
+
+#endif  // LRKV_KERNELS_DECODE_ATTENTION_H_

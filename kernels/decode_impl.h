@@ -1,0 +1,304 @@
+// The decode kernels' implementation, compiled twice: once with AVX2/FMA/F16C
+// (decode_avx2.cc) and once for any x86-64 (decode_generic.cc); the entry points pick
+// one at run time. Flash-decoding: the positions of each sequence are split into
+// chunks processed in parallel (OpenMP), each chunk walks tiles of positions with an
+// online softmax, and the chunks' partial results are merged at the end.
+// Include only from those two files, after defining LRKV_KERNEL_NS.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LRKV_KERNEL_AVX2 1
+#endif
+
+#include "kernels/decode_params.h"
+
+namespace lrkv::kernels::LRKV_KERNEL_NS {
+namespace {
+
+constexpr int64_t kTile = 16;  // positions per online-softmax tile
+
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+#ifdef LRKV_KERNEL_AVX2
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+#endif
+
+// out[h] = q[h] · x for nh rows of q (stride n).
+template <typename E>
+inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* out) {
+  int64_t h = 0;
+#ifdef LRKV_KERNEL_AVX2
+  const int64_t n8 = n / 8 * 8;
+  for (; h + 4 <= nh; h += 4) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const float *q0 = q + h * n, *q1 = q0 + n, *q2 = q1 + n, *q3 = q2 + n;
+    for (int64_t c = 0; c < n8; c += 8) {
+      const __m256 xv = Load8(x + c);
+      a0 = _mm256_fmadd_ps(Load8(q0 + c), xv, a0);
+      a1 = _mm256_fmadd_ps(Load8(q1 + c), xv, a1);
+      a2 = _mm256_fmadd_ps(Load8(q2 + c), xv, a2);
+      a3 = _mm256_fmadd_ps(Load8(q3 + c), xv, a3);
+    }
+    float s0 = HSum(a0), s1 = HSum(a1), s2 = HSum(a2), s3 = HSum(a3);
+    for (int64_t c = n8; c < n; ++c) {
+      const float xv = ToFloat(x[c]);
+      s0 += q0[c] * xv;
+      s1 += q1[c] * xv;
+      s2 += q2[c] * xv;
+      s3 += q3[c] * xv;
+    }
+    out[h] = s0;
+    out[h + 1] = s1;
+    out[h + 2] = s2;
+    out[h + 3] = s3;
+  }
+#endif
+  for (; h < nh; ++h) {
+    float s = 0;
+    const float* qh = q + h * n;
+    for (int64_t c = 0; c < n; ++c) s += qh[c] * ToFloat(x[c]);
+    out[h] = s;
+  }
+}
+
+// acc[0:n] += Σ_t p[t] · rows[t][0:n] for the `count` rows of a tile.
+template <typename E>
+inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int64_t count,
+                           int64_t n) {
+  int64_t c = 0;
+#ifdef LRKV_KERNEL_AVX2
+  for (; c + 8 <= n; c += 8) {
+    __m256 a = _mm256_loadu_ps(acc + c);
+    for (int64_t t = 0; t < count; ++t) {
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), Load8(rows[t] + c), a);
+    }
+    _mm256_storeu_ps(acc + c, a);
+  }
+#endif
+  for (; c < n; ++c) {
+    float a = acc[c];
+    for (int64_t t = 0; t < count; ++t) a += p[t] * ToFloat(rows[t][c]);
+    acc[c] = a;
+  }
+}
+
+// Running softmax state of one head over a chunk of positions.
+struct HeadState {
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0;
+};
+
+// Folds a tile's scores s[0:count] into a head's state; rescales its accumulators
+// (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
+inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p, float* acc,
+                        int64_t n, float* acc2, int64_t n2) {
+  float m = st->m;
+  for (int64_t t = 0; t < count; ++t) m = std::max(m, s[t]);
+  const float corr = std::exp(st->m - m);
+  float sum = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    p[t] = std::exp(s[t] - m);
+    sum += p[t];
+  }
+  if (corr != 1.0f) {
+    for (int64_t c = 0; c < n; ++c) acc[c] *= corr;
+    for (int64_t c = 0; c < n2; ++c) acc2[c] *= corr;
+  }
+  st->l = st->l * corr + sum;
+  st->m = m;
+}
+
+// Chunks per sequence: enough work items for every thread, chunks of >= 256 positions.
+inline int64_t SplitsFor(int64_t items, int64_t length) {
+  const int64_t threads = omp_get_max_threads();
+  int64_t splits = std::max<int64_t>(1, (2 * threads + items - 1) / items);
+  splits = std::min(splits, std::max<int64_t>(1, length / 256));
+  return splits;
+}
+
+// Merges per-chunk partial results (m, l, acc) of one head into out.
+inline void MergeChunks(const std::vector<HeadState>& states, const float* const* accs,
+                        int64_t splits, int64_t n, float* out) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < splits; ++s) m = std::max(m, states[s].m);
+  float l = 0;
+  std::fill(out, out + n, 0.0f);
+  for (int64_t s = 0; s < splits; ++s) {
+    if (states[s].l == 0) continue;
+    const float w = std::exp(states[s].m - m);
+    l += w * states[s].l;
+    for (int64_t c = 0; c < n; ++c) out[c] += w * accs[s][c];
+  }
+  const float inv = l > 0 ? 1.0f / l : 0.0f;
+  for (int64_t c = 0; c < n; ++c) out[c] *= inv;
+}
+
+template <typename E>
+void Mha(const MhaDecodeParams& p) {
+  const int64_t g = p.heads / p.kv_heads, dh = p.head_dim;
+  const int64_t pairs = p.batch * p.kv_heads;
+  const int64_t splits = SplitsFor(pairs, p.length);
+  const int64_t chunk = (p.length + splits - 1) / splits;
+  // Partial state per (sequence, KV head, chunk, head of the group).
+  std::vector<HeadState> states(pairs * splits * g);
+  std::vector<float> accs(pairs * splits * g * dh, 0.0f);
+  const E* kbase = static_cast<const E*>(p.k);
+  const E* vbase = static_cast<const E*>(p.v);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < pairs * splits; ++item) {
+    const int64_t pair = item / splits, split = item % splits;
+    const int64_t b = pair / p.kv_heads, kvh = pair % p.kv_heads;
+    const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
+    const E* k = kbase + pair * p.capacity * dh;
+    const E* v = vbase + pair * p.capacity * dh;
+    // The group's queries, pre-scaled.
+    std::vector<float> q(g * dh);
+    for (int64_t i = 0; i < g * dh; ++i) q[i] = p.q[(b * p.heads + kvh * g) * dh + i] * p.scale;
+    HeadState* st = &states[item * g];
+    float* acc = &accs[item * g * dh];
+    float s[kTile * 64], w[kTile], dots[64];
+    const E* rows[kTile];
+    for (int64_t t = t0; t < t1; t += kTile) {
+      const int64_t count = std::min(kTile, t1 - t);
+      for (int64_t i = 0; i < count; ++i) {
+        MultiDot(q.data(), g, k + (t + i) * dh, dh, dots);
+        for (int64_t h = 0; h < g; ++h) s[h * kTile + i] = dots[h];
+        rows[i] = v + (t + i) * dh;
+      }
+      for (int64_t h = 0; h < g; ++h) {
+        SoftmaxTile(&st[h], &s[h * kTile], count, w, acc + h * dh, dh, nullptr, 0);
+        AccumulateRows(acc + h * dh, w, rows, count, dh);
+      }
+    }
+  }
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    const int64_t b = pair / p.kv_heads, kvh = pair % p.kv_heads;
+    for (int64_t h = 0; h < g; ++h) {
+      std::vector<HeadState> hs(splits);
+      std::vector<const float*> ha(splits);
+      for (int64_t s = 0; s < splits; ++s) {
+        hs[s] = states[(pair * splits + s) * g + h];
+        ha[s] = &accs[((pair * splits + s) * g + h) * dh];
+      }
+      MergeChunks(hs, ha.data(), splits, dh, p.out + (b * p.heads + kvh * g + h) * dh);
+    }
+  }
+}
+
+template <typename E>
+void Factored(const FactoredDecodeParams& p) {
+  const int64_t H = p.heads, g = H / p.kv_heads, n = p.dim, r = p.rank;
+  const int64_t splits = SplitsFor(p.batch, p.length);
+  const int64_t chunk = (p.length + splits - 1) / splits;
+  const int64_t items = p.batch * splits;
+  const int64_t per_head = n + r;  // accumulator floats per head
+  std::vector<HeadState> states(items * H);
+  std::vector<float> accs(items * H * per_head, 0.0f);
+  const E* base = static_cast<const E*>(p.cache);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t b = item / splits, split = item % splits;
+    const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
+    const E* cache = base + b * p.capacity * p.row;
+    const float* sigma = p.sigma != nullptr ? p.sigma + b * p.capacity * p.kv_heads : nullptr;
+    std::vector<float> q(H * n), ql(H * r);
+    for (int64_t i = 0; i < H * n; ++i) q[i] = p.q[b * H * n + i] * p.scale;
+    for (int64_t i = 0; i < H * r; ++i) ql[i] = p.q_latent[b * H * r + i] * p.scale;
+    HeadState* st = &states[item * H];
+    float* acc = &accs[item * H * per_head];
+    std::vector<float> s(H * kTile), dots(H), latent_dots(g);
+    float w[kTile];
+    const E* vrows[kTile];
+    const E* zrows[kTile];
+    for (int64_t t = t0; t < t1; t += kTile) {
+      const int64_t count = std::min(kTile, t1 - t);
+      for (int64_t i = 0; i < count; ++i) {
+        const E* row = cache + (t + i) * p.row;
+        // The shared key is read once for all H heads.
+        MultiDot(q.data(), H, row + p.k_offset, n, dots.data());
+        for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh) {
+          if (r > 0) {
+            MultiDot(ql.data() + kvh * g * r, g, row + p.zk_offset + kvh * r, r,
+                     latent_dots.data());
+          }
+          const float sg = sigma != nullptr ? sigma[(t + i) * p.kv_heads + kvh] : 1.0f;
+          for (int64_t j = 0; j < g; ++j) {
+            const int64_t h = kvh * g + j;
+            s[h * kTile + i] = sg * (dots[h] + (r > 0 ? latent_dots[j] : 0.0f));
+          }
+        }
+        vrows[i] = row + p.v_offset;
+        zrows[i] = row + p.zv_offset;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        float* a = acc + h * per_head;
+        SoftmaxTile(&st[h], &s[h * kTile], count, w, a, n, a + n, r);
+        AccumulateRows(a, w, vrows, count, n);
+        if (r > 0) {
+          const E* zr[kTile];
+          for (int64_t i = 0; i < count; ++i) zr[i] = zrows[i] + (h / g) * r;
+          AccumulateRows(a + n, w, zr, count, r);
+        }
+      }
+    }
+  }
+  std::vector<float> merged(per_head);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      std::vector<HeadState> hs(splits);
+      std::vector<const float*> ha(splits);
+      for (int64_t s = 0; s < splits; ++s) {
+        hs[s] = states[(b * splits + s) * H + h];
+        ha[s] = &accs[((b * splits + s) * H + h) * per_head];
+      }
+      MergeChunks(hs, ha.data(), splits, per_head, merged.data());
+      std::copy(merged.begin(), merged.begin() + n, p.out + (b * H + h) * n);
+      if (r > 0) {
+        std::copy(merged.begin() + n, merged.end(), p.out_latent + (b * H + h) * r);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void MhaDecodeImpl(const MhaDecodeParams& p) {
+  if (p.dtype == CacheDType::kF32) {
+    Mha<float>(p);
+  } else {
+    Mha<uint16_t>(p);
+  }
+}
+
+void FactoredDecodeImpl(const FactoredDecodeParams& p) {
+  if (p.dtype == CacheDType::kF32) {
+    Factored<float>(p);
+  } else {
+    Factored<uint16_t>(p);
+  }
+}
+
+}  // namespace lrkv::kernels::LRKV_KERNEL_NS

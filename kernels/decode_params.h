@@ -1,0 +1,55 @@
+// Parameters of the decode-step attention kernels (one new query per sequence over a
+// cache of `length` positions). Caches are stored in fp32 or bf16; arithmetic is fp32.
+#ifndef LRKV_KERNELS_DECODE_PARAMS_H_
+#define LRKV_KERNELS_DECODE_PARAMS_H_
+
+#include <cstdint>
+
+namespace lrkv::kernels {
+
+enum class CacheDType { kF32, kBF16 };
+
+inline int64_t CacheDTypeSize(CacheDType t) { return t == CacheDType::kF32 ? 4 : 2; }
+
+// Standard MHA/GQA attention. K and V caches are [B, H_kv, capacity, d_h]: each
+// (sequence, KV head) streams its positions contiguously.
+struct MhaDecodeParams {
+  int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 0;
+  int64_t length = 0;    // positions to attend over
+  int64_t capacity = 0;  // positions allocated (stride)
+  CacheDType dtype = CacheDType::kF32;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const float* q = nullptr;  // [B, H, d_h], rotated; query head h uses KV head h / (H/H_kv)
+  float scale = 1;           // usually 1/sqrt(d_h)
+  float* out = nullptr;      // [B, H, d_h]
+};
+
+// Factored attention over one shared key/value per position plus per-KV-head latents
+// (LRKV), or one shared latent read as both key and value (absorbed MLA). Each
+// sequence's cache is [capacity, row] with, per position, the row
+//   [ k_shared (dim) | v_shared (dim) | z_K (H_kv·rank) | z_V (H_kv·rank) ]
+// (LRKV: dim = d_h; z_K rotated at write time in plane mode), or for MLA the latent
+// alone with k_offset = v_offset = 0, dim = d_c, rank = 0. Scores are
+//   s_h(t) = scale · σ_{kv(h),t} · (q_h · k_shared,t + q_latent,h · z_K,kv(h),t)
+// and the kernel returns a·V_shared and a·Z_V per head; the caller applies B_hⱽ.
+struct FactoredDecodeParams {
+  int64_t batch = 1, heads = 1, kv_heads = 1;
+  int64_t dim = 0;   // d_h (LRKV) or d_c (MLA)
+  int64_t rank = 0;  // r; 0 for MLA
+  int64_t length = 0, capacity = 0;
+  int64_t row = 0;                 // elements per position
+  int64_t k_offset = 0, v_offset = 0, zk_offset = 0, zv_offset = 0;
+  CacheDType dtype = CacheDType::kF32;
+  const void* cache = nullptr;     // [B, capacity, row]
+  const float* sigma = nullptr;    // [B, capacity, H_kv] QK-norm scales, or nullptr
+  const float* q = nullptr;        // [B, H, dim]
+  const float* q_latent = nullptr; // [B, H, rank]
+  float scale = 1;
+  float* out = nullptr;            // [B, H, dim]   a · V_shared
+  float* out_latent = nullptr;     // [B, H, rank]  a · Z_V
+};
+
+}  // namespace lrkv::kernels
+
+#endif  // LRKV_KERNELS_DECODE_PARAMS_H_
