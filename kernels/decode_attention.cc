@@ -86,7 +86,10 @@ absl::Status ValidateFactored(const FactoredDecodeParams& p) {
     return Invalid(absl::StrCat("factored decode: row of ", p.row,
                                 " elements is too short for its segments"));
   }
-  if (!p.cache || !p.q || !p.out || (p.rank > 0 && (!p.q_latent || !p.out_latent))) {
+  const bool reconstruct = p.up_k_t != nullptr;
+  if (!p.cache || !p.q || !p.out || (p.rank > 0 && !p.out_latent) ||
+      (p.rank > 0 && !reconstruct && !p.q_latent) ||
+      (reconstruct && (!p.rope_cos || !p.rope_sin || p.dim % 2 != 0))) {
     return Invalid("factored decode: missing buffer");
   }
   return absl::OkStatus();
@@ -150,8 +153,22 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
         const int64_t row = base + t * p.row;
         double s = 0;
         for (int64_t c = 0; c < n; ++c) s += q[c] * Element(p.cache, p.dtype, row + p.k_offset + c);
-        for (int64_t c = 0; c < r; ++c) {
-          s += ql[c] * Element(p.cache, p.dtype, row + p.zk_offset + kvh * r + c);
+        if (p.up_k_t != nullptr && r > 0) {
+          // Reconstruct: rebuild B_h z_t, rotate at position t, dot with q.
+          std::vector<double> res(n, 0.0);
+          for (int64_t j = 0; j < r; ++j) {
+            const double z = Element(p.cache, p.dtype, row + p.zk_offset + kvh * r + j);
+            for (int64_t c = 0; c < n; ++c) res[c] += z * p.up_k_t[(kvh * r + j) * n + c];
+          }
+          for (int64_t c = 0; c < n / 2; ++c) {
+            const double cs = p.rope_cos[t * (n / 2) + c], sn = p.rope_sin[t * (n / 2) + c];
+            s += q[2 * c] * (res[2 * c] * cs - res[2 * c + 1] * sn) +
+                 q[2 * c + 1] * (res[2 * c] * sn + res[2 * c + 1] * cs);
+          }
+        } else {
+          for (int64_t c = 0; c < r; ++c) {
+            s += ql[c] * Element(p.cache, p.dtype, row + p.zk_offset + kvh * r + c);
+          }
         }
         const double sigma =
             p.sigma != nullptr ? p.sigma[(b * p.capacity + t) * p.kv_heads + kvh] : 1.0;

@@ -75,6 +75,19 @@ inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* o
     out[h + 2] = s2;
     out[h + 3] = s3;
   }
+  for (; h < nh; ++h) {
+    const float* qh = q + h * n;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+      a0 = _mm256_fmadd_ps(Load8(qh + c), Load8(x + c), a0);
+      a1 = _mm256_fmadd_ps(Load8(qh + c + 8), Load8(x + c + 8), a1);
+    }
+    for (; c + 8 <= n; c += 8) a0 = _mm256_fmadd_ps(Load8(qh + c), Load8(x + c), a0);
+    float s = HSum(_mm256_add_ps(a0, a1));
+    for (; c < n; ++c) s += qh[c] * ToFloat(x[c]);
+    out[h] = s;
+  }
 #endif
   for (; h < nh; ++h) {
     float s = 0;
@@ -82,6 +95,37 @@ inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* o
     for (int64_t c = 0; c < n; ++c) s += qh[c] * ToFloat(x[c]);
     out[h] = s;
   }
+}
+
+// out[i] = q · rows[i] for `count` rows (one query, many positions): the query is
+// loaded once for four rows at a time.
+template <typename E>
+inline void DotRows(const float* q, const E* const* rows, int64_t count, int64_t n,
+                    float* out) {
+  int64_t i = 0;
+#ifdef LRKV_KERNEL_AVX2
+  const int64_t n8 = n / 8 * 8;
+  for (; i + 4 <= count; i += 4) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const E *x0 = rows[i], *x1 = rows[i + 1], *x2 = rows[i + 2], *x3 = rows[i + 3];
+    for (int64_t c = 0; c < n8; c += 8) {
+      const __m256 qv = Load8(q + c);
+      a0 = _mm256_fmadd_ps(qv, Load8(x0 + c), a0);
+      a1 = _mm256_fmadd_ps(qv, Load8(x1 + c), a1);
+      a2 = _mm256_fmadd_ps(qv, Load8(x2 + c), a2);
+      a3 = _mm256_fmadd_ps(qv, Load8(x3 + c), a3);
+    }
+    float s[4] = {HSum(a0), HSum(a1), HSum(a2), HSum(a3)};
+    for (int64_t c = n8; c < n; ++c) {
+      s[0] += q[c] * ToFloat(x0[c]);
+      s[1] += q[c] * ToFloat(x1[c]);
+      s[2] += q[c] * ToFloat(x2[c]);
+      s[3] += q[c] * ToFloat(x3[c]);
+    }
+    for (int k = 0; k < 4; ++k) out[i + k] = s[k];
+  }
+#endif
+  for (; i < count; ++i) MultiDot(q, 1, rows[i], n, out + i);
 }
 
 // acc[0:n] += Σ_t p[t] · rows[t][0:n] for the `count` rows of a tile.
@@ -181,12 +225,21 @@ void Mha(const MhaDecodeParams& p) {
     float* acc = &accs[item * g * dh];
     float s[kTile * 64], w[kTile], dots[64];
     const E* rows[kTile];
+    const E* krows[kTile];
     for (int64_t t = t0; t < t1; t += kTile) {
       const int64_t count = std::min(kTile, t1 - t);
       for (int64_t i = 0; i < count; ++i) {
-        MultiDot(q.data(), g, k + (t + i) * dh, dh, dots);
-        for (int64_t h = 0; h < g; ++h) s[h * kTile + i] = dots[h];
+        krows[i] = k + (t + i) * dh;
         rows[i] = v + (t + i) * dh;
+      }
+      if (g < 4) {
+        // Few heads per KV head: vectorise across positions instead.
+        for (int64_t h = 0; h < g; ++h) DotRows(q.data() + h * dh, krows, count, dh, &s[h * kTile]);
+      } else {
+        for (int64_t i = 0; i < count; ++i) {
+          MultiDot(q.data(), g, krows[i], dh, dots);
+          for (int64_t h = 0; h < g; ++h) s[h * kTile + i] = dots[h];
+        }
       }
       for (int64_t h = 0; h < g; ++h) {
         SoftmaxTile(&st[h], &s[h * kTile], count, w, acc + h * dh, dh, nullptr, 0);
@@ -226,10 +279,12 @@ void Factored(const FactoredDecodeParams& p) {
     const float* sigma = p.sigma != nullptr ? p.sigma + b * p.capacity * p.kv_heads : nullptr;
     std::vector<float> q(H * n), ql(H * r);
     for (int64_t i = 0; i < H * n; ++i) q[i] = p.q[b * H * n + i] * p.scale;
-    for (int64_t i = 0; i < H * r; ++i) ql[i] = p.q_latent[b * H * r + i] * p.scale;
+    if (p.q_latent != nullptr) {
+      for (int64_t i = 0; i < H * r; ++i) ql[i] = p.q_latent[b * H * r + i] * p.scale;
+    }
     HeadState* st = &states[item * H];
     float* acc = &accs[item * H * per_head];
-    std::vector<float> s(H * kTile), dots(H), latent_dots(g);
+    std::vector<float> s(H * kTile), dots(H), latent_dots(g), res(n);
     float w[kTile];
     const E* vrows[kTile];
     const E* zrows[kTile];
@@ -240,7 +295,25 @@ void Factored(const FactoredDecodeParams& p) {
         // The shared key is read once for all H heads.
         MultiDot(q.data(), H, row + p.k_offset, n, dots.data());
         for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh) {
-          if (r > 0) {
+          if (r > 0 && p.up_k_t != nullptr) {
+            // Rebuild B_h z_t, rotate it at position t, dot with the rotated queries.
+            std::fill(res.begin(), res.end(), 0.0f);
+            const E* z = row + p.zk_offset + kvh * r;
+            const float* bt = p.up_k_t + kvh * r * n;
+            for (int64_t j = 0; j < r; ++j) {
+              const float zj = ToFloat(z[j]);
+              const float* col = bt + j * n;
+              for (int64_t c = 0; c < n; ++c) res[c] += zj * col[c];
+            }
+            const float* cs = p.rope_cos + (t + i) * (n / 2);
+            const float* sn = p.rope_sin + (t + i) * (n / 2);
+            for (int64_t c = 0; c < n / 2; ++c) {
+              const float x0 = res[2 * c], x1 = res[2 * c + 1];
+              res[2 * c] = x0 * cs[c] - x1 * sn[c];
+              res[2 * c + 1] = x0 * sn[c] + x1 * cs[c];
+            }
+            MultiDot(q.data() + kvh * g * n, g, res.data(), n, latent_dots.data());
+          } else if (r > 0) {
             MultiDot(ql.data() + kvh * g * r, g, row + p.zk_offset + kvh * r, r,
                      latent_dots.data());
           }

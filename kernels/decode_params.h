@@ -46,6 +46,13 @@ struct FactoredDecodeParams {
   const float* q = nullptr;        // [B, H, dim]
   const float* q_latent = nullptr; // [B, H, rank]
   float scale = 1;
+  // Reconstruct mode (LRKV with RoPE and a general B_h): K latents are raw; each KV
+  // head's residual key B_h z_t is rebuilt per position, rotated (adjacent-pair layout)
+  // and dotted with the rotated query q: O(rank · dim) per head and position. When
+  // up_k_t is set, q_latent is not used.
+  const float* up_k_t = nullptr;   // [H_kv, rank, dim]: B_hᵀ
+  const float* rope_cos = nullptr; // [capacity, dim/2]
+  const float* rope_sin = nullptr; // [capacity, dim/2]
   float* out = nullptr;            // [B, H, dim]   a · V_shared
   float* out_latent = nullptr;     // [B, H, rank]  a · Z_V
 };

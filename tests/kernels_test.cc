@@ -181,6 +181,51 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
   }
 }
 
+TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
+  std::mt19937 rng(3);
+  for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
+    const int64_t b = 2, h = 8, hkv = 4, dh = 16, r = 5, length = 77;
+    const int64_t row = 2 * dh + 2 * hkv * r;
+    const Cache cache = RandomCache(b * length * row, rng);
+    const auto q = Random(b * h * dh, rng), bt = Random(hkv * r * dh, rng, 0.5f);
+    std::vector<float> cos(length * dh / 2), sin(cos.size());
+    for (int64_t i = 0; i < length; ++i) {
+      for (int64_t c = 0; c < dh / 2; ++c) {
+        const double a = i * std::pow(10000.0, -2.0 * c / dh);
+        cos[i * dh / 2 + c] = std::cos(a);
+        sin[i * dh / 2 + c] = std::sin(a);
+      }
+    }
+    FactoredDecodeParams p;
+    p.batch = b;
+    p.heads = h;
+    p.kv_heads = hkv;
+    p.dim = dh;
+    p.rank = r;
+    p.length = p.capacity = length;
+    p.row = row;
+    p.v_offset = dh;
+    p.zk_offset = 2 * dh;
+    p.zv_offset = 2 * dh + hkv * r;
+    p.dtype = t;
+    p.cache = cache.data(t);
+    p.q = q.data();
+    p.up_k_t = bt.data();
+    p.rope_cos = cos.data();
+    p.rope_sin = sin.data();
+    p.scale = 0.25f;
+    std::vector<float> out(b * h * dh), out_l(b * h * r), ref(out.size()), ref_l(out_l.size());
+    p.out = out.data();
+    p.out_latent = out_l.data();
+    ASSERT_TRUE(FactoredDecode(p).ok());
+    p.out = ref.data();
+    p.out_latent = ref_l.data();
+    ASSERT_TRUE(FactoredDecodeReference(p).ok());
+    ExpectClose(out, ref, t, "reconstruct");
+    ExpectClose(out_l, ref_l, t, "reconstruct latent");
+  }
+}
+
 TEST_P(KernelTest, BadShapesAreRejected) {
   MhaDecodeParams p;
   p.heads = 6;

@@ -1,0 +1,73 @@
+// `lrkv bench decode`: decode-step kernels of MHA, budget-matched GQA and MLA, and
+// LRKV, timed interleaved in one run with bytes moved and achieved bandwidth.
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "clients/cli/commands.h"
+#include "kernels/decode_bench.h"
+
+namespace lrkv::cli {
+namespace {
+
+struct DecodeArgs {
+  kernels::DecodeBenchOptions bench;
+  std::string contexts = "512,2048,8192,32768";
+  std::string dtype = "bf16";
+  std::string json_path;
+};
+
+int RunDecode(DecodeArgs a) {
+  a.bench.contexts.clear();
+  for (absl::string_view part : absl::StrSplit(a.contexts, ',')) {
+    int64_t v;
+    if (!absl::SimpleAtoi(part, &v)) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--context '", a.contexts, "' must be comma-separated integers")));
+    }
+    a.bench.contexts.push_back(v);
+  }
+  if (a.dtype == "bf16") {
+    a.bench.dtype = kernels::CacheDType::kBF16;
+  } else if (a.dtype == "fp32") {
+    a.bench.dtype = kernels::CacheDType::kF32;
+  } else {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype '", a.dtype, "' must be bf16 or fp32")));
+  }
+  auto report = kernels::RunDecodeBench(a.bench);
+  if (!report.ok()) return Fail(report.status());
+  std::cout << report->ToTable();
+  if (!a.json_path.empty()) {
+    std::ofstream out(a.json_path);
+    out << report->ToJson() << "\n";
+    if (!out) return Fail(absl::PermissionDeniedError(absl::StrCat(a.json_path, ": cannot write")));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBenchCommands(CLI::App& app, int* exit_code) {
+  CLI::App* bench = app.get_subcommand("bench");
+  auto d = std::make_shared<DecodeArgs>();
+  auto* cmd = bench->add_subcommand(
+      "decode", "Decode-step time of MHA, GQA, MLA and LRKV kernels at equal cache");
+  cmd->add_option("--heads", d->bench.heads, "Query heads H");
+  cmd->add_option("--kv-heads", d->bench.kv_heads, "Source KV heads (default H)");
+  cmd->add_option("--head-dim", d->bench.head_dim, "Head dim d_h");
+  cmd->add_option("--rank", d->bench.rank, "LRKV rank r");
+  cmd->add_option("--batch", d->bench.batch, "Sequences decoded together");
+  cmd->add_option("--context", d->contexts, "Context lengths, comma-separated");
+  cmd->add_option("--dtype", d->dtype, "Cache storage: bf16 | fp32");
+  cmd->add_option("--threads", d->bench.threads, "OpenMP threads (default: all CPUs)");
+  cmd->add_option("--iters", d->bench.iterations, "Timed steps per variant and context");
+  cmd->add_option("--json", d->json_path, "Write the results as JSON");
+  cmd->callback([d, exit_code] { *exit_code = RunDecode(*d); });
+}
+
+}  // namespace lrkv::cli

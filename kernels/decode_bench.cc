@@ -1,0 +1,280 @@
+// The decode benchmark (see decode_bench.h).
+#include "kernels/decode_bench.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/decode_attention.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A cache buffer filled with small pseudo-random values (no NaN, no denormals).
+struct Buffer {
+  std::vector<uint16_t> bf16;
+  std::vector<float> f32;
+  Buffer(size_t n, CacheDType t, uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    auto next = [&x] {
+      x = x * 1664525u + 1013904223u;
+      return (static_cast<float>(x >> 9) / static_cast<float>(1u << 23)) - 0.5f;
+    };
+    if (t == CacheDType::kBF16) {
+      bf16.resize(n);
+#pragma omp parallel for
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t y = static_cast<uint32_t>(i) * 2654435761u + seed;
+        bf16[i] = static_cast<uint16_t>(0x3c00 | (y >> 25));  // ~[0.0078, 0.0155]
+      }
+    } else {
+      f32.resize(n);
+      for (size_t i = 0; i < n; ++i) f32[i] = next() * 0.1f;
+    }
+  }
+  const void* data() const {
+    return bf16.empty() ? static_cast<const void*>(f32.data()) : bf16.data();
+  }
+};
+
+std::vector<float> Filled(size_t n, float v) { return std::vector<float>(n, v); }
+
+double StreamBandwidth() {
+  const size_t n = size_t{128} << 20;  // 512 MiB of floats
+  std::vector<float> a(n, 1.0f);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = Clock::now();
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < n; i += 16) {
+      float s = 0;
+      for (int j = 0; j < 16; ++j) s += a[i + j];
+      total += s;
+    }
+    const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (total > 0) best = std::max(best, n * 4.0 / sec / 1e9);
+  }
+  return best;
+}
+
+struct Variant {
+  std::string name, config;
+  int64_t bytes = 0, macs = 0;
+  std::function<void()> step;
+  std::vector<double> times;
+};
+
+}  // namespace
+
+absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
+  const int64_t hkv = o.kv_heads > 0 ? o.kv_heads : H;
+  if (H < 1 || dh < 2 || dh % 2 != 0 || r < 0 || r > dh || B < 1 || H % hkv != 0 ||
+      o.iterations < 1 || o.contexts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bench decode: need heads >= 1, even head dim, 0 <= rank <= head dim (got ", r,
+        "), kv heads dividing heads, batch and iterations >= 1"));
+  }
+  for (int64_t l : o.contexts) {
+    if (l < 1 || l > (1 << 22)) {
+      return absl::InvalidArgumentError(absl::StrCat("context ", l, " must lie in [1, 4194304]"));
+    }
+  }
+  DecodeBenchReport report;
+  report.options = o;
+  report.threads = omp_get_max_threads();
+  report.isa = KernelIsa();
+  report.stream_gbps = StreamBandwidth();
+  const int64_t es = CacheDTypeSize(o.dtype);
+  const int64_t mha_elems = 2 * H * dh;
+  const int64_t lrkv_elems = 2 * (dh + hkv * r);
+  report.cache_ratio = static_cast<double>(lrkv_elems) / mha_elems;
+  // Budget-matched baselines: the largest GQA within LRKV's cache, MLA at equal cache.
+  int64_t gqa = 1;
+  for (int64_t n = 1; n <= H; ++n) {
+    if (H % n == 0 && 2 * n * dh <= lrkv_elems) gqa = n;
+  }
+  const int64_t dc = lrkv_elems;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+
+  for (int64_t L : o.contexts) {
+    std::vector<std::unique_ptr<Variant>> variants;
+    std::vector<std::shared_ptr<void>> keep;
+    auto out = std::make_shared<std::vector<float>>(B * H * std::max(dh, dc));
+    auto out_l = std::make_shared<std::vector<float>>(B * H * std::max<int64_t>(r, 1));
+    auto q = std::make_shared<std::vector<float>>(Filled(B * H * std::max(dh, dc), 0.01f));
+    auto ql = std::make_shared<std::vector<float>>(Filled(B * H * std::max<int64_t>(r, 1), 0.01f));
+    keep.insert(keep.end(), {out, out_l, q, ql});
+    auto add_mha = [&](const std::string& name, int64_t n_kv) {
+      auto k = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 1);
+      auto v = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 2);
+      keep.insert(keep.end(), {k, v});
+      MhaDecodeParams p;
+      p.batch = B;
+      p.heads = H;
+      p.kv_heads = n_kv;
+      p.head_dim = dh;
+      p.length = p.capacity = L;
+      p.dtype = o.dtype;
+      p.k = k->data();
+      p.v = v->data();
+      p.q = q->data();
+      p.scale = scale;
+      p.out = out->data();
+      auto var = std::make_unique<Variant>();
+      var->name = name;
+      var->config = absl::StrCat("n_kv=", n_kv);
+      var->bytes = 2 * B * n_kv * L * dh * es;
+      var->macs = 2 * B * H * L * dh;
+      var->step = [p] { (void)MhaDecode(p); };
+      variants.push_back(std::move(var));
+    };
+    add_mha("mha", H);
+    if (gqa < H) add_mha("gqa", gqa);
+    {  // MLA, absorbed (no RoPE), equal cache: the latent is read as key and value.
+      auto c = std::make_shared<Buffer>(B * L * dc, o.dtype, 3);
+      keep.push_back(c);
+      FactoredDecodeParams p;
+      p.batch = B;
+      p.heads = H;
+      p.kv_heads = 1;
+      p.dim = dc;
+      p.length = p.capacity = L;
+      p.row = dc;
+      p.dtype = o.dtype;
+      p.cache = c->data();
+      p.q = q->data();
+      p.scale = scale;
+      p.out = out->data();
+      auto var = std::make_unique<Variant>();
+      var->name = "mla";
+      var->config = absl::StrCat("d_c=", dc, " absorbed");
+      var->bytes = B * L * dc * es;
+      var->macs = 2 * B * H * L * dc;
+      var->step = [p] { (void)FactoredDecode(p); };
+      variants.push_back(std::move(var));
+    }
+    // LRKV: one cache for every mode.
+    const int64_t row = lrkv_elems;
+    auto cache = std::make_shared<Buffer>(B * L * row, o.dtype, 4);
+    auto bt = std::make_shared<std::vector<float>>(Filled(hkv * r * dh, 0.01f));
+    auto cos = std::make_shared<std::vector<float>>(Filled(L * dh / 2, 0.8f));
+    auto sin = std::make_shared<std::vector<float>>(Filled(L * dh / 2, 0.6f));
+    keep.insert(keep.end(), {cache, bt, cos, sin});
+    FactoredDecodeParams lp;
+    lp.batch = B;
+    lp.heads = H;
+    lp.kv_heads = hkv;
+    lp.dim = dh;
+    lp.rank = r;
+    lp.length = lp.capacity = L;
+    lp.row = row;
+    lp.v_offset = dh;
+    lp.zk_offset = 2 * dh;
+    lp.zv_offset = 2 * dh + hkv * r;
+    lp.dtype = o.dtype;
+    lp.cache = cache->data();
+    lp.q = q->data();
+    lp.q_latent = ql->data();
+    lp.scale = scale;
+    lp.out = out->data();
+    lp.out_latent = out_l->data();
+    for (const char* mode : {"lrkv-norope", "lrkv-plane", "lrkv-reconstruct"}) {
+      auto var = std::make_unique<Variant>();
+      var->name = mode;
+      var->config = absl::StrCat("r=", r);
+      var->bytes = B * L * row * es;
+      FactoredDecodeParams p = lp;
+      if (std::string(mode) == "lrkv-reconstruct") {
+        p.up_k_t = bt->data();
+        p.rope_cos = cos->data();
+        p.rope_sin = sin->data();
+        var->macs = 2 * B * L * (H * dh + H * r) + B * L * hkv * (r * dh + 2 * dh) +
+                    B * H * L * dh;
+      } else {
+        var->macs = 2 * B * L * (H * dh + H * r);
+      }
+      var->step = [p] { (void)FactoredDecode(p); };
+      variants.push_back(std::move(var));
+    }
+    // Interleaved: every iteration times one step of every variant in turn.
+    for (auto& v : variants) v->step();  // warm-up
+    for (int it = 0; it < o.iterations; ++it) {
+      for (auto& v : variants) {
+        const auto t0 = Clock::now();
+        v->step();
+        v->times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+    }
+    double mha_median = 0;
+    for (auto& v : variants) {
+      std::sort(v->times.begin(), v->times.end());
+      DecodeBenchRow row_out;
+      row_out.variant = v->name;
+      row_out.config = v->config;
+      row_out.context = L;
+      row_out.median_ms = v->times[v->times.size() / 2];
+      row_out.min_ms = v->times.front();
+      row_out.max_ms = v->times.back();
+      row_out.bytes_per_step = v->bytes;
+      row_out.macs_per_step = v->macs;
+      row_out.gbps = v->bytes / (row_out.median_ms * 1e-3) / 1e9;
+      row_out.bandwidth_fraction = row_out.gbps / report.stream_gbps;
+      if (v->name == "mha") mha_median = row_out.median_ms;
+      row_out.ratio_to_mha = row_out.median_ms / mha_median;
+      report.rows.push_back(row_out);
+    }
+  }
+  return report;
+}
+
+std::string DecodeBenchReport::ToTable() const {
+  std::string out = absl::StrFormat(
+      "decode step: H=%d, H_kv=%d, d_h=%d, r=%d, batch %d, %s cache, %d threads, %s kernels\n"
+      "LRKV cache = %.4f of MHA; streaming read bandwidth (same threads) %.1f GB/s\n\n",
+      options.heads, options.kv_heads > 0 ? options.kv_heads : options.heads,
+      options.head_dim, options.rank, options.batch,
+      options.dtype == CacheDType::kBF16 ? "bf16" : "fp32", threads, isa, cache_ratio,
+      stream_gbps);
+  absl::StrAppend(&out, "context  variant           config            median ms     min ms"
+                        "     max ms   MB/step     GB/s  %stream  vs MHA   GMAC/step\n");
+  for (const auto& r : rows) {
+    absl::StrAppendFormat(&out, "%7d  %-17s %-16s %10.3f %10.3f %10.3f %9.1f %8.1f %7.0f%% %7.3f %11.3f\n",
+                          r.context, r.variant, r.config, r.median_ms, r.min_ms, r.max_ms,
+                          r.bytes_per_step / 1e6, r.gbps, 100 * r.bandwidth_fraction,
+                          r.ratio_to_mha, r.macs_per_step / 1e9);
+  }
+  return out;
+}
+
+std::string DecodeBenchReport::ToJson() const {
+  nlohmann::json rows_json = nlohmann::json::array();
+  for (const auto& r : rows) {
+    rows_json.push_back({{"context", r.context}, {"variant", r.variant}, {"config", r.config},
+                         {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
+                         {"max_ms", r.max_ms}, {"bytes_per_step", r.bytes_per_step},
+                         {"gbps", r.gbps}, {"bandwidth_fraction", r.bandwidth_fraction},
+                         {"ratio_to_mha", r.ratio_to_mha}, {"macs_per_step", r.macs_per_step}});
+  }
+  nlohmann::json j = {{"heads", options.heads},
+                      {"kv_heads", options.kv_heads > 0 ? options.kv_heads : options.heads},
+                      {"head_dim", options.head_dim}, {"rank", options.rank},
+                      {"batch", options.batch},
+                      {"dtype", options.dtype == CacheDType::kBF16 ? "bf16" : "fp32"},
+                      {"threads", threads}, {"isa", isa}, {"stream_gbps", stream_gbps},
+                      {"cache_ratio", cache_ratio}, {"rows", rows_json}};
+  return j.dump(2);
+}
+
+}  // namespace lrkv::kernels
