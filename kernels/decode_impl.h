@@ -149,6 +149,81 @@ inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int
   }
 }
 
+// acc_k[0:n] += Σ_t p_k[t] · rows[t][0:n] for four heads k that read the same rows:
+// each row chunk is loaded (and converted) once for the four heads.
+template <typename E>
+inline void AccumulateRows4(float* const* acc, const float* const* p, const E* const* rows,
+                            int64_t count, int64_t n) {
+  int64_t c = 0;
+#ifdef LRKV_KERNEL_AVX2
+  for (; c + 8 <= n; c += 8) {
+    __m256 a0 = _mm256_loadu_ps(acc[0] + c), a1 = _mm256_loadu_ps(acc[1] + c),
+           a2 = _mm256_loadu_ps(acc[2] + c), a3 = _mm256_loadu_ps(acc[3] + c);
+    for (int64_t t = 0; t < count; ++t) {
+      const __m256 x = Load8(rows[t] + c);
+      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[0] + t), x, a0);
+      a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[1] + t), x, a1);
+      a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[2] + t), x, a2);
+      a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[3] + t), x, a3);
+    }
+    _mm256_storeu_ps(acc[0] + c, a0);
+    _mm256_storeu_ps(acc[1] + c, a1);
+    _mm256_storeu_ps(acc[2] + c, a2);
+    _mm256_storeu_ps(acc[3] + c, a3);
+  }
+#endif
+  for (; c < n; ++c) {
+    for (int k = 0; k < 4; ++k) {
+      float a = acc[k][c];
+      for (int64_t t = 0; t < count; ++t) a += p[k][t] * ToFloat(rows[t][c]);
+      acc[k][c] = a;
+    }
+  }
+}
+
+#ifdef LRKV_KERNEL_AVX2
+// exp(x) for eight lanes (Cephes-style: range reduction by ln 2, degree-5 polynomial;
+// relative error ~2e-7). Inputs below -87 flush to 0.
+inline __m256 Exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(under, y);
+}
+#endif
+
+// out[t] = exp(x[t] − m) for t < count; returns their sum.
+inline float ExpShifted(const float* x, int64_t count, float m, float* out) {
+  int64_t t = 0;
+  float sum = 0;
+#ifdef LRKV_KERNEL_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  const __m256 mv = _mm256_set1_ps(m);
+  for (; t + 8 <= count; t += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + t), mv));
+    _mm256_storeu_ps(out + t, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  sum = HSum(acc);
+#endif
+  for (; t < count; ++t) sum += (out[t] = std::exp(x[t] - m));
+  return sum;
+}
+
 // Running softmax state of one head over a chunk of positions.
 struct HeadState {
   float m = -std::numeric_limits<float>::infinity();
@@ -162,11 +237,7 @@ inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p, 
   float m = st->m;
   for (int64_t t = 0; t < count; ++t) m = std::max(m, s[t]);
   const float corr = std::exp(st->m - m);
-  float sum = 0;
-  for (int64_t t = 0; t < count; ++t) {
-    p[t] = std::exp(s[t] - m);
-    sum += p[t];
-  }
+  const float sum = ExpShifted(s, count, m, p);
   if (corr != 1.0f) {
     for (int64_t c = 0; c < n; ++c) acc[c] *= corr;
     for (int64_t c = 0; c < n2; ++c) acc2[c] *= corr;
@@ -285,23 +356,26 @@ void Factored(const FactoredDecodeParams& p) {
     HeadState* st = &states[item * H];
     float* acc = &accs[item * H * per_head];
     std::vector<float> s(H * kTile), dots(H), latent_dots(g), res(n);
-    float w[kTile];
-    const E* vrows[kTile];
+    std::vector<float> wbuf(H * kTile), lat(H * kTile);
+    const E* rows[kTile];
     const E* zrows[kTile];
     for (int64_t t = t0; t < t1; t += kTile) {
       const int64_t count = std::min(kTile, t1 - t);
+      for (int64_t i = 0; i < count; ++i) rows[i] = cache + (t + i) * p.row;
+      // Shared key: read once per position for all H heads.
       for (int64_t i = 0; i < count; ++i) {
-        const E* row = cache + (t + i) * p.row;
-        // The shared key is read once for all H heads.
-        MultiDot(q.data(), H, row + p.k_offset, n, dots.data());
-        for (int64_t kvh = 0; kvh < p.kv_heads; ++kvh) {
-          if (r > 0 && p.up_k_t != nullptr) {
+        MultiDot(q.data(), H, rows[i] + p.k_offset, n, dots.data());
+        for (int64_t h = 0; h < H; ++h) s[h * kTile + i] = dots[h];
+      }
+      for (int64_t kvh = 0; kvh < p.kv_heads && r > 0; ++kvh) {
+        for (int64_t i = 0; i < count; ++i) zrows[i] = rows[i] + p.zk_offset + kvh * r;
+        if (p.up_k_t != nullptr) {
+          for (int64_t i = 0; i < count; ++i) {
             // Rebuild B_h z_t, rotate it at position t, dot with the rotated queries.
             std::fill(res.begin(), res.end(), 0.0f);
-            const E* z = row + p.zk_offset + kvh * r;
             const float* bt = p.up_k_t + kvh * r * n;
             for (int64_t j = 0; j < r; ++j) {
-              const float zj = ToFloat(z[j]);
+              const float zj = ToFloat(zrows[i][j]);
               const float* col = bt + j * n;
               for (int64_t c = 0; c < n; ++c) res[c] += zj * col[c];
             }
@@ -313,28 +387,41 @@ void Factored(const FactoredDecodeParams& p) {
               res[2 * c + 1] = x0 * sn[c] + x1 * cs[c];
             }
             MultiDot(q.data() + kvh * g * n, g, res.data(), n, latent_dots.data());
-          } else if (r > 0) {
-            MultiDot(ql.data() + kvh * g * r, g, row + p.zk_offset + kvh * r, r,
-                     latent_dots.data());
+            for (int64_t j = 0; j < g; ++j) s[(kvh * g + j) * kTile + i] += latent_dots[j];
           }
-          const float sg = sigma != nullptr ? sigma[(t + i) * p.kv_heads + kvh] : 1.0f;
+        } else {
           for (int64_t j = 0; j < g; ++j) {
             const int64_t h = kvh * g + j;
-            s[h * kTile + i] = sg * (dots[h] + (r > 0 ? latent_dots[j] : 0.0f));
+            DotRows(ql.data() + h * r, zrows, count, r, &lat[h * kTile]);
+            for (int64_t i = 0; i < count; ++i) s[h * kTile + i] += lat[h * kTile + i];
           }
         }
-        vrows[i] = row + p.v_offset;
-        zrows[i] = row + p.zv_offset;
+      }
+      if (sigma != nullptr) {
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t i = 0; i < count; ++i) s[h * kTile + i] *= sigma[(t + i) * p.kv_heads + h / g];
+        }
       }
       for (int64_t h = 0; h < H; ++h) {
         float* a = acc + h * per_head;
-        SoftmaxTile(&st[h], &s[h * kTile], count, w, a, n, a + n, r);
-        AccumulateRows(a, w, vrows, count, n);
-        if (r > 0) {
-          const E* zr[kTile];
-          for (int64_t i = 0; i < count; ++i) zr[i] = zrows[i] + (h / g) * r;
-          AccumulateRows(a + n, w, zr, count, r);
-        }
+        SoftmaxTile(&st[h], &s[h * kTile], count, &wbuf[h * kTile], a, n, a + n, r);
+      }
+      // a · V_shared: four heads per pass over the tile's value rows.
+      const E* vrows[kTile];
+      for (int64_t i = 0; i < count; ++i) vrows[i] = rows[i] + p.v_offset;
+      int64_t h = 0;
+      for (; h + 4 <= H; h += 4) {
+        float* accs4[4] = {acc + h * per_head, acc + (h + 1) * per_head,
+                           acc + (h + 2) * per_head, acc + (h + 3) * per_head};
+        const float* w4[4] = {&wbuf[h * kTile], &wbuf[(h + 1) * kTile],
+                              &wbuf[(h + 2) * kTile], &wbuf[(h + 3) * kTile]};
+        AccumulateRows4(accs4, w4, vrows, count, n);
+      }
+      for (; h < H; ++h) AccumulateRows(acc + h * per_head, &wbuf[h * kTile], vrows, count, n);
+      // a · Z_V per head.
+      for (int64_t hh = 0; hh < H && r > 0; ++hh) {
+        for (int64_t i = 0; i < count; ++i) zrows[i] = rows[i] + p.zv_offset + (hh / g) * r;
+        AccumulateRows(acc + hh * per_head + n, &wbuf[hh * kTile], zrows, count, r);
       }
     }
   }
