@@ -3,11 +3,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 
 namespace lrkv::kernels {
+namespace avx512 {
+void MhaDecodeImpl(const MhaDecodeParams& p);
+void FactoredDecodeImpl(const FactoredDecodeParams& p);
+}  // namespace avx512
 namespace avx2 {
 void MhaDecodeImpl(const MhaDecodeParams& p);
 void FactoredDecodeImpl(const FactoredDecodeParams& p);
@@ -19,11 +24,16 @@ void FactoredDecodeImpl(const FactoredDecodeParams& p);
 
 namespace {
 
-bool force_generic = false;
+std::string forced_isa;
 
-bool HasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has && !force_generic;
+// The best implementation this CPU runs, unless a test forces a lesser one.
+std::string Isa() {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool avx512 =
+      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  if (forced_isa == "generic" || !avx2) return "generic";
+  if (forced_isa == "avx2" || !avx512) return "avx2";
+  return "avx512";
 }
 
 double Element(const void* base, CacheDType t, int64_t i) {
@@ -49,9 +59,12 @@ absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m
 
 }  // namespace
 
-const char* KernelIsa() { return HasAvx2() ? "avx2" : "generic"; }
+const char* KernelIsa() {
+  const std::string isa = Isa();
+  return isa == "avx512" ? "avx512" : isa == "avx2" ? "avx2" : "generic";
+}
 
-void ForceGenericKernels(bool force) { force_generic = force; }
+void ForceKernelIsa(const std::string& isa) { forced_isa = isa; }
 
 absl::Status ValidateMha(const MhaDecodeParams& p) {
   if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.head_dim < 1 ||
@@ -79,15 +92,15 @@ absl::Status ValidateFactored(const FactoredDecodeParams& p) {
     return Invalid(absl::StrCat("factored decode: length ", p.length,
                                 " must lie in [1, capacity ", p.capacity, "]"));
   }
-  const int64_t zk_end = p.zk_offset + p.kv_heads * p.rank;
-  const int64_t zv_end = p.zv_offset + p.kv_heads * p.rank;
-  if (p.k_offset + p.dim > p.row || p.v_offset + p.dim > p.row ||
-      (p.rank > 0 && (zk_end > p.row || zv_end > p.row))) {
-    return Invalid(absl::StrCat("factored decode: row of ", p.row,
-                                " elements is too short for its segments"));
+  const int64_t latent = p.kv_heads * p.rank;
+  if (p.k.stride < p.dim || p.v.stride < p.dim ||
+      (p.rank > 0 && (p.zk.stride < latent || p.zv.stride < latent))) {
+    return Invalid(absl::StrCat("factored decode: a segment's stride is smaller than its "
+                                "width (dim ", p.dim, ", latents ", latent, ")"));
   }
   const bool reconstruct = p.up_k_t != nullptr;
-  if (!p.cache || !p.q || !p.out || (p.rank > 0 && !p.out_latent) ||
+  if (!p.k.data || !p.v.data || (p.rank > 0 && (!p.zk.data || !p.zv.data)) || !p.q ||
+      !p.out || (p.rank > 0 && !p.out_latent) ||
       (p.rank > 0 && !reconstruct && !p.q_latent) ||
       (reconstruct && (!p.rope_cos || !p.rope_sin || p.dim % 2 != 0))) {
     return Invalid("factored decode: missing buffer");
@@ -97,7 +110,10 @@ absl::Status ValidateFactored(const FactoredDecodeParams& p) {
 
 absl::Status MhaDecode(const MhaDecodeParams& p) {
   if (auto st = ValidateMha(p); !st.ok()) return st;
-  if (HasAvx2()) {
+  const std::string isa = Isa();
+  if (isa == "avx512") {
+    avx512::MhaDecodeImpl(p);
+  } else if (isa == "avx2") {
     avx2::MhaDecodeImpl(p);
   } else {
     generic::MhaDecodeImpl(p);
@@ -107,7 +123,10 @@ absl::Status MhaDecode(const MhaDecodeParams& p) {
 
 absl::Status FactoredDecode(const FactoredDecodeParams& p) {
   if (auto st = ValidateFactored(p); !st.ok()) return st;
-  if (HasAvx2()) {
+  const std::string isa = Isa();
+  if (isa == "avx512") {
+    avx512::FactoredDecodeImpl(p);
+  } else if (isa == "avx2") {
     avx2::FactoredDecodeImpl(p);
   } else {
     generic::FactoredDecodeImpl(p);
@@ -142,22 +161,24 @@ absl::Status MhaDecodeReference(const MhaDecodeParams& p) {
 absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
   if (auto st = ValidateFactored(p); !st.ok()) return st;
   const int64_t g = p.heads / p.kv_heads, n = p.dim, r = p.rank;
+  // Element c of segment s at position t of sequence b.
+  auto at = [&](const CacheSegment& s, int64_t b, int64_t t, int64_t c) {
+    return Element(s.data, p.dtype, (b * p.capacity + t) * s.stride + c);
+  };
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t base = b * p.capacity * p.row;
     for (int64_t h = 0; h < p.heads; ++h) {
       const int64_t kvh = h / g;
       const float* q = p.q + (b * p.heads + h) * n;
       const float* ql = r > 0 ? p.q_latent + (b * p.heads + h) * r : nullptr;
       std::vector<double> scores(p.length);
       for (int64_t t = 0; t < p.length; ++t) {
-        const int64_t row = base + t * p.row;
         double s = 0;
-        for (int64_t c = 0; c < n; ++c) s += q[c] * Element(p.cache, p.dtype, row + p.k_offset + c);
+        for (int64_t c = 0; c < n; ++c) s += q[c] * at(p.k, b, t, c);
         if (p.up_k_t != nullptr && r > 0) {
           // Reconstruct: rebuild B_h z_t, rotate at position t, dot with q.
           std::vector<double> res(n, 0.0);
           for (int64_t j = 0; j < r; ++j) {
-            const double z = Element(p.cache, p.dtype, row + p.zk_offset + kvh * r + j);
+            const double z = at(p.zk, b, t, kvh * r + j);
             for (int64_t c = 0; c < n; ++c) res[c] += z * p.up_k_t[(kvh * r + j) * n + c];
           }
           for (int64_t c = 0; c < n / 2; ++c) {
@@ -167,7 +188,7 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
           }
         } else {
           for (int64_t c = 0; c < r; ++c) {
-            s += ql[c] * Element(p.cache, p.dtype, row + p.zk_offset + kvh * r + c);
+            s += ql[c] * at(p.zk, b, t, kvh * r + c);
           }
         }
         const double sigma =
@@ -178,14 +199,14 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
       for (int64_t c = 0; c < n; ++c) {
         double o = 0;
         for (int64_t t = 0; t < p.length; ++t) {
-          o += w[t] * Element(p.cache, p.dtype, base + t * p.row + p.v_offset + c);
+          o += w[t] * at(p.v, b, t, c);
         }
         p.out[(b * p.heads + h) * n + c] = static_cast<float>(o);
       }
       for (int64_t c = 0; c < r; ++c) {
         double o = 0;
         for (int64_t t = 0; t < p.length; ++t) {
-          o += w[t] * Element(p.cache, p.dtype, base + t * p.row + p.zv_offset + kvh * r + c);
+          o += w[t] * at(p.zv, b, t, kvh * r + c);
         }
         p.out_latent[(b * p.heads + h) * r + c] = static_cast<float>(o);
       }

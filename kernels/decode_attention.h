@@ -5,6 +5,8 @@
 #ifndef LRKV_KERNELS_DECODE_ATTENTION_H_
 #define LRKV_KERNELS_DECODE_ATTENTION_H_
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "kernels/decode_params.h"
 
@@ -21,10 +23,11 @@ absl::Status FactoredDecode(const FactoredDecodeParams& p);
 absl::Status MhaDecodeReference(const MhaDecodeParams& p);
 absl::Status FactoredDecodeReference(const FactoredDecodeParams& p);
 
-// Which implementation the optimised entry points run on this CPU ("avx2", "generic").
+// Which implementation the optimised entry points run on this CPU ("avx512", "avx2",
+// "generic").
 const char* KernelIsa();
-// Tests: run the generic implementation even where AVX2 is available.
-void ForceGenericKernels(bool force);
+// Tests: cap the implementation at "avx2" or "generic" ("" = the best available).
+void ForceKernelIsa(const std::string& isa);
 
 }  // namespace lrkv::kernels
 

@@ -151,9 +151,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       p.kv_heads = 1;
       p.dim = dc;
       p.length = p.capacity = L;
-      p.row = dc;
       p.dtype = o.dtype;
-      p.cache = c->data();
+      p.k = p.v = {c->data(), dc};
       p.q = q->data();
       p.scale = scale;
       p.out = out->data();
@@ -165,13 +164,16 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       var->step = [p] { (void)FactoredDecode(p); };
       variants.push_back(std::move(var));
     }
-    // LRKV: one cache for every mode.
-    const int64_t row = lrkv_elems;
-    auto cache = std::make_shared<Buffer>(B * L * row, o.dtype, 4);
+    // LRKV: one cache (four segment arrays) for every mode.
+    auto ks = std::make_shared<Buffer>(B * L * dh, o.dtype, 4);
+    auto vs = std::make_shared<Buffer>(B * L * dh, o.dtype, 5);
+    auto zk = std::make_shared<Buffer>(B * L * hkv * std::max<int64_t>(r, 1), o.dtype, 6);
+    auto zv = std::make_shared<Buffer>(B * L * hkv * std::max<int64_t>(r, 1), o.dtype, 7);
+    keep.insert(keep.end(), {ks, vs, zk, zv});
     auto bt = std::make_shared<std::vector<float>>(Filled(hkv * r * dh, 0.01f));
     auto cos = std::make_shared<std::vector<float>>(Filled(L * dh / 2, 0.8f));
     auto sin = std::make_shared<std::vector<float>>(Filled(L * dh / 2, 0.6f));
-    keep.insert(keep.end(), {cache, bt, cos, sin});
+    keep.insert(keep.end(), {bt, cos, sin});
     FactoredDecodeParams lp;
     lp.batch = B;
     lp.heads = H;
@@ -179,12 +181,11 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     lp.dim = dh;
     lp.rank = r;
     lp.length = lp.capacity = L;
-    lp.row = row;
-    lp.v_offset = dh;
-    lp.zk_offset = 2 * dh;
-    lp.zv_offset = 2 * dh + hkv * r;
     lp.dtype = o.dtype;
-    lp.cache = cache->data();
+    lp.k = {ks->data(), dh};
+    lp.v = {vs->data(), dh};
+    lp.zk = {zk->data(), hkv * r};
+    lp.zv = {zv->data(), hkv * r};
     lp.q = q->data();
     lp.q_latent = ql->data();
     lp.scale = scale;
@@ -194,7 +195,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       auto var = std::make_unique<Variant>();
       var->name = mode;
       var->config = absl::StrCat("r=", r);
-      var->bytes = B * L * row * es;
+      var->bytes = B * L * lrkv_elems * es;
       FactoredDecodeParams p = lp;
       if (std::string(mode) == "lrkv-reconstruct") {
         p.up_k_t = bt->data();

@@ -1,9 +1,9 @@
-// The decode kernels' implementation, compiled twice: once with AVX2/FMA/F16C
-// (decode_avx2.cc) and once for any x86-64 (decode_generic.cc); the entry points pick
-// one at run time. Flash-decoding: the positions of each sequence are split into
+// The decode kernels' implementation, compiled three times: with AVX-512
+// (decode_avx512.cc), with AVX2/FMA (decode_avx2.cc) and for any x86-64
+// (decode_generic.cc); the entry points pick one at run time. Flash-decoding: the positions of each sequence are split into
 // chunks processed in parallel (OpenMP), each chunk walks tiles of positions with an
 // online softmax, and the chunks' partial results are merged at the end.
-// Include only from those two files, after defining LRKV_KERNEL_NS.
+// Include only from those files, after defining LRKV_KERNEL_NS.
 #include <omp.h>
 
 #include <algorithm>
@@ -12,9 +12,12 @@
 #include <limits>
 #include <vector>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__FMA__)
 #include <immintrin.h>
-#define LRKV_KERNEL_AVX2 1
+#define LRKV_KERNEL_SIMD 16
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LRKV_KERNEL_SIMD 8
 #endif
 
 #include "kernels/decode_params.h"
@@ -32,17 +35,81 @@ inline float ToFloat(uint16_t b) {
   return f;
 }
 
-#ifdef LRKV_KERNEL_AVX2
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) {
+// A thin SIMD layer so that the kernels below are written once for 16-lane
+// (AVX-512) and 8-lane (AVX2) vectors; bf16 loads widen to fp32 by a 16-bit shift.
+#if LRKV_KERNEL_SIMD == 16
+using Vf = __m512;
+constexpr int64_t kW = 16;
+inline Vf VZero() { return _mm512_setzero_ps(); }
+inline Vf VSet(float x) { return _mm512_set1_ps(x); }
+inline Vf VLoad(const float* p) { return _mm512_loadu_ps(p); }
+inline Vf VLoad(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void VStore(float* p, Vf v) { _mm512_storeu_ps(p, v); }
+inline Vf VFma(Vf a, Vf b, Vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vf VAdd(Vf a, Vf b) { return _mm512_add_ps(a, b); }
+inline float VSum(Vf v) { return _mm512_reduce_add_ps(v); }
+// exp for every lane (Cephes-style: range reduction by ln 2, degree-5 polynomial,
+// relative error ~2e-7); inputs below -87 flush to 0.
+inline Vf VExp(Vf x) {
+  const __mmask16 under = _mm512_cmp_ps_mask(x, VSet(-87.3f), _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, VSet(-87.3f)), VSet(88.3f));
+  const Vf fx = _mm512_roundscale_ps(_mm512_mul_ps(x, VSet(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, VSet(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, VSet(-2.12194440e-4f), x);
+  Vf y = VSet(1.9875691500e-4f);
+  y = VFma(y, x, VSet(1.3981999507e-3f));
+  y = VFma(y, x, VSet(8.3334519073e-3f));
+  y = VFma(y, x, VSet(4.1665795894e-2f));
+  y = VFma(y, x, VSet(1.6666665459e-1f));
+  y = VFma(y, x, VSet(5.0000001201e-1f));
+  y = VFma(y, _mm512_mul_ps(x, x), VAdd(x, VSet(1.0f)));
+  const __m512i e = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
+  y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), y);
+}
+#elif LRKV_KERNEL_SIMD == 8
+using Vf = __m256;
+constexpr int64_t kW = 8;
+inline Vf VZero() { return _mm256_setzero_ps(); }
+inline Vf VSet(float x) { return _mm256_set1_ps(x); }
+inline Vf VLoad(const float* p) { return _mm256_loadu_ps(p); }
+inline Vf VLoad(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline float HSum(__m256 v) {
+inline void VStore(float* p, Vf v) { _mm256_storeu_ps(p, v); }
+inline Vf VFma(Vf a, Vf b, Vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vf VAdd(Vf a, Vf b) { return _mm256_add_ps(a, b); }
+inline float VSum(Vf v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+inline Vf VExp(Vf x) {
+  const Vf lo = VSet(-87.3f);
+  const Vf under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), VSet(88.3f));
+  const Vf fx = _mm256_round_ps(_mm256_mul_ps(x, VSet(1.44269504088896341f)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, VSet(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, VSet(-2.12194440e-4f), x);
+  Vf y = VSet(1.9875691500e-4f);
+  y = VFma(y, x, VSet(1.3981999507e-3f));
+  y = VFma(y, x, VSet(8.3334519073e-3f));
+  y = VFma(y, x, VSet(4.1665795894e-2f));
+  y = VFma(y, x, VSet(1.6666665459e-1f));
+  y = VFma(y, x, VSet(5.0000001201e-1f));
+  y = VFma(y, _mm256_mul_ps(x, x), VAdd(x, VSet(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(under, y);
 }
 #endif
 
@@ -50,20 +117,20 @@ inline float HSum(__m256 v) {
 template <typename E>
 inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* out) {
   int64_t h = 0;
-#ifdef LRKV_KERNEL_AVX2
-  const int64_t n8 = n / 8 * 8;
+#ifdef LRKV_KERNEL_SIMD
+  const int64_t nv = n / kW * kW;
   for (; h + 4 <= nh; h += 4) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    Vf a0 = VZero(), a1 = a0, a2 = a0, a3 = a0;
     const float *q0 = q + h * n, *q1 = q0 + n, *q2 = q1 + n, *q3 = q2 + n;
-    for (int64_t c = 0; c < n8; c += 8) {
-      const __m256 xv = Load8(x + c);
-      a0 = _mm256_fmadd_ps(Load8(q0 + c), xv, a0);
-      a1 = _mm256_fmadd_ps(Load8(q1 + c), xv, a1);
-      a2 = _mm256_fmadd_ps(Load8(q2 + c), xv, a2);
-      a3 = _mm256_fmadd_ps(Load8(q3 + c), xv, a3);
+    for (int64_t c = 0; c < nv; c += kW) {
+      const Vf xv = VLoad(x + c);
+      a0 = VFma(VLoad(q0 + c), xv, a0);
+      a1 = VFma(VLoad(q1 + c), xv, a1);
+      a2 = VFma(VLoad(q2 + c), xv, a2);
+      a3 = VFma(VLoad(q3 + c), xv, a3);
     }
-    float s0 = HSum(a0), s1 = HSum(a1), s2 = HSum(a2), s3 = HSum(a3);
-    for (int64_t c = n8; c < n; ++c) {
+    float s0 = VSum(a0), s1 = VSum(a1), s2 = VSum(a2), s3 = VSum(a3);
+    for (int64_t c = nv; c < n; ++c) {
       const float xv = ToFloat(x[c]);
       s0 += q0[c] * xv;
       s1 += q1[c] * xv;
@@ -77,14 +144,14 @@ inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* o
   }
   for (; h < nh; ++h) {
     const float* qh = q + h * n;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    Vf a0 = VZero(), a1 = a0;
     int64_t c = 0;
-    for (; c + 16 <= n; c += 16) {
-      a0 = _mm256_fmadd_ps(Load8(qh + c), Load8(x + c), a0);
-      a1 = _mm256_fmadd_ps(Load8(qh + c + 8), Load8(x + c + 8), a1);
+    for (; c + 2 * kW <= n; c += 2 * kW) {
+      a0 = VFma(VLoad(qh + c), VLoad(x + c), a0);
+      a1 = VFma(VLoad(qh + c + kW), VLoad(x + c + kW), a1);
     }
-    for (; c + 8 <= n; c += 8) a0 = _mm256_fmadd_ps(Load8(qh + c), Load8(x + c), a0);
-    float s = HSum(_mm256_add_ps(a0, a1));
+    for (; c + kW <= n; c += kW) a0 = VFma(VLoad(qh + c), VLoad(x + c), a0);
+    float s = VSum(VAdd(a0, a1));
     for (; c < n; ++c) s += qh[c] * ToFloat(x[c]);
     out[h] = s;
   }
@@ -103,20 +170,20 @@ template <typename E>
 inline void DotRows(const float* q, const E* const* rows, int64_t count, int64_t n,
                     float* out) {
   int64_t i = 0;
-#ifdef LRKV_KERNEL_AVX2
-  const int64_t n8 = n / 8 * 8;
+#ifdef LRKV_KERNEL_SIMD
+  const int64_t nv = n / kW * kW;
   for (; i + 4 <= count; i += 4) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    Vf a0 = VZero(), a1 = a0, a2 = a0, a3 = a0;
     const E *x0 = rows[i], *x1 = rows[i + 1], *x2 = rows[i + 2], *x3 = rows[i + 3];
-    for (int64_t c = 0; c < n8; c += 8) {
-      const __m256 qv = Load8(q + c);
-      a0 = _mm256_fmadd_ps(qv, Load8(x0 + c), a0);
-      a1 = _mm256_fmadd_ps(qv, Load8(x1 + c), a1);
-      a2 = _mm256_fmadd_ps(qv, Load8(x2 + c), a2);
-      a3 = _mm256_fmadd_ps(qv, Load8(x3 + c), a3);
+    for (int64_t c = 0; c < nv; c += kW) {
+      const Vf qv = VLoad(q + c);
+      a0 = VFma(qv, VLoad(x0 + c), a0);
+      a1 = VFma(qv, VLoad(x1 + c), a1);
+      a2 = VFma(qv, VLoad(x2 + c), a2);
+      a3 = VFma(qv, VLoad(x3 + c), a3);
     }
-    float s[4] = {HSum(a0), HSum(a1), HSum(a2), HSum(a3)};
-    for (int64_t c = n8; c < n; ++c) {
+    float s[4] = {VSum(a0), VSum(a1), VSum(a2), VSum(a3)};
+    for (int64_t c = nv; c < n; ++c) {
       s[0] += q[c] * ToFloat(x0[c]);
       s[1] += q[c] * ToFloat(x1[c]);
       s[2] += q[c] * ToFloat(x2[c]);
@@ -133,13 +200,11 @@ template <typename E>
 inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int64_t count,
                            int64_t n) {
   int64_t c = 0;
-#ifdef LRKV_KERNEL_AVX2
-  for (; c + 8 <= n; c += 8) {
-    __m256 a = _mm256_loadu_ps(acc + c);
-    for (int64_t t = 0; t < count; ++t) {
-      a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), Load8(rows[t] + c), a);
-    }
-    _mm256_storeu_ps(acc + c, a);
+#ifdef LRKV_KERNEL_SIMD
+  for (; c + kW <= n; c += kW) {
+    Vf a = VLoad(acc + c);
+    for (int64_t t = 0; t < count; ++t) a = VFma(VSet(p[t]), VLoad(rows[t] + c), a);
+    VStore(acc + c, a);
   }
 #endif
   for (; c < n; ++c) {
@@ -150,26 +215,26 @@ inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int
 }
 
 // acc_k[0:n] += Σ_t p_k[t] · rows[t][0:n] for four heads k that read the same rows:
-// each row chunk is loaded (and converted) once for the four heads.
+// each row chunk is loaded (and widened) once for the four heads.
 template <typename E>
 inline void AccumulateRows4(float* const* acc, const float* const* p, const E* const* rows,
                             int64_t count, int64_t n) {
   int64_t c = 0;
-#ifdef LRKV_KERNEL_AVX2
-  for (; c + 8 <= n; c += 8) {
-    __m256 a0 = _mm256_loadu_ps(acc[0] + c), a1 = _mm256_loadu_ps(acc[1] + c),
-           a2 = _mm256_loadu_ps(acc[2] + c), a3 = _mm256_loadu_ps(acc[3] + c);
+#ifdef LRKV_KERNEL_SIMD
+  for (; c + kW <= n; c += kW) {
+    Vf a0 = VLoad(acc[0] + c), a1 = VLoad(acc[1] + c), a2 = VLoad(acc[2] + c),
+       a3 = VLoad(acc[3] + c);
     for (int64_t t = 0; t < count; ++t) {
-      const __m256 x = Load8(rows[t] + c);
-      a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[0] + t), x, a0);
-      a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[1] + t), x, a1);
-      a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[2] + t), x, a2);
-      a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(p[3] + t), x, a3);
+      const Vf x = VLoad(rows[t] + c);
+      a0 = VFma(VSet(p[0][t]), x, a0);
+      a1 = VFma(VSet(p[1][t]), x, a1);
+      a2 = VFma(VSet(p[2][t]), x, a2);
+      a3 = VFma(VSet(p[3][t]), x, a3);
     }
-    _mm256_storeu_ps(acc[0] + c, a0);
-    _mm256_storeu_ps(acc[1] + c, a1);
-    _mm256_storeu_ps(acc[2] + c, a2);
-    _mm256_storeu_ps(acc[3] + c, a3);
+    VStore(acc[0] + c, a0);
+    VStore(acc[1] + c, a1);
+    VStore(acc[2] + c, a2);
+    VStore(acc[3] + c, a3);
   }
 #endif
   for (; c < n; ++c) {
@@ -181,44 +246,19 @@ inline void AccumulateRows4(float* const* acc, const float* const* p, const E* c
   }
 }
 
-#ifdef LRKV_KERNEL_AVX2
-// exp(x) for eight lanes (Cephes-style: range reduction by ln 2, degree-5 polynomial;
-// relative error ~2e-7). Inputs below -87 flush to 0.
-inline __m256 Exp8(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(under, y);
-}
-#endif
-
 // out[t] = exp(x[t] − m) for t < count; returns their sum.
 inline float ExpShifted(const float* x, int64_t count, float m, float* out) {
   int64_t t = 0;
   float sum = 0;
-#ifdef LRKV_KERNEL_AVX2
-  __m256 acc = _mm256_setzero_ps();
-  const __m256 mv = _mm256_set1_ps(m);
-  for (; t + 8 <= count; t += 8) {
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + t), mv));
-    _mm256_storeu_ps(out + t, e);
-    acc = _mm256_add_ps(acc, e);
+#ifdef LRKV_KERNEL_SIMD
+  Vf acc = VZero();
+  const Vf mv = VSet(m);
+  for (; t + kW <= count; t += kW) {
+    const Vf e = VExp(VLoad(x + t) - mv);
+    VStore(out + t, e);
+    acc = VAdd(acc, e);
   }
-  sum = HSum(acc);
+  sum = VSum(acc);
 #endif
   for (; t < count; ++t) sum += (out[t] = std::exp(x[t] - m));
   return sum;
@@ -341,12 +381,18 @@ void Factored(const FactoredDecodeParams& p) {
   const int64_t per_head = n + r;  // accumulator floats per head
   std::vector<HeadState> states(items * H);
   std::vector<float> accs(items * H * per_head, 0.0f);
-  const E* base = static_cast<const E*>(p.cache);
+  const E* kb = static_cast<const E*>(p.k.data);
+  const E* vb = static_cast<const E*>(p.v.data);
+  const E* zkb = static_cast<const E*>(p.zk.data);
+  const E* zvb = static_cast<const E*>(p.zv.data);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < items; ++item) {
     const int64_t b = item / splits, split = item % splits;
     const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
-    const E* cache = base + b * p.capacity * p.row;
+    const E* kseq = kb + b * p.capacity * p.k.stride;
+    const E* vseq = vb + b * p.capacity * p.v.stride;
+    const E* zkseq = r > 0 ? zkb + b * p.capacity * p.zk.stride : nullptr;
+    const E* zvseq = r > 0 ? zvb + b * p.capacity * p.zv.stride : nullptr;
     const float* sigma = p.sigma != nullptr ? p.sigma + b * p.capacity * p.kv_heads : nullptr;
     std::vector<float> q(H * n), ql(H * r);
     for (int64_t i = 0; i < H * n; ++i) q[i] = p.q[b * H * n + i] * p.scale;
@@ -357,18 +403,16 @@ void Factored(const FactoredDecodeParams& p) {
     float* acc = &accs[item * H * per_head];
     std::vector<float> s(H * kTile), dots(H), latent_dots(g), res(n);
     std::vector<float> wbuf(H * kTile), lat(H * kTile);
-    const E* rows[kTile];
     const E* zrows[kTile];
     for (int64_t t = t0; t < t1; t += kTile) {
       const int64_t count = std::min(kTile, t1 - t);
-      for (int64_t i = 0; i < count; ++i) rows[i] = cache + (t + i) * p.row;
       // Shared key: read once per position for all H heads.
       for (int64_t i = 0; i < count; ++i) {
-        MultiDot(q.data(), H, rows[i] + p.k_offset, n, dots.data());
+        MultiDot(q.data(), H, kseq + (t + i) * p.k.stride, n, dots.data());
         for (int64_t h = 0; h < H; ++h) s[h * kTile + i] = dots[h];
       }
       for (int64_t kvh = 0; kvh < p.kv_heads && r > 0; ++kvh) {
-        for (int64_t i = 0; i < count; ++i) zrows[i] = rows[i] + p.zk_offset + kvh * r;
+        for (int64_t i = 0; i < count; ++i) zrows[i] = zkseq + (t + i) * p.zk.stride + kvh * r;
         if (p.up_k_t != nullptr) {
           for (int64_t i = 0; i < count; ++i) {
             // Rebuild B_h z_t, rotate it at position t, dot with the rotated queries.
@@ -408,7 +452,7 @@ void Factored(const FactoredDecodeParams& p) {
       }
       // a · V_shared: four heads per pass over the tile's value rows.
       const E* vrows[kTile];
-      for (int64_t i = 0; i < count; ++i) vrows[i] = rows[i] + p.v_offset;
+      for (int64_t i = 0; i < count; ++i) vrows[i] = vseq + (t + i) * p.v.stride;
       int64_t h = 0;
       for (; h + 4 <= H; h += 4) {
         float* accs4[4] = {acc + h * per_head, acc + (h + 1) * per_head,
@@ -420,7 +464,9 @@ void Factored(const FactoredDecodeParams& p) {
       for (; h < H; ++h) AccumulateRows(acc + h * per_head, &wbuf[h * kTile], vrows, count, n);
       // a · Z_V per head.
       for (int64_t hh = 0; hh < H && r > 0; ++hh) {
-        for (int64_t i = 0; i < count; ++i) zrows[i] = rows[i] + p.zv_offset + (hh / g) * r;
+        for (int64_t i = 0; i < count; ++i) {
+          zrows[i] = zvseq + (t + i) * p.zv.stride + (hh / g) * r;
+        }
         AccumulateRows(acc + hh * per_head + n, &wbuf[hh * kTile], zrows, count, r);
       }
     }

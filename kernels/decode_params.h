@@ -25,12 +25,20 @@ struct MhaDecodeParams {
   float* out = nullptr;      // [B, H, d_h]
 };
 
+// One cached segment: for sequence b and position t its elements start at
+// data + (b·capacity + t)·stride. Separate arrays (stride = width) stream best: each
+// pass of the kernel then reads one contiguous run; an interleaved row layout is
+// expressed with a shared base, offsets and stride = row length.
+struct CacheSegment {
+  const void* data = nullptr;
+  int64_t stride = 0;
+};
+
 // Factored attention over one shared key/value per position plus per-KV-head latents
-// (LRKV), or one shared latent read as both key and value (absorbed MLA). Each
-// sequence's cache is [capacity, row] with, per position, the row
-//   [ k_shared (dim) | v_shared (dim) | z_K (H_kv·rank) | z_V (H_kv·rank) ]
-// (LRKV: dim = d_h; z_K rotated at write time in plane mode), or for MLA the latent
-// alone with k_offset = v_offset = 0, dim = d_c, rank = 0. Scores are
+// (LRKV), or one shared latent read as both key and value (absorbed MLA: k and v are
+// the same segment, dim = d_c, rank = 0). Per position the LRKV cache holds
+//   k_shared (dim), v_shared (dim), z_K (H_kv·rank), z_V (H_kv·rank)
+// (dim = d_h; z_K rotated at write time in plane mode). Scores are
 //   s_h(t) = scale · σ_{kv(h),t} · (q_h · k_shared,t + q_latent,h · z_K,kv(h),t)
 // and the kernel returns a·V_shared and a·Z_V per head; the caller applies B_hⱽ.
 struct FactoredDecodeParams {
@@ -38,10 +46,8 @@ struct FactoredDecodeParams {
   int64_t dim = 0;   // d_h (LRKV) or d_c (MLA)
   int64_t rank = 0;  // r; 0 for MLA
   int64_t length = 0, capacity = 0;
-  int64_t row = 0;                 // elements per position
-  int64_t k_offset = 0, v_offset = 0, zk_offset = 0, zv_offset = 0;
   CacheDType dtype = CacheDType::kF32;
-  const void* cache = nullptr;     // [B, capacity, row]
+  CacheSegment k, v, zk, zv;       // widths dim, dim, H_kv·rank, H_kv·rank
   const float* sigma = nullptr;    // [B, capacity, H_kv] QK-norm scales, or nullptr
   const float* q = nullptr;        // [B, H, dim]
   const float* q_latent = nullptr; // [B, H, rank]

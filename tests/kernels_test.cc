@@ -70,10 +70,11 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref, C
   }
 }
 
-class KernelTest : public ::testing::TestWithParam<bool> {
+// Every implementation this CPU can run: the best one, AVX2, and generic.
+class KernelTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { ForceGenericKernels(GetParam()); }
-  void TearDown() override { ForceGenericKernels(false); }
+  void SetUp() override { ForceKernelIsa(GetParam()); }
+  void TearDown() override { ForceKernelIsa(""); }
 };
 
 TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
@@ -119,9 +120,16 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
                 {1, 4, 2, 16, 16, 1030, true},  {4, 12, 12, 128, 51, 17, false}};
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
-      const int64_t row = 2 * s.dh + 2 * s.hkv * s.r + 3;  // padding: offsets honoured
+      // One interleaved row per position, with padding, so offsets and strides matter.
+      const int64_t row = 2 * s.dh + 2 * s.hkv * s.r + 3;
       const int64_t capacity = s.length + 5;
       const Cache cache = RandomCache(s.b * capacity * row, rng);
+      auto segment = [&](int64_t offset) {
+        return CacheSegment{t == CacheDType::kF32
+                                ? static_cast<const void*>(cache.f32.data() + offset)
+                                : static_cast<const void*>(cache.bf16.data() + offset),
+                            row};
+      };
       const auto sigma = Random(s.b * capacity * s.hkv, rng, 0.3f);
       const auto q = Random(s.b * s.h * s.dh, rng), ql = Random(s.b * s.h * s.r, rng);
       FactoredDecodeParams p;
@@ -132,13 +140,11 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
       p.rank = s.r;
       p.length = s.length;
       p.capacity = capacity;
-      p.row = row;
-      p.k_offset = 1;
-      p.v_offset = 1 + s.dh;
-      p.zk_offset = 2 + 2 * s.dh;
-      p.zv_offset = 3 + 2 * s.dh + s.hkv * s.r;
+      p.k = segment(1);
+      p.v = segment(1 + s.dh);
+      p.zk = segment(2 + 2 * s.dh);
+      p.zv = segment(3 + 2 * s.dh + s.hkv * s.r);
       p.dtype = t;
-      p.cache = cache.data(t);
       p.sigma = s.sigma ? sigma.data() : nullptr;
       p.q = q.data();
       p.q_latent = ql.data();
@@ -167,9 +173,8 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
     p.kv_heads = 1;
     p.dim = dc;
     p.length = p.capacity = length;
-    p.row = dc;
     p.dtype = t;
-    p.cache = cache.data(t);
+    p.k = p.v = {cache.data(t), dc};
     p.q = q.data();
     p.scale = 0.1f;
     std::vector<float> out(2 * h * dc), ref(out.size());
@@ -185,8 +190,10 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
   std::mt19937 rng(3);
   for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
     const int64_t b = 2, h = 8, hkv = 4, dh = 16, r = 5, length = 77;
-    const int64_t row = 2 * dh + 2 * hkv * r;
-    const Cache cache = RandomCache(b * length * row, rng);
+    // Separate arrays per segment (the layout the engines use).
+    const Cache k = RandomCache(b * length * dh, rng), v = RandomCache(b * length * dh, rng),
+                zk = RandomCache(b * length * hkv * r, rng),
+                zv = RandomCache(b * length * hkv * r, rng);
     const auto q = Random(b * h * dh, rng), bt = Random(hkv * r * dh, rng, 0.5f);
     std::vector<float> cos(length * dh / 2), sin(cos.size());
     for (int64_t i = 0; i < length; ++i) {
@@ -203,12 +210,11 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
     p.dim = dh;
     p.rank = r;
     p.length = p.capacity = length;
-    p.row = row;
-    p.v_offset = dh;
-    p.zk_offset = 2 * dh;
-    p.zv_offset = 2 * dh + hkv * r;
+    p.k = {k.data(t), dh};
+    p.v = {v.data(t), dh};
+    p.zk = {zk.data(t), hkv * r};
+    p.zv = {zv.data(t), hkv * r};
     p.dtype = t;
-    p.cache = cache.data(t);
     p.q = q.data();
     p.up_k_t = bt.data();
     p.rope_cos = cos.data();
@@ -239,8 +245,10 @@ TEST_P(KernelTest, BadShapesAreRejected) {
   EXPECT_EQ(FactoredDecode(f).code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, KernelTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "generic" : "native"; });
+INSTANTIATE_TEST_SUITE_P(Isa, KernelTest, ::testing::Values("", "avx2", "generic"),
+                         [](const auto& info) {
+                           return info.param.empty() ? std::string("best") : info.param;
+                         });
 
 }  // namespace
 }  // namespace lrkv::kernels
