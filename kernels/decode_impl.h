@@ -48,6 +48,15 @@ inline Vf VLoad(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 inline void VStore(float* p, Vf v) { _mm512_storeu_ps(p, v); }
+// The first n < 16 lanes (masked: no scalar tails, no reads past the end).
+#define LRKV_KERNEL_MASKED_TAIL 1
+inline __mmask16 Mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
+inline Vf VLoadN(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+inline Vf VLoadN(const uint16_t* p, int64_t n) {
+  const __m256i h = _mm256_maskz_loadu_epi16(Mask(n), p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void VStoreN(float* p, Vf v, int64_t n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
 inline Vf VFma(Vf a, Vf b, Vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vf VAdd(Vf a, Vf b) { return _mm512_add_ps(a, b); }
 inline float VSum(Vf v) { return _mm512_reduce_add_ps(v); }
@@ -129,8 +138,20 @@ inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* o
       a2 = VFma(VLoad(q2 + c), xv, a2);
       a3 = VFma(VLoad(q3 + c), xv, a3);
     }
+    int64_t tail = nv;
+#ifdef LRKV_KERNEL_MASKED_TAIL
+    if (nv < n) {
+      const int64_t m = n - nv;
+      const Vf xv = VLoadN(x + nv, m);
+      a0 = VFma(VLoadN(q0 + nv, m), xv, a0);
+      a1 = VFma(VLoadN(q1 + nv, m), xv, a1);
+      a2 = VFma(VLoadN(q2 + nv, m), xv, a2);
+      a3 = VFma(VLoadN(q3 + nv, m), xv, a3);
+      tail = n;
+    }
+#endif
     float s0 = VSum(a0), s1 = VSum(a1), s2 = VSum(a2), s3 = VSum(a3);
-    for (int64_t c = nv; c < n; ++c) {
+    for (int64_t c = tail; c < n; ++c) {
       const float xv = ToFloat(x[c]);
       s0 += q0[c] * xv;
       s1 += q1[c] * xv;
@@ -151,6 +172,12 @@ inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* o
       a1 = VFma(VLoad(qh + c + kW), VLoad(x + c + kW), a1);
     }
     for (; c + kW <= n; c += kW) a0 = VFma(VLoad(qh + c), VLoad(x + c), a0);
+#ifdef LRKV_KERNEL_MASKED_TAIL
+    if (c < n) {
+      a1 = VFma(VLoadN(qh + c, n - c), VLoadN(x + c, n - c), a1);
+      c = n;
+    }
+#endif
     float s = VSum(VAdd(a0, a1));
     for (; c < n; ++c) s += qh[c] * ToFloat(x[c]);
     out[h] = s;
@@ -182,8 +209,20 @@ inline void DotRows(const float* q, const E* const* rows, int64_t count, int64_t
       a2 = VFma(qv, VLoad(x2 + c), a2);
       a3 = VFma(qv, VLoad(x3 + c), a3);
     }
+    int64_t tail = nv;
+#ifdef LRKV_KERNEL_MASKED_TAIL
+    if (nv < n) {
+      const int64_t m = n - nv;
+      const Vf qv = VLoadN(q + nv, m);
+      a0 = VFma(qv, VLoadN(x0 + nv, m), a0);
+      a1 = VFma(qv, VLoadN(x1 + nv, m), a1);
+      a2 = VFma(qv, VLoadN(x2 + nv, m), a2);
+      a3 = VFma(qv, VLoadN(x3 + nv, m), a3);
+      tail = n;
+    }
+#endif
     float s[4] = {VSum(a0), VSum(a1), VSum(a2), VSum(a3)};
-    for (int64_t c = nv; c < n; ++c) {
+    for (int64_t c = tail; c < n; ++c) {
       s[0] += q[c] * ToFloat(x0[c]);
       s[1] += q[c] * ToFloat(x1[c]);
       s[2] += q[c] * ToFloat(x2[c]);
@@ -206,6 +245,15 @@ inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int
     for (int64_t t = 0; t < count; ++t) a = VFma(VSet(p[t]), VLoad(rows[t] + c), a);
     VStore(acc + c, a);
   }
+#ifdef LRKV_KERNEL_MASKED_TAIL
+  if (c < n) {
+    const int64_t m = n - c;
+    Vf a = VLoadN(acc + c, m);
+    for (int64_t t = 0; t < count; ++t) a = VFma(VSet(p[t]), VLoadN(rows[t] + c, m), a);
+    VStoreN(acc + c, a, m);
+    c = n;
+  }
+#endif
 #endif
   for (; c < n; ++c) {
     float a = acc[c];
