@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/decode_attention.h"
 #include "model/layers.h"
 #include "verify/engines.h"
 
@@ -152,6 +153,7 @@ class LrkvEngine : public DecodeEngine {
 
   at::Tensor Attend(int64_t index, const at::Tensor& q, int64_t pos) override {
     if (options_.materialize) return AttendMaterialized(index, q, pos);
+    if (mode_ == DecodeMode::kPlane) return AttendWithKernel(index, q, pos);
     Layer& L = layers_[index];
     const int64_t n = pos + 1, dh = config_.head_dim;
     const auto qg = Grouped(q);                          // q̂ [B, Hkv, g, dh]
@@ -200,6 +202,49 @@ class LrkvEngine : public DecodeEngine {
     auto pooled = at::einsum("bhgl,blhr->bhgr", {probs, Read(L.zv, n)});
     out = out + at::einsum("bhgr,hdr->bhgd", {pooled, L.v.up}) + L.v.delta.unsqueeze(1);
     return out.reshape(q.sizes());
+  }
+
+  // Plane mode through the fused CPU kernel (kernels/): the shared key and value are
+  // read once per position for all heads, the latents meet the rotated query's plane
+  // coordinates; the kernel returns a·V_s and a·Z_V, and B_hⱽ is applied here.
+  at::Tensor AttendWithKernel(int64_t index, const at::Tensor& q, int64_t pos) {
+    Layer& L = layers_[index];
+    const int64_t b = q.size(0), h = config_.num_heads, hkv = config_.num_kv_heads,
+                  dh = config_.head_dim, r = config_.kv.rank;
+    const auto qr = RotateAt(q, pos).contiguous();  // [B, H, dh]
+    const auto qg = Grouped(qr);
+    const auto idx = L.coords.view({1, hkv, 1, -1}).expand({b, -1, qg.size(2), -1});
+    const auto q_sel = qg.gather(3, idx).reshape({b, h, r}).contiguous();
+    at::Tensor sigma;
+    if (config_.qk_norm) sigma = L.sigma.to(at::kFloat).contiguous();
+    auto out = at::empty({b, h, dh}, at::kFloat);
+    auto out_latent = at::empty({b, h, r}, at::kFloat);
+    kernels::FactoredDecodeParams p;
+    p.batch = b;
+    p.heads = h;
+    p.kv_heads = hkv;
+    p.dim = dh;
+    p.rank = r;
+    p.length = pos + 1;
+    p.capacity = L.ks.size(1);
+    p.dtype = options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
+                                                    : kernels::CacheDType::kF32;
+    p.k = {L.ks.data_ptr(), dh};
+    p.v = {L.vs.data_ptr(), dh};
+    p.zk = {L.zk.data_ptr(), hkv * r};
+    p.zv = {L.zv.data_ptr(), hkv * r};
+    p.sigma = sigma.defined() ? sigma.data_ptr<float>() : nullptr;
+    p.q = qr.data_ptr<float>();
+    p.q_latent = q_sel.data_ptr<float>();
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
+    p.out = out.data_ptr<float>();
+    p.out_latent = out_latent.data_ptr<float>();
+    const absl::Status st = kernels::FactoredDecode(p);
+    TORCH_CHECK(st.ok(), "factored decode kernel: ", std::string(st.message()));
+    auto result = Grouped(out) +
+                  at::einsum("bhgr,hdr->bhgd", {Grouped(out_latent), L.v.up}) +
+                  L.v.delta.unsqueeze(1);
+    return result.reshape(q.sizes());
   }
 
   // Standard attention over per-head keys (normalised, rotated, σ applied) and values
