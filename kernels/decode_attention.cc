@@ -139,18 +139,20 @@ absl::Status MhaDecodeReference(const MhaDecodeParams& p) {
   const int64_t g = p.heads / p.kv_heads, dh = p.head_dim;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
-      const int64_t base = ((b * p.kv_heads + h / g) * p.capacity) * dh;
+      const int64_t base = p.Offset(b, h / g, 0), step = p.Offset(0, 0, 1);
       const float* q = p.q + (b * p.heads + h) * dh;
       std::vector<double> scores(p.length);
       for (int64_t t = 0; t < p.length; ++t) {
         double s = 0;
-        for (int64_t c = 0; c < dh; ++c) s += q[c] * Element(p.k, p.dtype, base + t * dh + c);
+        for (int64_t c = 0; c < dh; ++c) s += q[c] * Element(p.k, p.dtype, base + t * step + c);
         scores[t] = s * p.scale;
       }
       const auto w = Softmax(scores);
       for (int64_t c = 0; c < dh; ++c) {
         double o = 0;
-        for (int64_t t = 0; t < p.length; ++t) o += w[t] * Element(p.v, p.dtype, base + t * dh + c);
+        for (int64_t t = 0; t < p.length; ++t) {
+          o += w[t] * Element(p.v, p.dtype, base + t * step + c);
+        }
         p.out[(b * p.heads + h) * dh + c] = static_cast<float>(o);
       }
     }

@@ -375,8 +375,9 @@ void Mha(const MhaDecodeParams& p) {
     const int64_t pair = item / splits, split = item % splits;
     const int64_t b = pair / p.kv_heads, kvh = pair % p.kv_heads;
     const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
-    const E* k = kbase + pair * p.capacity * dh;
-    const E* v = vbase + pair * p.capacity * dh;
+    const E* k = kbase + p.Offset(b, kvh, 0);
+    const E* v = vbase + p.Offset(b, kvh, 0);
+    const int64_t step = p.Offset(0, 0, 1);  // elements between positions
     // The group's queries, pre-scaled.
     std::vector<float> q(g * dh);
     for (int64_t i = 0; i < g * dh; ++i) q[i] = p.q[(b * p.heads + kvh * g) * dh + i] * p.scale;
@@ -388,8 +389,8 @@ void Mha(const MhaDecodeParams& p) {
     for (int64_t t = t0; t < t1; t += kTile) {
       const int64_t count = std::min(kTile, t1 - t);
       for (int64_t i = 0; i < count; ++i) {
-        krows[i] = k + (t + i) * dh;
-        rows[i] = v + (t + i) * dh;
+        krows[i] = k + (t + i) * step;
+        rows[i] = v + (t + i) * step;
       }
       if (g < 4) {
         // Few heads per KV head: vectorise across positions instead.

@@ -5,18 +5,33 @@
 
 #include <cstdint>
 
+// Callable from CUDA device code as well.
+#ifdef __CUDACC__
+#define LRKV_HOST_DEVICE __host__ __device__
+#else
+#define LRKV_HOST_DEVICE
+#endif
+
 namespace lrkv::kernels {
 
 enum class CacheDType { kF32, kBF16 };
 
 inline int64_t CacheDTypeSize(CacheDType t) { return t == CacheDType::kF32 ? 4 : 2; }
 
-// Standard MHA/GQA attention. K and V caches are [B, H_kv, capacity, d_h]: each
-// (sequence, KV head) streams its positions contiguously.
+// Standard MHA/GQA attention. By default K and V caches are [B, H_kv, capacity, d_h]:
+// each (sequence, KV head) streams its positions contiguously. Position-major caches
+// ([B, capacity, H_kv, d_h], as the decode engines keep them) set `position_major`.
 struct MhaDecodeParams {
   int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 0;
   int64_t length = 0;    // positions to attend over
-  int64_t capacity = 0;  // positions allocated (stride)
+  int64_t capacity = 0;  // positions allocated
+  bool position_major = false;
+
+  // Element offset of position t of KV head `kvh` of sequence b.
+  LRKV_HOST_DEVICE int64_t Offset(int64_t b, int64_t kvh, int64_t t) const {
+    return position_major ? ((b * capacity + t) * kv_heads + kvh) * head_dim
+                          : ((b * kv_heads + kvh) * capacity + t) * head_dim;
+  }
   CacheDType dtype = CacheDType::kF32;
   const void* k = nullptr;
   const void* v = nullptr;

@@ -106,6 +106,13 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
       p.out = ref.data();
       ASSERT_TRUE(MhaDecodeReference(p).ok());
       ExpectClose(out, ref, t, "mha L=" + std::to_string(s.length));
+      // The same buffers read position-major ([B, capacity, H_kv, d_h]).
+      p.position_major = true;
+      p.out = out.data();
+      ASSERT_TRUE(MhaDecode(p).ok());
+      p.out = ref.data();
+      ASSERT_TRUE(MhaDecodeReference(p).ok());
+      ExpectClose(out, ref, t, "mha position-major L=" + std::to_string(s.length));
     }
   }
 }

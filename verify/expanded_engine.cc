@@ -3,6 +3,7 @@
 // materialised per-head projections (the reference for the factored engines).
 #include <cmath>
 
+#include "kernels/decode_attention.h"
 #include "model/layers.h"
 #include "verify/engines.h"
 
@@ -34,6 +35,32 @@ class ExpandedEngine : public DecodeEngine {
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
+    if (options_.materialize) return AttendAten(layer, q, pos);
+    // Through the fused CPU kernel (kernels/), reading the position-major cache.
+    const auto qr = RotateAt(q, pos).contiguous();
+    auto out = at::empty(q.sizes(), at::kFloat);
+    kernels::MhaDecodeParams p;
+    p.batch = q.size(0);
+    p.heads = config_.num_heads;
+    p.kv_heads = config_.num_kv_heads;
+    p.head_dim = config_.head_dim;
+    p.length = pos + 1;
+    p.capacity = k_[layer].size(1);
+    p.position_major = true;
+    p.dtype = options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
+                                                    : kernels::CacheDType::kF32;
+    p.k = k_[layer].data_ptr();
+    p.v = v_[layer].data_ptr();
+    p.q = qr.data_ptr<float>();
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+    p.out = out.data_ptr<float>();
+    const absl::Status st = kernels::MhaDecode(p);
+    TORCH_CHECK(st.ok(), "MHA decode kernel: ", std::string(st.message()));
+    return out;
+  }
+
+  // The same attention with ATen operations (materialize = true).
+  at::Tensor AttendAten(int64_t layer, const at::Tensor& q, int64_t pos) {
     const int64_t n = pos + 1;
     const auto qr = Grouped(RotateAt(q, pos));  // [B, Hkv, g, dh]
     const auto k = Read(k_[layer], n), v = Read(v_[layer], n);  // [B, L, Hkv, dh]

@@ -1,5 +1,6 @@
 // `lrkv bench decode`: decode-step kernels of MHA, budget-matched GQA and MLA, and
 // LRKV, timed interleaved in one run with bytes moved and achieved bandwidth.
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "kernels/decode_bench.h"
+#include "verify/generate_bench.h"
 
 namespace lrkv::cli {
 namespace {
@@ -50,6 +52,22 @@ int RunDecode(DecodeArgs a) {
   return kExitOk;
 }
 
+int RunGenerate(const GenerateBenchOptions& o) {
+  auto rows = RunGenerateBench(o);
+  if (!rows.ok()) return Fail(rows.status());
+  std::printf("decode throughput at context %lld, %lld timed tokens, %s cache\n\n",
+              static_cast<long long>(o.context), static_cast<long long>(o.tokens),
+              o.dtype.c_str());
+  std::printf("%-10s %-12s %12s %10s %14s\n", "model", "engine", "tokens/s", "ms/token",
+              "cache bytes");
+  for (const auto& r : *rows) {
+    std::printf("%-10s %-12s %12.1f %10.3f %14lld\n", r.model.c_str(), r.engine.c_str(),
+                r.tokens_per_second, 1000.0 / r.tokens_per_second,
+                static_cast<long long>(r.cache_bytes));
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddBenchCommands(CLI::App& app, int* exit_code) {
@@ -68,6 +86,17 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--iters", d->bench.iterations, "Timed steps per variant and context");
   cmd->add_option("--json", d->json_path, "Write the results as JSON");
   cmd->callback([d, exit_code] { *exit_code = RunDecode(*d); });
+
+  auto g = std::make_shared<GenerateBenchOptions>();
+  auto* gen = bench->add_subcommand(
+      "generate", "End-to-end decode tokens/s at long context, converted vs source");
+  gen->add_option("--checkpoint", g->checkpoint, "Checkpoint (usually converted)")->required();
+  gen->add_option("--source", g->source, "The source model, timed beside it");
+  gen->add_option("--mode", g->mode, "Factored decode mode: plane | reconstruct | partial");
+  gen->add_option("--context", g->context, "Tokens in the cache before timing");
+  gen->add_option("--tokens", g->tokens, "Timed decode steps");
+  gen->add_option("--dtype", g->dtype, "Cache storage: bf16 | fp32");
+  gen->callback([g, exit_code] { *exit_code = RunGenerate(*g); });
 }
 
 }  // namespace lrkv::cli

@@ -43,8 +43,9 @@ __global__ void MhaSplitKernel(MhaDecodeParams p, int64_t chunk, float* ws_m, fl
   float* m = s + g * kTile;              // [g]
   float* l = m + g;                      // [g]
   float* corr = l + g;                   // [g]
-  const E* k = static_cast<const E*>(p.k) + pair * p.capacity * dh;
-  const E* v = static_cast<const E*>(p.v) + pair * p.capacity * dh;
+  const E* k = static_cast<const E*>(p.k) + p.Offset(b, kvh, 0);
+  const E* v = static_cast<const E*>(p.v) + p.Offset(b, kvh, 0);
+  const int64_t step = p.Offset(0, 0, 1);
   for (int64_t i = threadIdx.x; i < g * dh; i += blockDim.x) {
     q[i] = p.q[(b * p.heads + kvh * g) * dh + i] * p.scale;
   }
@@ -59,8 +60,9 @@ __global__ void MhaSplitKernel(MhaDecodeParams p, int64_t chunk, float* ws_m, fl
   for (int64_t t = t0; t < t1; t += kTile) {
     const int64_t count = min(static_cast<int64_t>(kTile), t1 - t);
     for (int64_t i = threadIdx.x; i < count * dh; i += blockDim.x) {
-      kt[i] = Load(k + t * dh + i);
-      vt[i] = Load(v + t * dh + i);
+      const int64_t row = i / dh, c = i % dh;
+      kt[i] = Load(k + (t + row) * step + c);
+      vt[i] = Load(v + (t + row) * step + c);
     }
     __syncthreads();
     // Scores: one (head, position) pair per thread.

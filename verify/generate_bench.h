@@ -1,0 +1,36 @@
+// `lrkv bench generate`: end-to-end decode throughput of a whole model at long context
+// through the decode engines with real caches: a converted checkpoint's factored engine
+// beside its expanded engine, and the source model when given.
+#ifndef LRKV_VERIFY_GENERATE_BENCH_H_
+#define LRKV_VERIFY_GENERATE_BENCH_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace lrkv {
+
+struct GenerateBenchOptions {
+  std::string checkpoint;  // usually a converted checkpoint
+  std::string source;      // optional: the model it came from
+  std::string mode = "plane";  // factored decode mode for LRKV/MLA checkpoints
+  int64_t context = 2048;  // tokens in the cache before timing
+  int64_t tokens = 32;     // timed decode steps
+  std::string dtype = "bf16";
+};
+
+struct GenerateBenchRow {
+  std::string model;   // "converted" | "source"
+  std::string engine;  // expanded | plane | reconstruct | ...
+  int64_t context = 0, tokens = 0;
+  double seconds = 0, tokens_per_second = 0;
+  int64_t cache_bytes = 0;
+};
+
+absl::StatusOr<std::vector<GenerateBenchRow>> RunGenerateBench(const GenerateBenchOptions& o);
+
+}  // namespace lrkv
+
+#endif  // LRKV_VERIFY_GENERATE_BENCH_H_
