@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/decode_attention_cuda.h"
 #include "kernels/decode_attention.h"
+#include "tests/kernel_test_util.h"
 
 namespace lrkv::kernels {
 namespace {
@@ -51,19 +52,7 @@ std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
 }
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref, bool bf16) {
-  double diff = 0, mx = 0, dot = 0, na = 0, nr = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - ref[i]));
-    mx = std::max(mx, std::abs(static_cast<double>(ref[i])));
-    dot += static_cast<double>(got[i]) * ref[i];
-    na += static_cast<double>(got[i]) * got[i];
-    nr += static_cast<double>(ref[i]) * ref[i];
-  }
-  if (bf16) {
-    EXPECT_LE(1 - dot / std::sqrt(na * nr), 1e-5);
-  } else {
-    EXPECT_LE(diff / mx, 1e-5);
-  }
+  testing::ExpectClose(got, ref, bf16, bf16 ? "bf16" : "fp32");
 }
 
 TEST(DecodeKernels, MhaMatchesTheCpuReference_CUDA) {

@@ -10,25 +10,10 @@
 
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
+#include "tests/kernel_test_util.h"
 
 namespace lrkv::kernels {
 namespace {
-
-struct Errors {
-  double rel = 0, cos = 0;
-};
-
-Errors Compare(const std::vector<float>& a, const std::vector<float>& ref) {
-  double diff = 0, ref_max = 0, dot = 0, na = 0, nr = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - ref[i]));
-    ref_max = std::max(ref_max, std::abs(static_cast<double>(ref[i])));
-    dot += static_cast<double>(a[i]) * ref[i];
-    na += static_cast<double>(a[i]) * a[i];
-    nr += static_cast<double>(ref[i]) * ref[i];
-  }
-  return {ref_max > 0 ? diff / ref_max : diff, 1 - dot / std::sqrt(na * nr)};
-}
 
 // Random cache contents in the requested storage type.
 struct Cache {
@@ -62,12 +47,7 @@ std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1) {
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref, CacheDType t,
                  const std::string& what) {
-  const Errors e = Compare(got, ref);
-  if (t == CacheDType::kF32) {
-    EXPECT_LE(e.rel, 1e-5) << what;
-  } else {
-    EXPECT_LE(e.cos, 1e-5) << what;
-  }
+  testing::ExpectClose(got, ref, t == CacheDType::kBF16, what);
 }
 
 // Every implementation this CPU can run: the best one, AVX2, and generic.

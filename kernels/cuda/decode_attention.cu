@@ -24,6 +24,26 @@ absl::Status FromCuda(cudaError_t e, const char* what) {
   return absl::InternalError(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+// Folds a tile's scores s[h·stride + i] (i < count) into each head's running max m
+// and sum l, turning the scores into weights and leaving each head's rescale factor
+// for its accumulators in corr. One thread per head.
+__device__ void SoftmaxTile(float* s, int64_t stride, int64_t heads, int64_t count, float* m,
+                            float* l, float* corr) {
+  for (int64_t h = threadIdx.x; h < heads; h += blockDim.x) {
+    float mx = m[h];
+    for (int64_t i = 0; i < count; ++i) mx = fmaxf(mx, s[h * stride + i]);
+    float sum = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      const float e = __expf(s[h * stride + i] - mx);
+      s[h * stride + i] = e;
+      sum += e;
+    }
+    corr[h] = __expf(m[h] - mx);
+    l[h] = l[h] * corr[h] + sum;
+    m[h] = mx;
+  }
+}
+
 // Partial result of one (sequence, head, split): running max, sum and accumulators.
 // Workspace layout: m [items], l [items], acc [items, width].
 
@@ -73,19 +93,7 @@ __global__ void MhaSplitKernel(MhaDecodeParams p, int64_t chunk, float* ws_m, fl
       s[h * kTile + i] = dot;
     }
     __syncthreads();
-    for (int64_t h = threadIdx.x; h < g; h += blockDim.x) {
-      float mx = m[h];
-      for (int64_t i = 0; i < count; ++i) mx = fmaxf(mx, s[h * kTile + i]);
-      float sum = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        const float e = __expf(s[h * kTile + i] - mx);
-        s[h * kTile + i] = e;
-        sum += e;
-      }
-      corr[h] = __expf(m[h] - mx);
-      l[h] = l[h] * corr[h] + sum;
-      m[h] = mx;
-    }
+    SoftmaxTile(s, kTile, g, count, m, l, corr);
     __syncthreads();
     for (int64_t j = 0, o = threadIdx.x; o < outputs && j < 8; ++j, o += blockDim.x) {
       const int64_t h = o / dh, c = o % dh;
@@ -164,19 +172,7 @@ __global__ void FactoredSplitKernel(FactoredDecodeParams p, int64_t chunk, int64
       s[h * tile + i] = dot;
     }
     __syncthreads();
-    for (int64_t h = threadIdx.x; h < H; h += blockDim.x) {
-      float mx = m[h];
-      for (int64_t i = 0; i < count; ++i) mx = fmaxf(mx, s[h * tile + i]);
-      float sum = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        const float e = __expf(s[h * tile + i] - mx);
-        s[h * tile + i] = e;
-        sum += e;
-      }
-      corr[h] = __expf(m[h] - mx);
-      l[h] = l[h] * corr[h] + sum;
-      m[h] = mx;
-    }
+    SoftmaxTile(s, tile, H, count, m, l, corr);
     __syncthreads();
     for (int64_t j = 0, o = threadIdx.x; o < outputs && j < 16; ++j, o += blockDim.x) {
       const int64_t h = o / width, c = o % width;
