@@ -334,10 +334,11 @@ inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p, 
   st->m = m;
 }
 
-// Chunks per sequence: enough work items for every thread, chunks of >= 256 positions.
+// Chunks per sequence: about four work items per thread (so that uneven chunks even
+// out under dynamic scheduling), chunks of >= 256 positions.
 inline int64_t SplitsFor(int64_t items, int64_t length) {
   const int64_t threads = omp_get_max_threads();
-  int64_t splits = std::max<int64_t>(1, (2 * threads + items - 1) / items);
+  int64_t splits = std::max<int64_t>(1, (4 * threads + items - 1) / items);
   splits = std::min(splits, std::max<int64_t>(1, length / 256));
   return splits;
 }
@@ -453,8 +454,18 @@ void Factored(const FactoredDecodeParams& p) {
     std::vector<float> s(H * kTile), dots(H), latent_dots(g), res(n);
     std::vector<float> wbuf(H * kTile), lat(H * kTile);
     const E* zrows[kTile];
+    // The latent arrays are read head by head, a short run per position, which the
+    // hardware prefetcher does not follow: fetch them two tiles ahead.
+    auto prefetch = [&](const E* seq, const CacheSegment& seg, int64_t from) {
+      if (seq == nullptr || from >= t1) return;
+      const char* a = reinterpret_cast<const char*>(seq + from * seg.stride);
+      const int64_t bytes = std::min(kTile, t1 - from) * seg.stride * int64_t{sizeof(E)};
+      for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(a + off, 0, 3);
+    };
     for (int64_t t = t0; t < t1; t += kTile) {
       const int64_t count = std::min(kTile, t1 - t);
+      prefetch(zkseq, p.zk, t + 2 * kTile);
+      prefetch(zvseq, p.zv, t + 2 * kTile);
       // Shared key: read once per position for all H heads.
       for (int64_t i = 0; i < count; ++i) {
         MultiDot(q.data(), H, kseq + (t + i) * p.k.stride, n, dots.data());
