@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
+#include "model/perplexity.h"
 #include "model/status_macros.h"
 #include "model/transformer.h"
 
@@ -59,25 +60,15 @@ absl::StatusOr<PerplexityResult> LanguageModel::Perplexity(
   const auto t0 = std::chrono::steady_clock::now();
   PerplexityResult r;
   try {
-    at::NoGradGuard no_grad;
-    for (const auto& doc : docs) {
-      std::vector<int64_t> ids = {tokenizer_.vocab().bos_id};
-      for (int32_t id : tokenizer_.Encode(doc)) ids.push_back(id);
-      if (ids.size() < 2) continue;
-      auto tokens = at::tensor(ids, at::kLong).unsqueeze(0);
-      auto logits = transformer_->Forward(tokens.narrow(1, 0, tokens.size(1) - 1));
-      auto nll = at::cross_entropy_loss(logits[0], tokens[0].narrow(0, 1, ids.size() - 1),
-                                        {}, at::Reduction::Sum);
-      r.total_nll += nll.item<double>();
-      r.tokens += static_cast<int64_t>(ids.size()) - 1;
-      ++r.documents;
-    }
+    ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(*transformer_, tokenizer_, docs));
+    r.documents = stats.documents;
+    r.tokens = stats.tokens;
+    r.total_nll = stats.total_nll;
+    r.mean_nll = stats.mean_nll();
+    r.perplexity = stats.perplexity();
   } catch (const c10::Error& e) {
     return FromTorch(e, "perplexity");
   }
-  if (r.tokens == 0) return absl::InvalidArgumentError("no tokens to evaluate");
-  r.mean_nll = r.total_nll / static_cast<double>(r.tokens);
-  r.perplexity = std::exp(r.mean_nll);
   r.seconds = SecondsSince(t0);
   return r;
 }

@@ -19,12 +19,12 @@ std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
 }
 
 std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) const {
-  auto angles = positions.to(at::kDouble).unsqueeze(1) * inv_freq_.unsqueeze(0);
+  auto angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_;
   auto cos = angles.cos(), sin = angles.sin();
   if (config_.kv.rope_mode == RopeMode::kPartial) {
     const int64_t kept = config_.kv.rope_planes_kept;
-    cos.narrow(1, kept, half_ - kept).fill_(1.0);
-    sin.narrow(1, kept, half_ - kept).fill_(0.0);
+    cos.narrow(-1, kept, half_ - kept).fill_(1.0);
+    sin.narrow(-1, kept, half_ - kept).fill_(0.0);
   }
   return {cos, sin};
 }
@@ -32,9 +32,10 @@ std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) cons
 at::Tensor Rope::Rotate(const at::Tensor& x, const at::Tensor& positions) const {
   const int64_t r = config_.rope_dim;
   if (r == 0) return x;
-  auto [cos_d, sin_d] = Angles(positions);
-  const auto cos = cos_d.to(x.scalar_type()).view({1, -1, 1, half_});
-  const auto sin = sin_d.to(x.scalar_type()).view({1, -1, 1, half_});
+  auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
+  const int64_t b = positions.dim() == 2 ? positions.size(0) : 1;
+  const auto cos = cos_d.to(x.scalar_type()).view({b, -1, 1, half_});
+  const auto sin = sin_d.to(x.scalar_type()).view({b, -1, 1, half_});
   auto rot = x.narrow(-1, 0, r);
   at::Tensor out;
   if (config_.rope_layout == RopeLayout::kAdjacent) {

@@ -16,7 +16,7 @@ class Rope {
  public:
   explicit Rope(const ModelConfig& config);
 
-  // Rotates x [B, T, n, d_h] at positions [T] as the model does.
+  // Rotates x [B, T, n, d_h] at positions [T] (shared by the batch) or [B, T].
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;
 
   // Rotates coordinate pairs (2m, 2m+1) of z [B, T, n, r] at positions [T]; pair m of

@@ -96,8 +96,14 @@ void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
   *k = ApplyRope(kp, positions);
 }
 
+at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s) {
+  auto qpos = at::arange(start, start + t, at::kLong).unsqueeze(1);
+  auto kpos = at::arange(0, s, at::kLong).unsqueeze(0);
+  return kpos > qpos;
+}
+
 at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
-                               const at::Tensor& v, int64_t start) const {
+                               const at::Tensor& v, const at::Tensor& hidden) const {
   const int64_t b = q.size(0), t = q.size(1), h = config_.num_heads,
                 hkv = config_.num_kv_heads, g = h / hkv, dh = config_.head_dim,
                 s = k.size(2);
@@ -106,10 +112,8 @@ at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
   auto kg = k.unsqueeze(2);  // [B, Hkv, 1, S, dh]
   auto vg = v.unsqueeze(2);
   auto scores = at::matmul(qg, kg.transpose(-1, -2)) / std::sqrt(static_cast<double>(dh));
-  auto qpos = at::arange(start, start + t, at::kLong).unsqueeze(1);
-  auto kpos = at::arange(0, s, at::kLong).unsqueeze(0);
-  auto masked = kpos > qpos;  // [T, S]: keys after the query are hidden
-  scores = scores.masked_fill(masked, -std::numeric_limits<float>::infinity());
+  const auto mask = hidden.dim() == 3 ? hidden.view({b, 1, 1, t, s}) : hidden;
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   auto probs = at::softmax(scores, -1);
   auto out = at::matmul(probs, vg);  // [B, Hkv, g, T, dh]
   return out.reshape({b, h, t, dh}).permute({0, 2, 1, 3}).reshape({b, t, h * dh});
@@ -122,7 +126,19 @@ at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) 
 at::Tensor Transformer::Forward(const at::Tensor& tokens,
                                 const AttentionInputObserver& observer) const {
   const int64_t t = tokens.size(1);
-  auto positions = at::arange(0, t, at::kLong);
+  return Run(tokens, at::arange(0, t, at::kLong), CausalMask(0, t, t), observer);
+}
+
+at::Tensor Transformer::ForwardPacked(const at::Tensor& tokens, const at::Tensor& positions,
+                                      const at::Tensor& segments) const {
+  const int64_t t = tokens.size(1);
+  const auto other_segment = segments.unsqueeze(2) != segments.unsqueeze(1);  // [B, T, T]
+  return Run(tokens, positions, CausalMask(0, t, t).unsqueeze(0) | other_segment, nullptr);
+}
+
+at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& positions,
+                            const at::Tensor& hidden,
+                            const AttentionInputObserver& observer) const {
   auto x = at::embedding(weights_.embed, tokens);
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
@@ -130,7 +146,7 @@ at::Tensor Transformer::Forward(const at::Tensor& tokens,
     auto normed = RmsNorm(x, l.attn_norm);
     if (observer) observer(static_cast<int64_t>(i), normed);
     ProjectQkv(l, normed, positions, &q, &k, &v);
-    auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), 0);
+    auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), hidden);
     x = x + at::linear(attn, l.wo);
     x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
   }
@@ -172,7 +188,8 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
     ProjectQkv(l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
     cache.k[i].narrow(2, start, t).copy_(k.permute({0, 2, 1, 3}));
     cache.v[i].narrow(2, start, t).copy_(v.permute({0, 2, 1, 3}));
-    auto attn = Attend(q, cache.k[i].narrow(2, 0, end), cache.v[i].narrow(2, 0, end), start);
+    auto attn = Attend(q, cache.k[i].narrow(2, 0, end), cache.v[i].narrow(2, 0, end),
+                       CausalMask(start, t, end));
     x = x + at::linear(attn, l.wo);
     x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
   }

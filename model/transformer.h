@@ -39,6 +39,11 @@ class Transformer {
   // Logits [B, T, V] for token ids [B, T] at positions 0..T-1 (no cache).
   at::Tensor Forward(const at::Tensor& tokens,
                      const AttentionInputObserver& observer = nullptr) const;
+  // Logits [B, T, V] for packed sequences: token i of row b sits at RoPE position
+  // positions[b][i] and attends only to earlier tokens of the same segment
+  // (segments[b][i]), so documents packed into one row never see each other.
+  at::Tensor ForwardPacked(const at::Tensor& tokens, const at::Tensor& positions,
+                           const at::Tensor& segments) const;
 
   KVCache NewCache(int64_t batch, int64_t capacity) const;
   // Appends token ids [B, T] at positions cache.length.. and returns their logits
@@ -64,10 +69,14 @@ class Transformer {
   // q, k, v [B, T, heads, d_h] for x [B, T, d], after QK-norm and RoPE.
   void ProjectQkv(const LayerWeights& l, const at::Tensor& x, const at::Tensor& positions,
                   at::Tensor* q, at::Tensor* k, at::Tensor* v) const;
-  // Causal attention of q [B, T, H, d_h] (positions start..start+T-1) over
-  // k, v [B, H_kv, S, d_h] (positions 0..S-1); returns [B, T, H*d_h].
+  // Attention of q [B, T, H, d_h] over k, v [B, H_kv, S, d_h]; `hidden` [T, S] or
+  // [B, T, S] is true where a key must not be seen. Returns [B, T, H*d_h].
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    int64_t start) const;
+                    const at::Tensor& hidden) const;
+  // Keys after the query (query positions start..start+T-1, keys 0..S-1): [T, S].
+  static at::Tensor CausalMask(int64_t start, int64_t t, int64_t s);
+  at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
+                 const at::Tensor& hidden, const AttentionInputObserver& observer) const;
   at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) const;
 
   ModelConfig config_;

@@ -12,6 +12,7 @@
 #include "model/checkpoint.h"
 #include "model/language_model.h"
 #include "model/llama_weights.h"
+#include "model/perplexity.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
 #include "model/text_corpus.h"
@@ -28,23 +29,9 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 
 absl::StatusOr<double> Perplexity(const Transformer& model, const Tokenizer& tokenizer,
                                   const std::vector<std::string>& docs, int64_t* tokens) {
-  double nll = 0;
-  int64_t n = 0;
-  at::NoGradGuard no_grad;
-  for (const auto& doc : docs) {
-    std::vector<int64_t> ids = {tokenizer.vocab().bos_id};
-    for (int32_t id : tokenizer.Encode(doc)) ids.push_back(id);
-    if (ids.size() < 2) continue;
-    auto t = at::tensor(ids, at::kLong).unsqueeze(0);
-    auto logits = model.Forward(t.narrow(1, 0, t.size(1) - 1))[0];
-    nll += at::cross_entropy_loss(logits, t[0].narrow(0, 1, t.size(1) - 1), {},
-                                  at::Reduction::Sum)
-               .item<double>();
-    n += t.size(1) - 1;
-  }
-  if (n == 0) return Invalid("evaluation text holds no tokens");
-  *tokens = n;
-  return std::exp(nll / static_cast<double>(n));
+  ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(model, tokenizer, docs));
+  *tokens = stats.tokens;
+  return stats.perplexity();
 }
 
 absl::Status CheckOutputDir(const std::string& out) {

@@ -19,6 +19,7 @@ int Fail(const absl::Status& status);
 void AddModelCommands(CLI::App& app, int* exit_code);    // eval, generate
 void AddSurgeryCommands(CLI::App& app, int* exit_code);  // cache, convert, bench
 void AddVerifyCommands(CLI::App& app, int* exit_code);   // verify
+void AddHealCommands(CLI::App& app, int* exit_code);     // heal
 // After AddSurgeryCommands, which creates `bench`.
 void AddBenchCommands(CLI::App& app, int* exit_code);    // bench decode
 

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   lrkv::cli::AddModelCommands(app, &exit_code);
   lrkv::cli::AddSurgeryCommands(app, &exit_code);
   lrkv::cli::AddVerifyCommands(app, &exit_code);
+  lrkv::cli::AddHealCommands(app, &exit_code);
   lrkv::cli::AddBenchCommands(app, &exit_code);
   lrkv::ConfigureThreads();
   try {

@@ -1,0 +1,115 @@
+// `lrkv heal`: continued training of a converted model (distillation from its source
+// and/or next-token loss), with a progress bar on a TTY and JSON-lines events.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "clients/cli/commands.h"
+#include "train/heal_job.h"
+
+namespace lrkv::cli {
+namespace {
+
+struct HealArgs {
+  HealJobOptions job;
+  std::string trainable = "kv", loss = "kd", data_range = "0:1", eval_range = "0:1";
+  std::string events_path;
+  bool json = false;
+};
+
+int RunHeal(HealArgs a) {
+  auto trainable = ParseTrainableSet(a.trainable);
+  if (!trainable.ok()) return Fail(trainable.status());
+  auto loss = ParseHealLoss(a.loss);
+  if (!loss.ok()) return Fail(loss.status());
+  auto dr = ParseDocumentRange(a.data_range);
+  if (!dr.ok()) return Fail(dr.status());
+  auto er = ParseDocumentRange(a.eval_range);
+  if (!er.ok()) return Fail(er.status());
+  a.job.heal.trainable = *trainable;
+  a.job.heal.loss = *loss;
+  a.job.data_range = *dr;
+  a.job.eval_range = *er;
+  std::ofstream events;
+  if (!a.events_path.empty()) {
+    events.open(a.events_path);
+    if (!events) return Fail(absl::PermissionDeniedError(absl::StrCat(a.events_path, ": cannot write")));
+  }
+  const bool tty = isatty(STDERR_FILENO) && std::getenv("LRKV_NO_PROGRESS") == nullptr;
+  const int64_t total = a.job.heal.steps;
+  auto report = RunHealJob(a.job, [&](const HealEvent& e) {
+    if (events.is_open()) events << e.ToJson().dump() << "\n";
+    if (e.kind == "eval") {
+      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f\n", tty ? "\r\033[K" : "",
+                   static_cast<long long>(e.step), e.eval_loss, e.eval_perplexity);
+    } else if (tty) {
+      const int width = 30, done = static_cast<int>(width * e.step / std::max<int64_t>(1, total));
+      std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0fs", std::string(done, '#').c_str(),
+                   std::string(width - done, '.').c_str(), static_cast<long long>(e.step),
+                   static_cast<long long>(total), e.loss, e.lr, e.wall_seconds);
+    } else if (e.step % 10 == 0 || e.step == total) {
+      std::fprintf(stderr, "step %lld/%lld loss %.4f (kd %.4f, lm %.4f) lr %.2e grad %.3f %.1fs\n",
+                   static_cast<long long>(e.step), static_cast<long long>(total), e.loss,
+                   e.kd_loss, e.lm_loss, e.lr, e.grad_norm, e.wall_seconds);
+    }
+  });
+  if (tty) std::fprintf(stderr, "\n");
+  if (!report.ok()) return Fail(report.status());
+  if (a.json) {
+    std::cout << report->ToJson().dump(2) << "\n";
+  } else {
+    std::printf("healed %s: %lld steps, %lld tokens, %lld trainable parameters, %.1f s\n",
+                a.job.checkpoint.c_str(), static_cast<long long>(report->steps),
+                static_cast<long long>(report->tokens_seen),
+                static_cast<long long>(report->trainable_parameters), report->wall_seconds);
+    if (report->perplexity_before && report->perplexity_after) {
+      std::printf("perplexity on --eval: %.4f -> %.4f", *report->perplexity_before,
+                  *report->perplexity_after);
+      if (report->teacher_perplexity) std::printf(" (teacher %.4f)", *report->teacher_perplexity);
+      std::printf(", %lld tokens\n", static_cast<long long>(report->eval_tokens));
+    }
+    std::printf("written to %s\n", a.job.out_dir.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddHealCommands(CLI::App& app, int* exit_code) {
+  auto h = std::make_shared<HealArgs>();
+  auto* cmd = app.add_subcommand("heal", "Continued training of a converted model");
+  HealOptions& o = h->job.heal;
+  cmd->add_option("--checkpoint", h->job.checkpoint, "Converted checkpoint")->required();
+  cmd->add_option("--teacher", h->job.teacher, "Source model (for kd losses)");
+  cmd->add_option("--data", h->job.data, "Training text, or a .u16/.u32 token file")->required();
+  cmd->add_option("--data-range", h->data_range, "Documents of --data to use, A:B");
+  cmd->add_option("--eval", h->job.eval, "Held-out text");
+  cmd->add_option("--eval-range", h->eval_range, "Documents of --eval to use, A:B");
+  cmd->add_option("--steps", o.steps, "Optimiser steps")->required();
+  cmd->add_option("--batch", o.batch, "Rows per micro-batch");
+  cmd->add_option("--accum", o.grad_accum, "Micro-batches per step");
+  cmd->add_option("--seq-len", h->job.seq_len, "Tokens per row");
+  cmd->add_option("--lr", o.lr, "Peak learning rate");
+  cmd->add_option("--warmup", o.warmup, "Warmup steps");
+  cmd->add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
+  cmd->add_option("--clip", o.clip, "Gradient-norm clip (0: none)");
+  cmd->add_option("--trainable", h->trainable, "kv | attn | all");
+  cmd->add_option("--loss", h->loss, "kd | lm | kd+lm");
+  cmd->add_option("--temperature", o.temperature, "Distillation temperature");
+  cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps");
+  cmd->add_option("--checkpoint-every", o.checkpoint_every, "Trainer checkpoint every N steps");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "Where trainer checkpoints go");
+  cmd->add_option("--resume", h->job.resume, "Resume from a trainer checkpoint folder");
+  cmd->add_option("--seed", o.seed, "Seed of the data order");
+  cmd->add_option("--events", h->events_path, "Write one JSON line per step/eval");
+  cmd->add_option("--out", h->job.out_dir, "Output folder (must not exist)")->required();
+  cmd->add_flag("--json", h->json, "Print the report as JSON");
+  cmd->callback([h, exit_code] { *exit_code = RunHeal(*h); });
+}
+
+}  // namespace lrkv::cli

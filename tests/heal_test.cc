@@ -1,0 +1,188 @@
+// Healing: packed rows keep documents apart, training lowers the loss, a run resumed
+// from a checkpoint repeats the uninterrupted run's losses, and bad inputs fail before
+// training.
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/llama_weights.h"
+#include "model/text_corpus.h"
+#include "model/transformer.h"
+#include "surgery/converter.h"
+#include "tests/model_test_util.h"
+#include "tests/test_paths.h"
+#include "train/healer.h"
+#include "train/token_data.h"
+
+namespace lrkv {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct HealSetup {
+  ModelConfig source_config, config;
+  LlamaWeights source, converted;
+  Tokenizer tokenizer;
+  std::vector<std::string> docs;
+};
+
+HealSetup Stories() {
+  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
+  EXPECT_TRUE(ckpt.ok());
+  auto w = LoadLlamaWeights(**ckpt);
+  EXPECT_TRUE(w.ok());
+  ConversionOptions o;
+  o.rank = 2;
+  auto m = ConvertModel((*ckpt)->config(), *w, o, nullptr, nullptr);
+  EXPECT_TRUE(m.ok());
+  auto docs = ReadDocuments(testing::StoriesTextPath());
+  EXPECT_TRUE(docs.ok());
+  return {(*ckpt)->config(), m->config, *w, m->weights, *(*ckpt)->tokenizer(), *docs};
+}
+
+// A deep copy, so that runs never share trained tensors.
+LlamaWeights Clone(const ModelConfig& c, const LlamaWeights& w) {
+  LlamaWeights out = w;
+  out.embed = w.embed.clone();
+  out.final_norm = w.final_norm.clone();
+  out.lm_head = c.tie_word_embeddings ? out.embed : w.lm_head.clone();
+  for (auto& l : out.layers) {
+    for (at::Tensor* t : {&l.attn_norm, &l.wq, &l.wo, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv,
+                          &l.q_norm, &l.k_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down,
+                          &l.kv_down, &l.k_up, &l.v_up, &l.k_lr.shared, &l.k_lr.shared_bias,
+                          &l.k_lr.down, &l.k_lr.up, &l.k_lr.head_bias, &l.v_lr.shared,
+                          &l.v_lr.shared_bias, &l.v_lr.down, &l.v_lr.up, &l.v_lr.head_bias}) {
+      if (t->defined()) *t = t->clone();
+    }
+  }
+  return out;
+}
+
+TEST(TokenData, PackedRowsKeepDocumentsApart) {
+  const HealSetup s = Stories();
+  std::vector<std::string> short_docs;  // three stories that fit one 1024-token row
+  for (const auto& d : s.docs) {
+    if (s.tokenizer.Encode(d).size() < 300 && short_docs.size() < 3) short_docs.push_back(d);
+  }
+  ASSERT_EQ(short_docs.size(), 3u);
+  auto data = TokenDataset::FromDocuments(short_docs, s.tokenizer, 1024);
+  ASSERT_TRUE(data.ok()) << data.status();
+  const PackedRow& row = data->row(0);
+  ASSERT_EQ(row.segments[0], 0);
+  // The full forward of the packed row equals each document's own forward.
+  auto t = Transformer::Create(s.source_config, s.source);
+  ASSERT_TRUE(t.ok());
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> tok(row.tokens.begin(), row.tokens.end() - 1),
+      pos(row.positions.begin(), row.positions.end() - 1),
+      seg(row.segments.begin(), row.segments.end() - 1);
+  auto packed = (*t)->ForwardPacked(at::tensor(tok).unsqueeze(0), at::tensor(pos).unsqueeze(0),
+                                    at::tensor(seg).unsqueeze(0))[0];
+  int64_t start = 0;
+  int checked = 0;
+  while (start < static_cast<int64_t>(seg.size()) && seg[start] >= 0) {
+    int64_t end = start;
+    while (end < static_cast<int64_t>(seg.size()) && seg[end] == seg[start]) ++end;
+    std::vector<int64_t> doc(tok.begin() + start, tok.begin() + end);
+    auto alone = (*t)->Forward(at::tensor(doc).unsqueeze(0))[0];
+    EXPECT_LE(testing::MaxRelError(packed.narrow(0, start, end - start), alone), 1e-5);
+    start = end;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 3);  // the three documents shared the row
+}
+
+TEST(TokenData, RejectsEmptyDataAndShortRows) {
+  const HealSetup s = Stories();
+  EXPECT_EQ(TokenDataset::FromDocuments({}, s.tokenizer, 64).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TokenDataset::FromDocuments(s.docs, s.tokenizer, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+HealOptions SmallRun() {
+  HealOptions o;
+  o.steps = 40;
+  o.batch = 4;
+  o.lr = 2e-3;
+  o.warmup = 4;
+  o.eval_every = 0;
+  return o;
+}
+
+std::vector<double> Losses(Healer& h, int64_t stop_at = -1) {
+  std::vector<double> losses;
+  EXPECT_TRUE(h.Run([&](const HealEvent& e) {
+                 if (e.kind == "step") losses.push_back(e.loss);
+               },
+               stop_at)
+                  .ok());
+  return losses;
+}
+
+TEST(Healer, ResumedRunRepeatsTheUninterruptedLosses) {
+  const HealSetup s = Stories();
+  auto data = TokenDataset::FromDocuments(
+      std::vector<std::string>(s.docs.begin(), s.docs.begin() + 40), s.tokenizer, 128);
+  ASSERT_TRUE(data.ok());
+  auto make = [&] {
+    auto h = Healer::Create(s.config, Clone(s.config, s.converted),
+                            std::make_pair(s.source_config, s.source), *data, std::nullopt,
+                            SmallRun());
+    EXPECT_TRUE(h.ok()) << h.status();
+    return std::move(*h);
+  };
+  auto straight = make();
+  const auto full = Losses(*straight);
+  ASSERT_EQ(full.size(), 40u);
+  EXPECT_LT(full.back(), 0.7 * full.front());  // healing lowers the distillation loss
+  const auto dir = testing::FreshTempDir("heal_resume");
+  auto first = make();
+  auto head = Losses(*first, 20);
+  ASSERT_TRUE(first->SaveCheckpoint(dir.string()).ok());
+  auto second = make();
+  ASSERT_TRUE(second->LoadCheckpoint(dir.string()).ok());
+  EXPECT_EQ(second->step(), 20);
+  auto tail = Losses(*second);
+  head.insert(head.end(), tail.begin(), tail.end());
+  ASSERT_EQ(head.size(), full.size());
+  for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(head[i], full[i], 1e-5) << i;
+}
+
+TEST(Healer, BadInputsFailBeforeTraining) {
+  const HealSetup s = Stories();
+  auto data = TokenDataset::FromDocuments({s.docs[0], s.docs[1]}, s.tokenizer, 64);
+  ASSERT_TRUE(data.ok());
+  // A teacher with another vocabulary.
+  ModelConfig other = s.source_config;
+  other.vocab_size = 600;
+  auto h = Healer::Create(s.config, Clone(s.config, s.converted),
+                          std::make_pair(other, RandomLlamaWeights(other, 1)), *data,
+                          std::nullopt, SmallRun());
+  EXPECT_EQ(h.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("vocabulary"));
+  // A teacher with another layer count.
+  other = s.source_config;
+  other.num_layers = 3;
+  h = Healer::Create(s.config, Clone(s.config, s.converted),
+                     std::make_pair(other, RandomLlamaWeights(other, 1)), *data, std::nullopt,
+                     SmallRun());
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("layers"));
+  // Distillation without a teacher; rows longer than the model's context.
+  h = Healer::Create(s.config, Clone(s.config, s.converted), std::nullopt, *data, std::nullopt,
+                     SmallRun());
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("teacher"));
+  auto long_rows = TokenDataset::FromDocuments({s.docs[0]}, s.tokenizer, 4096);
+  ASSERT_TRUE(long_rows.ok());
+  h = Healer::Create(s.config, Clone(s.config, s.converted),
+                     std::make_pair(s.source_config, s.source), *long_rows, std::nullopt,
+                     SmallRun());
+  EXPECT_THAT(std::string(h.status().message()), HasSubstr("exceeds the model's context"));
+  HealOptions bad = SmallRun();
+  bad.lr = 0;
+  EXPECT_EQ(bad.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lrkv

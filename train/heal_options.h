@@ -1,0 +1,67 @@
+// Options and progress events of healing (no LibTorch; the CLI and the service use them).
+#ifndef LRKV_TRAIN_HEAL_OPTIONS_H_
+#define LRKV_TRAIN_HEAL_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv {
+
+enum class TrainableSet { kKv, kAttn, kAll };
+enum class HealLoss { kKd, kLm, kKdLm };
+absl::StatusOr<TrainableSet> ParseTrainableSet(const std::string& name);
+absl::StatusOr<HealLoss> ParseHealLoss(const std::string& name);
+
+struct HealOptions {
+  /// Optimiser steps.
+  int64_t steps = 100;
+  /// Rows (of seq_len tokens) per micro-batch, and micro-batches per step.
+  int64_t batch = 8;
+  int64_t grad_accum = 1;
+  /// Peak learning rate, reached after `warmup` steps, then cosine decay to
+  /// lr · min_lr_ratio at the last step.
+  double lr = 1e-3;
+  int64_t warmup = 10;
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.0;
+  /// Global gradient-norm clip (0: none).
+  double clip = 1.0;
+  HealLoss loss = HealLoss::kKd;
+  /// Distillation temperature and the weights of the two losses in kd+lm.
+  double temperature = 1.0;
+  double kd_weight = 1.0;
+  double lm_weight = 1.0;
+  /// kv: converted K/V parameters only; attn: every attention parameter; all.
+  TrainableSet trainable = TrainableSet::kKv;
+  /// Evaluate every N steps (0: only at the end), on at most eval_rows rows.
+  int64_t eval_every = 50;
+  int64_t eval_rows = 64;
+  /// Write a checkpoint to checkpoint_dir every N steps (0: never).
+  int64_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  /// Seeds the order in which rows are visited (the only randomness).
+  uint64_t seed = 1;
+
+  // InvalidArgument naming the option and its valid range.
+  absl::Status Validate() const;
+};
+
+// One step or evaluation, as the service stores loss curves.
+struct HealEvent {
+  std::string kind;  // "step" | "eval"
+  int64_t step = 0;
+  int64_t tokens_seen = 0;
+  double loss = 0, kd_loss = 0, lm_loss = 0;
+  double lr = 0, grad_norm = 0;
+  double eval_loss = 0, eval_perplexity = 0;
+  double wall_seconds = 0;
+  nlohmann::json ToJson() const;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_TRAIN_HEAL_OPTIONS_H_

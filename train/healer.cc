@@ -1,0 +1,358 @@
+// Healing by distillation and next-token loss (see healer.h).
+#include "train/healer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "model/safetensors.h"
+#include "model/status_macros.h"
+#include "model/transformer.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+// The tensors `set` trains, in a fixed order (checkpoints rely on it).
+std::vector<at::Tensor*> TrainableTensors(LlamaWeights& w, TrainableSet set) {
+  std::vector<at::Tensor*> out;
+  auto add = [&](at::Tensor& t) {
+    if (t.defined() && t.numel() > 0) out.push_back(&t);
+  };
+  for (auto& l : w.layers) {
+    for (LowRankProjection* p : {&l.k_lr, &l.v_lr}) {
+      add(p->shared);
+      add(p->shared_bias);
+      add(p->down);
+      add(p->up);
+      add(p->head_bias);
+    }
+    for (at::Tensor* t : {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up}) add(*t);
+    if (set == TrainableSet::kKv) continue;
+    for (at::Tensor* t : {&l.wq, &l.bq, &l.wo, &l.q_norm, &l.k_norm}) add(*t);
+    if (set == TrainableSet::kAttn) continue;
+    for (at::Tensor* t : {&l.attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) add(*t);
+  }
+  if (set == TrainableSet::kAll) {
+    add(w.embed);
+    add(w.final_norm);
+    if (!w.lm_head.is_same(w.embed)) add(w.lm_head);
+  }
+  return out;
+}
+
+struct Batch {
+  at::Tensor inputs, targets, positions, segments, predict;  // [B, T] each
+};
+
+Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows) {
+  const int64_t b = static_cast<int64_t>(rows.size()), t = data.seq_len();
+  auto tokens = at::empty({b, t + 1}, at::kLong), pos = at::empty({b, t + 1}, at::kLong),
+       seg = at::empty({b, t + 1}, at::kLong);
+  auto ta = tokens.accessor<int64_t, 2>(), pa = pos.accessor<int64_t, 2>(),
+       sa = seg.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < b; ++i) {
+    const PackedRow& r = data.row(rows[i]);
+    for (int64_t j = 0; j <= t; ++j) {
+      ta[i][j] = r.tokens[j];
+      pa[i][j] = r.positions[j];
+      sa[i][j] = r.segments[j];
+    }
+  }
+  Batch batch;
+  batch.inputs = tokens.narrow(1, 0, t);
+  batch.targets = tokens.narrow(1, 1, t);
+  batch.positions = pos.narrow(1, 0, t);
+  batch.segments = seg.narrow(1, 0, t);
+  // A target is predicted when it continues the same (non-padding) segment.
+  batch.predict = (seg.narrow(1, 1, t) == batch.segments) & (batch.segments >= 0);
+  return batch;
+}
+
+}  // namespace
+
+struct Healer::State {
+  ModelConfig config;
+  LlamaWeights weights;
+  std::unique_ptr<Transformer> student;  // shares tensors with `weights`
+  std::unique_ptr<Transformer> teacher;
+  TokenDataset train;
+  std::optional<TokenDataset> eval;
+  HealOptions options;
+  std::vector<at::Tensor> params;
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  int64_t step = 0;
+  int64_t position = 0;  // rows consumed
+  int64_t tokens_seen = 0;
+
+  // Row `i` of the visiting order: each epoch is a seeded permutation.
+  int64_t RowAt(int64_t i) const {
+    const int64_t n = train.rows(), epoch = i / n;
+    std::vector<int64_t> order(n);
+    for (int64_t k = 0; k < n; ++k) order[k] = k;
+    std::mt19937_64 rng(options.seed * 1000003 + static_cast<uint64_t>(epoch));
+    std::shuffle(order.begin(), order.end(), rng);
+    return order[i % n];
+  }
+
+  double LearningRate(int64_t s) const {
+    const HealOptions& o = options;
+    if (o.warmup > 0 && s < o.warmup) return o.lr * static_cast<double>(s + 1) / o.warmup;
+    const double span = std::max<int64_t>(1, o.steps - o.warmup);
+    const double progress = std::min(1.0, static_cast<double>(s - o.warmup) / span);
+    const double cosine = 0.5 * (1 + std::cos(M_PI * progress));
+    return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * cosine);
+  }
+};
+
+Healer::Healer(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Healer::~Healer() = default;
+
+int64_t Healer::step() const { return s_->step; }
+const LlamaWeights& Healer::weights() const { return s_->weights; }
+const ModelConfig& Healer::config() const { return s_->config; }
+int64_t Healer::trainable_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : s_->params) n += p.numel();
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
+    const ModelConfig& student_config, LlamaWeights student,
+    std::optional<std::pair<ModelConfig, LlamaWeights>> teacher, TokenDataset train,
+    std::optional<TokenDataset> eval, HealOptions options) {
+  RETURN_IF_ERROR(options.Validate());
+  if (options.loss != HealLoss::kLm && !teacher) {
+    return Invalid("the kd losses need a teacher (--teacher)");
+  }
+  if (teacher) {
+    const ModelConfig& t = teacher->first;
+    if (t.vocab_size != student_config.vocab_size) {
+      return Invalid(absl::StrCat("teacher vocabulary (", t.vocab_size,
+                                  ") differs from the student's (", student_config.vocab_size,
+                                  ")"));
+    }
+    if (t.num_layers != student_config.num_layers || t.hidden_size != student_config.hidden_size) {
+      return Invalid(absl::StrCat("teacher has ", t.num_layers, " layers of width ",
+                                  t.hidden_size, "; the student ", student_config.num_layers,
+                                  " of width ", student_config.hidden_size,
+                                  ": distill from the model it was converted from"));
+    }
+  }
+  if (train.seq_len() > student_config.max_position_embeddings) {
+    return Invalid(absl::StrCat("--seq-len ", train.seq_len(), " exceeds the model's context of ",
+                                student_config.max_position_embeddings));
+  }
+  auto s = std::make_unique<State>();
+  s->config = student_config;
+  s->weights = std::move(student);
+  s->train = std::move(train);
+  s->eval = std::move(eval);
+  s->options = options;
+  try {
+    for (at::Tensor* t : TrainableTensors(s->weights, options.trainable)) {
+      t->requires_grad_(true);
+      s->params.push_back(*t);
+    }
+    if (s->params.empty()) return Invalid("no trainable parameters in this set");
+    ASSIGN_OR_RETURN(s->student, Transformer::Create(s->config, s->weights));
+    if (teacher) {
+      ASSIGN_OR_RETURN(s->teacher,
+                       Transformer::Create(teacher->first, std::move(teacher->second)));
+    }
+    s->optimizer = std::make_unique<torch::optim::AdamW>(
+        s->params,
+        torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(e.what_without_backtrace());
+  }
+  return std::unique_ptr<Healer>(new Healer(std::move(s)));
+}
+
+absl::StatusOr<double> Healer::EvalLoss(const TokenDataset& data) const {
+  at::NoGradGuard no_grad;
+  double total = 0;
+  int64_t count = 0;
+  const int64_t rows = std::min(data.rows(), s_->options.eval_rows);
+  for (int64_t start = 0; start < rows; start += s_->options.batch) {
+    std::vector<int64_t> ids;
+    for (int64_t i = start; i < std::min(rows, start + s_->options.batch); ++i) ids.push_back(i);
+    const Batch b = MakeBatch(data, ids);
+    auto logits = s_->student->ForwardPacked(b.inputs, b.positions, b.segments);
+    auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                      b.targets.reshape({-1}), {}, at::Reduction::None);
+    const auto mask = b.predict.reshape({-1}).to(at::kFloat);
+    total += (nll * mask).sum().item<double>();
+    count += mask.sum().item<int64_t>();
+  }
+  if (count == 0) return Invalid("evaluation data holds no tokens to predict");
+  return total / static_cast<double>(count);
+}
+
+absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
+                         int64_t stop_at) {
+  State& s = *s_;
+  const HealOptions& o = s.options;
+  const int64_t last = stop_at >= 0 ? std::min(stop_at, o.steps) : o.steps;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto wall = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  try {
+    while (s.step < last) {
+      const double lr = s.LearningRate(s.step);
+      for (auto& group : s.optimizer->param_groups()) {
+        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+      }
+      s.optimizer->zero_grad();
+      double loss_sum = 0, kd_sum = 0, lm_sum = 0;
+      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        std::vector<int64_t> ids;
+        for (int64_t i = 0; i < o.batch; ++i) ids.push_back(s.RowAt(s.position++));
+        const Batch b = MakeBatch(s.train, ids);
+        const auto mask = b.predict.to(at::kFloat);
+        const double predicted = std::max(1.0, mask.sum().item<double>());
+        auto logits = s.student->ForwardPacked(b.inputs, b.positions, b.segments);
+        at::Tensor loss = at::zeros({}, at::kFloat);
+        if (o.loss != HealLoss::kKd) {
+          auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                                            b.targets.reshape({-1}), {}, at::Reduction::None)
+                         .view(mask.sizes());
+          auto lm = (nll * mask).sum() / predicted;
+          lm_sum += lm.item<double>();
+          loss = loss + (o.loss == HealLoss::kKdLm ? o.lm_weight : 1.0) * lm;
+        }
+        if (o.loss != HealLoss::kLm) {
+          at::Tensor teacher_logp;
+          {
+            at::NoGradGuard no_grad;
+            teacher_logp = at::log_softmax(
+                s.teacher->ForwardPacked(b.inputs, b.positions, b.segments) / o.temperature, -1);
+          }
+          auto student_logp = at::log_softmax(logits / o.temperature, -1);
+          auto kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1);
+          auto kd = (kl * mask).sum() / predicted * (o.temperature * o.temperature);
+          kd_sum += kd.item<double>();
+          loss = loss + (o.loss == HealLoss::kKdLm ? o.kd_weight : 1.0) * kd;
+        }
+        loss_sum += loss.item<double>();
+        (loss / static_cast<double>(o.grad_accum)).backward();
+        s.tokens_seen += static_cast<int64_t>(predicted);
+      }
+      double grad_norm = 0;
+      if (o.clip > 0) {
+        grad_norm = torch::nn::utils::clip_grad_norm_(s.params, o.clip);
+      } else {
+        for (const auto& p : s.params) {
+          if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
+        }
+        grad_norm = std::sqrt(grad_norm);
+      }
+      s.optimizer->step();
+      ++s.step;
+      HealEvent ev;
+      ev.kind = "step";
+      ev.step = s.step;
+      ev.tokens_seen = s.tokens_seen;
+      ev.loss = loss_sum / o.grad_accum;
+      ev.kd_loss = kd_sum / o.grad_accum;
+      ev.lm_loss = lm_sum / o.grad_accum;
+      ev.lr = lr;
+      ev.grad_norm = grad_norm;
+      ev.wall_seconds = wall();
+      if (on_event) on_event(ev);
+      if (s.eval && ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps)) {
+        ASSIGN_OR_RETURN(double eval_loss, EvalLoss(*s.eval));
+        HealEvent e;
+        e.kind = "eval";
+        e.step = s.step;
+        e.tokens_seen = s.tokens_seen;
+        e.eval_loss = eval_loss;
+        e.eval_perplexity = std::exp(eval_loss);
+        e.wall_seconds = wall();
+        if (on_event) on_event(e);
+      }
+      if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0) {
+        RETURN_IF_ERROR(SaveCheckpoint(o.checkpoint_dir));
+      }
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("healing failed: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
+  try {
+    // Written under temporary names, then renamed, so a crash leaves the last one whole.
+    torch::serialize::OutputArchive params;
+    for (size_t i = 0; i < s_->params.size(); ++i) {
+      params.write(absl::StrCat("p", i), s_->params[i].detach());
+    }
+    params.save_to((fs::path(dir) / "params.pt.tmp").string());
+    torch::save(*s_->optimizer, (fs::path(dir) / "optimizer.pt.tmp").string());
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(dir, ": ", e.what_without_backtrace()));
+  }
+  nlohmann::json state = {{"step", s_->step},
+                          {"position", s_->position},
+                          {"tokens_seen", s_->tokens_seen},
+                          {"seed", s_->options.seed},
+                          {"parameters", s_->params.size()}};
+  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "state.json").string() + ".tmp",
+                                      state.dump(2) + "\n"));
+  for (const char* f : {"params.pt", "optimizer.pt", "state.json"}) {
+    fs::rename(fs::path(dir) / (std::string(f) + ".tmp"), fs::path(dir) / f, ec);
+    if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Healer::LoadCheckpoint(const std::string& dir) {
+  const fs::path state_path = fs::path(dir) / "state.json";
+  std::ifstream in(state_path);
+  if (!in) return absl::NotFoundError(absl::StrCat(state_path.string(), ": no checkpoint"));
+  nlohmann::json state;
+  try {
+    in >> state;
+    if (state.at("parameters").get<size_t>() != s_->params.size() ||
+        state.at("seed").get<uint64_t>() != s_->options.seed) {
+      return Invalid(absl::StrCat(dir, ": checkpoint was written for another trainable set "
+                                       "or seed"));
+    }
+    torch::serialize::InputArchive params;
+    params.load_from((fs::path(dir) / "params.pt").string());
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < s_->params.size(); ++i) {
+      at::Tensor t;
+      params.read(absl::StrCat("p", i), t);
+      if (!t.sizes().equals(s_->params[i].sizes())) {
+        return Invalid(absl::StrCat(dir, ": parameter ", i, " has the wrong shape"));
+      }
+      s_->params[i].copy_(t);
+    }
+    torch::load(*s_->optimizer, (fs::path(dir) / "optimizer.pt").string());
+    s_->step = state.at("step").get<int64_t>();
+    s_->position = state.at("position").get<int64_t>();
+    s_->tokens_seen = state.at("tokens_seen").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return Invalid(absl::StrCat(state_path.string(), ": ", e.what()));
+  } catch (const c10::Error& e) {
+    return Invalid(absl::StrCat(dir, ": ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lrkv
