@@ -1,7 +1,9 @@
 // Healing: packed rows keep documents apart, training lowers the loss, a run resumed
 // from a checkpoint repeats the uninterrupted run's losses, and bad inputs fail before
 // training.
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,6 +11,7 @@
 #include "model/llama_weights.h"
 #include "model/text_corpus.h"
 #include "model/transformer.h"
+#include "nlohmann/json.hpp"
 #include "surgery/converter.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
@@ -182,6 +185,54 @@ TEST(Healer, BadInputsFailBeforeTraining) {
   HealOptions bad = SmallRun();
   bad.lr = 0;
   EXPECT_EQ(bad.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lrkv
+
+namespace lrkv {
+namespace {
+
+std::vector<double> StepLosses(const std::string& events_path) {
+  std::ifstream in(events_path);
+  std::vector<double> losses;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "step") losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+// Data-parallel healing over loopback (Gloo): two processes, each with half of every
+// global batch, follow the one-process loss curve.
+TEST(HealCli, TwoProcessesFollowTheOneProcessCurve) {
+  const auto dir = testing::FreshTempDir("heal_cli");
+  const std::string lrkv = LRKV_BIN, model = testing::StoriesModelPath(),
+                    text = testing::StoriesTextPath();
+  const std::string conv = (dir / "conv").string();
+  ASSERT_EQ(std::system((lrkv + " convert --checkpoint " + model +
+                         " --variant lrkv --rank 2 --out " + conv + " > /dev/null")
+                            .c_str()),
+            0);
+  const std::string common = " heal --checkpoint " + conv + " --teacher " + model +
+                             " --data " + text +
+                             " --data-range 0:0.3 --steps 8 --warmup 2 --batch 4 --seq-len "
+                             "128 --eval-every 0 ";
+  ASSERT_EQ(std::system((lrkv + common + "--events " + (dir / "one.jsonl").string() +
+                         " --out " + (dir / "one").string() + " > /dev/null 2>&1")
+                            .c_str()),
+            0);
+  ASSERT_EQ(std::system((lrkv + common + "--nproc 2 --events " + (dir / "two.jsonl").string() +
+                         " --out " + (dir / "two").string() + " > /dev/null 2>&1")
+                            .c_str()),
+            0);
+  const auto one = StepLosses((dir / "one.jsonl").string());
+  const auto two = StepLosses((dir / "two.jsonl").string());
+  ASSERT_EQ(one.size(), 8u);
+  ASSERT_EQ(two.size(), 8u);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(two[i], one[i], 1e-5 * one[i]) << i;
+  EXPECT_TRUE(std::filesystem::exists(dir / "two" / "model.safetensors"));
 }
 
 }  // namespace

@@ -42,9 +42,11 @@ absl::StatusOr<TokenDataset> LoadData(const std::string& path, const DocumentRan
 absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                                const std::function<void(const HealEvent&)>& on_event) {
   RETURN_IF_ERROR(o.heal.Validate());
+  RETURN_IF_ERROR(o.distributed.Validate(o.heal.batch));
+  const bool lead = o.distributed.rank == 0;
   if (o.out_dir.empty()) return Invalid("--out is required");
   std::error_code ec;
-  if (fs::exists(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec)) {
+  if (lead && fs::exists(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec)) {
     return Invalid(absl::StrCat(o.out_dir, ": output folder exists and is not empty"));
   }
   if (o.seq_len < 2) return Invalid(absl::StrCat("--seq-len ", o.seq_len, " must be >= 2"));
@@ -78,6 +80,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   HealReport report;
   report.checkpoint = o.checkpoint;
   report.teacher = o.teacher;
+  if (!lead) eval_docs.clear();  // only rank 0 measures and writes
   if (!eval_docs.empty()) {
     ASSIGN_OR_RETURN(auto before, Transformer::Create(config, weights));
     ASSIGN_OR_RETURN(auto stats, MeasurePerplexity(*before, tok, eval_docs));
@@ -90,7 +93,8 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
     }
   }
   ASSIGN_OR_RETURN(auto healer, Healer::Create(config, std::move(weights), std::move(teacher),
-                                               std::move(train), std::move(eval), o.heal));
+                                               std::move(train), std::move(eval), o.heal,
+                                               o.distributed));
   report.trainable_parameters = healer->trainable_parameters();
   if (!o.resume.empty()) RETURN_IF_ERROR(healer->LoadCheckpoint(o.resume));
   const auto t0 = std::chrono::steady_clock::now();
@@ -107,6 +111,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
     ASSIGN_OR_RETURN(auto stats, MeasurePerplexity(*after, tok, eval_docs));
     report.perplexity_after = stats.perplexity();
   }
+  if (!lead) return report;
   // The healed checkpoint, written whole into a temporary folder and renamed.
   const fs::path out = fs::absolute(o.out_dir);
   const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial");

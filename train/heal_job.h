@@ -29,6 +29,8 @@ struct HealJobOptions {
   HealOptions heal;
   /// Resume from this trainer checkpoint folder (see checkpoint_every).
   std::string resume;
+  /// This process's place in a data-parallel run; only rank 0 evaluates and writes.
+  DistributedOptions distributed;
   std::string out_dir;
 };
 

@@ -43,6 +43,21 @@ absl::Status HealOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status DistributedOptions::Validate(int64_t batch) const {
+  if (world_size < 1 || world_size > 1024 || rank < 0 || rank >= world_size) {
+    return Invalid(absl::StrCat("--rank ", rank, " must lie in [0, --world-size ", world_size,
+                                ") and the world size in [1, 1024]"));
+  }
+  if (batch % world_size != 0) {
+    return Invalid(absl::StrCat("--batch ", batch, " must be a multiple of the world size ",
+                                world_size, " (each process takes an equal share)"));
+  }
+  if (master_port < 1 || master_port > 65535) {
+    return Invalid(absl::StrCat("--master-port ", master_port, " must lie in [1, 65535]"));
+  }
+  return absl::OkStatus();
+}
+
 nlohmann::json HealEvent::ToJson() const {
   nlohmann::json j = {{"kind", kind}, {"step", step}, {"tokens_seen", tokens_seen},
                       {"wall_seconds", wall_seconds}};

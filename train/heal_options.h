@@ -50,6 +50,17 @@ struct HealOptions {
   absl::Status Validate() const;
 };
 
+// Data-parallel training across processes (c10d ProcessGroupGloo with a TCPStore
+// rendezvous): each rank computes its share of every global batch and gradients are
+// all-reduced, so the run follows the one-process run with the same global batch.
+struct DistributedOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  absl::Status Validate(int64_t batch) const;
+};
+
 // One step or evaluation, as the service stores loss curves.
 struct HealEvent {
   std::string kind;  // "step" | "eval"

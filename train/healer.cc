@@ -1,6 +1,8 @@
 // Healing by distillation and next-token loss (see healer.h).
 #include "train/healer.h"
 
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -93,6 +95,24 @@ struct Healer::State {
   int64_t step = 0;
   int64_t position = 0;  // rows consumed
   int64_t tokens_seen = 0;
+  DistributedOptions distributed;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;  // null in a single process
+
+  // Sums `tensors` (in place) over every process, as one flat buffer of their common
+  // dtype (Gloo reduces a list of same-shaped tensors, one per device); no-op in a
+  // single process.
+  void AllReduce(std::vector<at::Tensor>& tensors) const {
+    if (!group) return;
+    std::vector<at::Tensor> flat;
+    for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+    std::vector<at::Tensor> buffer = {at::cat(flat)};
+    group->allreduce(buffer)->wait();
+    int64_t offset = 0;
+    for (auto& t : tensors) {
+      t.copy_(buffer[0].narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
 
   // Row `i` of the visiting order: each epoch is a seeded permutation.
   int64_t RowAt(int64_t i) const {
@@ -129,8 +149,9 @@ int64_t Healer::trainable_parameters() const {
 absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     const ModelConfig& student_config, LlamaWeights student,
     std::optional<std::pair<ModelConfig, LlamaWeights>> teacher, TokenDataset train,
-    std::optional<TokenDataset> eval, HealOptions options) {
+    std::optional<TokenDataset> eval, HealOptions options, DistributedOptions distributed) {
   RETURN_IF_ERROR(options.Validate());
+  RETURN_IF_ERROR(distributed.Validate(options.batch));
   if (options.loss != HealLoss::kLm && !teacher) {
     return Invalid("the kd losses need a teacher (--teacher)");
   }
@@ -158,7 +179,21 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
   s->train = std::move(train);
   s->eval = std::move(eval);
   s->options = options;
+  s->distributed = distributed;
   try {
+    if (distributed.world_size > 1) {
+      c10d::TCPStoreOptions store_options;
+      store_options.port = static_cast<uint16_t>(distributed.master_port);
+      store_options.isServer = distributed.rank == 0;
+      store_options.numWorkers = distributed.world_size;
+      store_options.timeout = std::chrono::seconds(120);
+      auto store = c10::make_intrusive<c10d::TCPStore>(distributed.master_addr, store_options);
+      auto gloo = c10d::ProcessGroupGloo::Options::create();
+      gloo->devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForHostname(distributed.master_addr));
+      s->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, distributed.rank,
+                                                             distributed.world_size, gloo);
+    }
     for (at::Tensor* t : TrainableTensors(s->weights, options.trainable)) {
       t->requires_grad_(true);
       s->params.push_back(*t);
@@ -215,12 +250,21 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
       }
       s.optimizer->zero_grad();
       double loss_sum = 0, kd_sum = 0, lm_sum = 0;
+      const int64_t world = s.distributed.world_size, share = o.batch / world;
       for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
+        // Every process walks the same global order and takes its share of the rows.
         std::vector<int64_t> ids;
-        for (int64_t i = 0; i < o.batch; ++i) ids.push_back(s.RowAt(s.position++));
+        for (int64_t i = 0; i < o.batch; ++i) {
+          const int64_t row = s.RowAt(s.position++);
+          if (i / share == s.distributed.rank) ids.push_back(row);
+        }
         const Batch b = MakeBatch(s.train, ids);
         const auto mask = b.predict.to(at::kFloat);
-        const double predicted = std::max(1.0, mask.sum().item<double>());
+        // Normalise by the global batch's predicted tokens, so that summed gradients
+        // equal the one-process gradient.
+        std::vector<at::Tensor> count = {mask.sum().reshape({1})};
+        s.AllReduce(count);
+        const double predicted = std::max(1.0, count[0].item<double>());
         auto logits = s.student->ForwardPacked(b.inputs, b.positions, b.segments);
         at::Tensor loss = at::zeros({}, at::kFloat);
         if (o.loss != HealLoss::kKd) {
@@ -228,7 +272,7 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
                                             b.targets.reshape({-1}), {}, at::Reduction::None)
                          .view(mask.sizes());
           auto lm = (nll * mask).sum() / predicted;
-          lm_sum += lm.item<double>();
+          lm_sum += lm.item<double>();  // this process's share; summed below
           loss = loss + (o.loss == HealLoss::kKdLm ? o.lm_weight : 1.0) * lm;
         }
         if (o.loss != HealLoss::kLm) {
@@ -246,7 +290,20 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
         }
         loss_sum += loss.item<double>();
         (loss / static_cast<double>(o.grad_accum)).backward();
-        s.tokens_seen += static_cast<int64_t>(predicted);
+        s.tokens_seen += static_cast<int64_t>(predicted);  // global count
+      }
+      if (s.group) {
+        std::vector<at::Tensor> grads;
+        for (auto& p : s.params) {
+          if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+          grads.push_back(p.grad());
+        }
+        s.AllReduce(grads);
+        std::vector<at::Tensor> sums = {at::tensor({loss_sum, kd_sum, lm_sum}, at::kDouble)};
+        s.AllReduce(sums);
+        loss_sum = sums[0][0].item<double>();
+        kd_sum = sums[0][1].item<double>();
+        lm_sum = sums[0][2].item<double>();
       }
       double grad_norm = 0;
       if (o.clip > 0) {
@@ -281,7 +338,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
         e.wall_seconds = wall();
         if (on_event) on_event(e);
       }
-      if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0) {
+      if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0 &&
+          s.distributed.rank == 0) {
         RETURN_IF_ERROR(SaveCheckpoint(o.checkpoint_dir));
       }
     }
@@ -310,6 +368,7 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
                           {"position", s_->position},
                           {"tokens_seen", s_->tokens_seen},
                           {"seed", s_->options.seed},
+                          {"world_size", s_->distributed.world_size},
                           {"parameters", s_->params.size()}};
   RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "state.json").string() + ".tmp",
                                       state.dump(2) + "\n"));

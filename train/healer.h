@@ -27,7 +27,8 @@ class Healer {
   static absl::StatusOr<std::unique_ptr<Healer>> Create(
       const ModelConfig& student_config, LlamaWeights student,
       std::optional<std::pair<ModelConfig, LlamaWeights>> teacher, TokenDataset train,
-      std::optional<TokenDataset> eval, HealOptions options);
+      std::optional<TokenDataset> eval, HealOptions options,
+      DistributedOptions distributed = DistributedOptions());
   ~Healer();
 
   // Trains until `options.steps` (or `stop_at` when smaller), reporting every step and

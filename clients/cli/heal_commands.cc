@@ -1,5 +1,8 @@
 // `lrkv heal`: continued training of a converted model (distillation from its source
 // and/or next-token loss), with a progress bar on a TTY and JSON-lines events.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
@@ -17,10 +21,69 @@ namespace {
 
 struct HealArgs {
   HealJobOptions job;
+  int nproc = 1;
   std::string trainable = "kv", loss = "kd", data_range = "0:1", eval_range = "0:1";
   std::string events_path;
   bool json = false;
 };
+
+// A TCP port that was free a moment ago, for the rendezvous.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 29500;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// This process's command line (from /proc/self/cmdline) without --nproc N.
+std::vector<std::string> OwnArgs() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) args.push_back(arg);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--nproc") {
+      ++i;
+      continue;
+    }
+    if (args[i].rfind("--nproc=", 0) == 0) continue;
+    out.push_back(args[i]);
+  }
+  return out;
+}
+
+// Starts ranks 1..n-1 as child processes of this command; this process is rank 0.
+std::vector<pid_t> SpawnRanks(int n, int port) {
+  std::vector<pid_t> pids;
+  const std::vector<std::string> base = OwnArgs();
+  for (int rank = 1; rank < n; ++rank) {
+    std::vector<std::string> args = base;
+    for (const std::string& extra :
+         {std::string("--rank"), std::to_string(rank), std::string("--world-size"),
+          std::to_string(n), std::string("--master-port"), std::to_string(port)}) {
+      args.push_back(extra);
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  return pids;
+}
 
 int RunHeal(HealArgs a) {
   auto trainable = ParseTrainableSet(a.trainable);
@@ -35,15 +98,28 @@ int RunHeal(HealArgs a) {
   a.job.heal.loss = *loss;
   a.job.data_range = *dr;
   a.job.eval_range = *er;
-  std::ofstream events;
-  if (!a.events_path.empty()) {
-    events.open(a.events_path);
-    if (!events) return Fail(absl::PermissionDeniedError(absl::StrCat(a.events_path, ": cannot write")));
+  std::vector<pid_t> children;
+  if (a.nproc > 1) {
+    if (a.nproc > 64) return Fail(absl::InvalidArgumentError("--nproc must lie in [1, 64]"));
+    a.job.distributed.world_size = a.nproc;
+    a.job.distributed.rank = 0;
+    a.job.distributed.master_addr = "127.0.0.1";
+    a.job.distributed.master_port = FreePort();
+    children = SpawnRanks(a.nproc, a.job.distributed.master_port);
   }
-  const bool tty = isatty(STDERR_FILENO) && std::getenv("LRKV_NO_PROGRESS") == nullptr;
+  const bool lead = a.job.distributed.rank == 0;
+  std::ofstream events;  // written by rank 0 only
+  if (lead && !a.events_path.empty()) {
+    events.open(a.events_path);
+    if (!events) {
+      return Fail(absl::PermissionDeniedError(absl::StrCat(a.events_path, ": cannot write")));
+    }
+  }
+  const bool tty = lead && isatty(STDERR_FILENO) && std::getenv("LRKV_NO_PROGRESS") == nullptr;
   const int64_t total = a.job.heal.steps;
   auto report = RunHealJob(a.job, [&](const HealEvent& e) {
     if (events.is_open()) events << e.ToJson().dump() << "\n";
+    if (!lead) return;
     if (e.kind == "eval") {
       std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f\n", tty ? "\r\033[K" : "",
                    static_cast<long long>(e.step), e.eval_loss, e.eval_perplexity);
@@ -59,7 +135,15 @@ int RunHeal(HealArgs a) {
     }
   });
   if (tty) std::fprintf(stderr, "\n");
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (report.ok() && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+      return Fail(absl::InternalError("a heal worker process failed"));
+    }
+  }
   if (!report.ok()) return Fail(report.status());
+  if (!lead) return kExitOk;
   if (a.json) {
     std::cout << report->ToJson().dump(2) << "\n";
   } else {
@@ -106,6 +190,11 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "Where trainer checkpoints go");
   cmd->add_option("--resume", h->job.resume, "Resume from a trainer checkpoint folder");
   cmd->add_option("--seed", o.seed, "Seed of the data order");
+  cmd->add_option("--nproc", h->nproc, "Data-parallel processes on this machine (Gloo)");
+  cmd->add_option("--rank", h->job.distributed.rank, "This process's rank (multi-machine)");
+  cmd->add_option("--world-size", h->job.distributed.world_size, "Processes in the run");
+  cmd->add_option("--master-addr", h->job.distributed.master_addr, "Rendezvous host");
+  cmd->add_option("--master-port", h->job.distributed.master_port, "Rendezvous port");
   cmd->add_option("--events", h->events_path, "Write one JSON line per step/eval");
   cmd->add_option("--out", h->job.out_dir, "Output folder (must not exist)")->required();
   cmd->add_flag("--json", h->json, "Print the report as JSON");
