@@ -201,6 +201,36 @@ void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
   c->rope_layout = to;
 }
 
+LlamaWeights ToDevice(const LlamaWeights& w, at::Device device) {
+  auto move = [&](const at::Tensor& t) {
+    return t.defined() ? t.detach().to(device) : t;
+  };
+  LlamaWeights out;
+  out.embed = move(w.embed);
+  out.final_norm = move(w.final_norm);
+  out.lm_head = w.lm_head.is_same(w.embed) ? out.embed : move(w.lm_head);
+  for (const auto& l : w.layers) {
+    LayerWeights m;
+    for (auto [dst, src] : {std::pair{&m.attn_norm, &l.attn_norm}, {&m.wq, &l.wq}, {&m.wo, &l.wo},
+                            {&m.wk, &l.wk}, {&m.wv, &l.wv}, {&m.bq, &l.bq}, {&m.bk, &l.bk},
+                            {&m.bv, &l.bv}, {&m.q_norm, &l.q_norm}, {&m.k_norm, &l.k_norm},
+                            {&m.ffn_norm, &l.ffn_norm}, {&m.w_gate, &l.w_gate},
+                            {&m.w_up, &l.w_up}, {&m.w_down, &l.w_down},
+                            {&m.kv_down, &l.kv_down}, {&m.k_up, &l.k_up}, {&m.v_up, &l.v_up}}) {
+      *dst = move(*src);
+    }
+    for (auto [dst, src] : {std::pair{&m.k_lr, &l.k_lr}, {&m.v_lr, &l.v_lr}}) {
+      dst->shared = move(src->shared);
+      dst->shared_bias = move(src->shared_bias);
+      dst->down = move(src->down);
+      dst->up = move(src->up);
+      dst->head_bias = move(src->head_bias);
+    }
+    out.layers.push_back(std::move(m));
+  }
+  return out;
+}
+
 DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
   DenseKv out;
   const int64_t hkv = c.num_kv_heads, dh = c.head_dim;
@@ -254,7 +284,7 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig
           absl::StrCat("tensor '", name, "' is missing or has the wrong shape"));
       return;
     }
-    at::Tensor t = slot->to(at::kFloat).contiguous();
+    at::Tensor t = slot->detach().to(at::kCPU).to(at::kFloat).contiguous();
     keep.push_back(t);
     TensorView v;
     v.name = name;

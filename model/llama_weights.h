@@ -62,6 +62,9 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& config, uint64_t seed);
 // in `to`, so that the model computes the same function; updates config.rope_layout.
 void PermuteRopeLayout(ModelConfig* config, LlamaWeights* weights, RopeLayout to);
 
+// The same weights on `device` (tied embeddings stay tied); requires_grad is not kept.
+LlamaWeights ToDevice(const LlamaWeights& weights, at::Device device);
+
 // Materialises the dense per-KV-head K/V projections [Hkv*dh, d] (and biases [Hkv*dh],
 // undefined without biases) of any layout.
 struct DenseKv {

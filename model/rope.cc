@@ -19,7 +19,7 @@ std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
 }
 
 std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) const {
-  auto angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_;
+  auto angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_.to(positions.device());
   auto cos = angles.cos(), sin = angles.sin();
   if (config_.kv.rope_mode == RopeMode::kPartial) {
     const int64_t kept = config_.kv.rope_planes_kept;

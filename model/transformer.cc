@@ -96,9 +96,10 @@ void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
   *k = ApplyRope(kp, positions);
 }
 
-at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s) {
-  auto qpos = at::arange(start, start + t, at::kLong).unsqueeze(1);
-  auto kpos = at::arange(0, s, at::kLong).unsqueeze(0);
+at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s, at::Device device) {
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  auto qpos = at::arange(start, start + t, opts).unsqueeze(1);
+  auto kpos = at::arange(0, s, opts).unsqueeze(0);
   return kpos > qpos;
 }
 
@@ -126,14 +127,16 @@ at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) 
 at::Tensor Transformer::Forward(const at::Tensor& tokens,
                                 const AttentionInputObserver& observer) const {
   const int64_t t = tokens.size(1);
-  return Run(tokens, at::arange(0, t, at::kLong), CausalMask(0, t, t), observer);
+  return Run(tokens, at::arange(0, t, tokens.options().dtype(at::kLong)),
+             CausalMask(0, t, t, tokens.device()), observer);
 }
 
 at::Tensor Transformer::ForwardPacked(const at::Tensor& tokens, const at::Tensor& positions,
                                       const at::Tensor& segments) const {
   const int64_t t = tokens.size(1);
   const auto other_segment = segments.unsqueeze(2) != segments.unsqueeze(1);  // [B, T, T]
-  return Run(tokens, positions, CausalMask(0, t, t).unsqueeze(0) | other_segment, nullptr);
+  return Run(tokens, positions, CausalMask(0, t, t, tokens.device()).unsqueeze(0) | other_segment,
+             nullptr);
 }
 
 at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& positions,
@@ -158,9 +161,11 @@ KVCache Transformer::NewCache(int64_t batch, int64_t capacity) const {
   cache.capacity = capacity;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     cache.k.push_back(
-        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, at::kFloat));
+        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim},
+                  weights_.embed.options()));
     cache.v.push_back(
-        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim}, at::kFloat));
+        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim},
+                  weights_.embed.options()));
   }
   return cache;
 }
@@ -171,7 +176,7 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
     const int64_t grown = std::max(end, 2 * cache.capacity);
     for (size_t i = 0; i < cache.k.size(); ++i) {
       auto pad = [&](const at::Tensor& old) {
-        auto fresh = at::zeros({old.size(0), old.size(1), grown, old.size(3)}, at::kFloat);
+        auto fresh = at::zeros({old.size(0), old.size(1), grown, old.size(3)}, old.options());
         fresh.narrow(2, 0, start).copy_(old.narrow(2, 0, start));
         return fresh;
       };
@@ -180,7 +185,7 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
     }
     cache.capacity = grown;
   }
-  auto positions = at::arange(start, end, at::kLong);
+  auto positions = at::arange(start, end, tokens.options().dtype(at::kLong));
   auto x = at::embedding(weights_.embed, tokens);
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
@@ -189,7 +194,7 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
     cache.k[i].narrow(2, start, t).copy_(k.permute({0, 2, 1, 3}));
     cache.v[i].narrow(2, start, t).copy_(v.permute({0, 2, 1, 3}));
     auto attn = Attend(q, cache.k[i].narrow(2, 0, end), cache.v[i].narrow(2, 0, end),
-                       CausalMask(start, t, end));
+                       CausalMask(start, t, end, tokens.device()));
     x = x + at::linear(attn, l.wo);
     x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
   }
@@ -205,13 +210,14 @@ std::vector<int32_t> Transformer::GenerateGreedy(const std::vector<int32_t>& pro
   at::NoGradGuard no_grad;
   KVCache cache = NewCache(1, static_cast<int64_t>(prompt.size()) + max_new_tokens);
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  auto logits = ForwardCached(cache, at::tensor(ids, at::kLong).unsqueeze(0));
+  const at::Device device = weights_.embed.device();
+  auto logits = ForwardCached(cache, at::tensor(ids, at::kLong).unsqueeze(0).to(device));
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const auto next = static_cast<int32_t>(logits[0][-1].argmax().item<int64_t>());
     out.push_back(next);
     if (stop_at_eos && next == config_.eos_token_id) break;
     if (i + 1 == max_new_tokens) break;
-    logits = ForwardCached(cache, at::full({1, 1}, next, at::kLong));
+    logits = ForwardCached(cache, at::full({1, 1}, next, at::kLong).to(device));
   }
   return out;
 }

@@ -106,8 +106,10 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   report.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report.steps = healer->step();
+  // Measured and written from the CPU, whichever device trained.
+  const LlamaWeights healed = ToDevice(healer->weights(), at::kCPU);
   if (!eval_docs.empty()) {
-    ASSIGN_OR_RETURN(auto after, Transformer::Create(healer->config(), healer->weights()));
+    ASSIGN_OR_RETURN(auto after, Transformer::Create(healer->config(), healed));
     ASSIGN_OR_RETURN(auto stats, MeasurePerplexity(*after, tok, eval_docs));
     report.perplexity_after = stats.perplexity();
   }
@@ -116,7 +118,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   const fs::path out = fs::absolute(o.out_dir);
   const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial");
   fs::remove_all(tmp, ec);
-  absl::Status st = SaveSafetensorsCheckpoint(tmp.string(), healer->config(), healer->weights(), &tok);
+  absl::Status st = SaveSafetensorsCheckpoint(tmp.string(), healer->config(), healed, &tok);
   if (st.ok()) {
     st = WriteFileAtomically((tmp / "heal_report.json").string(), report.ToJson().dump(2) + "\n");
   }

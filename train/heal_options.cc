@@ -37,6 +37,9 @@ absl::Status HealOptions::Validate() const {
   if (kd_weight < 0 || lm_weight < 0) return Invalid("loss weights must be >= 0");
   if (eval_every < 0 || eval_rows < 1) return Invalid("--eval-every must be >= 0 and eval rows >= 1");
   if (checkpoint_every < 0) return Invalid("--checkpoint-every must be >= 0");
+  if (device != "auto" && device != "cpu" && device != "cuda") {
+    return Invalid(absl::StrCat("--device '", device, "' must be auto, cpu or cuda"));
+  }
   if (checkpoint_every > 0 && checkpoint_dir.empty()) {
     return Invalid("--checkpoint-every needs a checkpoint folder");
   }

@@ -45,6 +45,9 @@ struct HealOptions {
   std::string checkpoint_dir;
   /// Seeds the order in which rows are visited (the only randomness).
   uint64_t seed = 1;
+  /// "auto" (CUDA when LibTorch has a device, else CPU), "cpu" or "cuda". On CUDA the
+  /// forward passes run under bf16 autocast.
+  std::string device = "auto";
 
   // InvalidArgument naming the option and its valid range.
   absl::Status Validate() const;

@@ -3,7 +3,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <cmath>
@@ -52,11 +54,38 @@ std::vector<at::Tensor*> TrainableTensors(LlamaWeights& w, TrainableSet set) {
   return out;
 }
 
+// bf16 autocast for CUDA forward passes, across the LibTorch 1.13 and 2.x APIs.
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool on) : on_(on) {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+#else
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+#endif
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+#else
+    at::autocast::set_enabled(false);
+#endif
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool on_;
+};
+
 struct Batch {
   at::Tensor inputs, targets, positions, segments, predict;  // [B, T] each
 };
 
-Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows) {
+Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows, at::Device device) {
   const int64_t b = static_cast<int64_t>(rows.size()), t = data.seq_len();
   auto tokens = at::empty({b, t + 1}, at::kLong), pos = at::empty({b, t + 1}, at::kLong),
        seg = at::empty({b, t + 1}, at::kLong);
@@ -70,6 +99,9 @@ Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows) {
       sa[i][j] = r.segments[j];
     }
   }
+  tokens = tokens.to(device);
+  pos = pos.to(device);
+  seg = seg.to(device);
   Batch batch;
   batch.inputs = tokens.narrow(1, 0, t);
   batch.targets = tokens.narrow(1, 1, t);
@@ -97,6 +129,7 @@ struct Healer::State {
   int64_t tokens_seen = 0;
   DistributedOptions distributed;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;  // null in a single process
+  at::Device device = at::kCPU;
 
   // Sums `tensors` (in place) over every process, as one flat buffer of their common
   // dtype (Gloo reduces a list of same-shaped tensors, one per device); no-op in a
@@ -180,7 +213,18 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
   s->eval = std::move(eval);
   s->options = options;
   s->distributed = distributed;
+  const bool cuda = torch::cuda::is_available();
+  if (options.device == "cuda" && !cuda) {
+    return Invalid("--device cuda: this LibTorch has no CUDA device");
+  }
+  if (cuda && options.device != "cpu") {
+    s->device = at::Device(at::kCUDA, distributed.world_size > 1 ? distributed.rank : 0);
+  }
   try {
+    if (!s->device.is_cpu()) {
+      s->weights = ToDevice(s->weights, s->device);
+      if (teacher) teacher->second = ToDevice(teacher->second, s->device);
+    }
     if (distributed.world_size > 1) {
       c10d::TCPStoreOptions store_options;
       store_options.port = static_cast<uint16_t>(distributed.master_port);
@@ -221,8 +265,9 @@ absl::StatusOr<double> Healer::EvalLoss(const TokenDataset& data) const {
   for (int64_t start = 0; start < rows; start += s_->options.batch) {
     std::vector<int64_t> ids;
     for (int64_t i = start; i < std::min(rows, start + s_->options.batch); ++i) ids.push_back(i);
-    const Batch b = MakeBatch(data, ids);
-    auto logits = s_->student->ForwardPacked(b.inputs, b.positions, b.segments);
+    const Batch b = MakeBatch(data, ids, s_->device);
+    AutocastScope autocast(s_->device.is_cuda());
+    auto logits = s_->student->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat);
     auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                       b.targets.reshape({-1}), {}, at::Reduction::None);
     const auto mask = b.predict.reshape({-1}).to(at::kFloat);
@@ -258,15 +303,16 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
           const int64_t row = s.RowAt(s.position++);
           if (i / share == s.distributed.rank) ids.push_back(row);
         }
-        const Batch b = MakeBatch(s.train, ids);
+        const Batch b = MakeBatch(s.train, ids, s.device);
+        AutocastScope autocast(s.device.is_cuda());
         const auto mask = b.predict.to(at::kFloat);
         // Normalise by the global batch's predicted tokens, so that summed gradients
         // equal the one-process gradient.
         std::vector<at::Tensor> count = {mask.sum().reshape({1})};
         s.AllReduce(count);
         const double predicted = std::max(1.0, count[0].item<double>());
-        auto logits = s.student->ForwardPacked(b.inputs, b.positions, b.segments);
-        at::Tensor loss = at::zeros({}, at::kFloat);
+        auto logits = s.student->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat);
+        at::Tensor loss = at::zeros({}, logits.options());
         if (o.loss != HealLoss::kKd) {
           auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
                                             b.targets.reshape({-1}), {}, at::Reduction::None)
@@ -280,7 +326,9 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
           {
             at::NoGradGuard no_grad;
             teacher_logp = at::log_softmax(
-                s.teacher->ForwardPacked(b.inputs, b.positions, b.segments) / o.temperature, -1);
+                s.teacher->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat) /
+                    o.temperature,
+                -1);
           }
           auto student_logp = at::log_softmax(logits / o.temperature, -1);
           auto kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1);
@@ -299,7 +347,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
           grads.push_back(p.grad());
         }
         s.AllReduce(grads);
-        std::vector<at::Tensor> sums = {at::tensor({loss_sum, kd_sum, lm_sum}, at::kDouble)};
+        std::vector<at::Tensor> sums = {
+            at::tensor({loss_sum, kd_sum, lm_sum}, at::kDouble).to(s.device)};
         s.AllReduce(sums);
         loss_sum = sums[0][0].item<double>();
         kd_sum = sums[0][1].item<double>();

@@ -190,6 +190,7 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "Where trainer checkpoints go");
   cmd->add_option("--resume", h->job.resume, "Resume from a trainer checkpoint folder");
   cmd->add_option("--seed", o.seed, "Seed of the data order");
+  cmd->add_option("--device", o.device, "auto | cpu | cuda (bf16 autocast on CUDA)");
   cmd->add_option("--nproc", h->nproc, "Data-parallel processes on this machine (Gloo)");
   cmd->add_option("--rank", h->job.distributed.rank, "This process's rank (multi-machine)");
   cmd->add_option("--world-size", h->job.distributed.world_size, "Processes in the run");
