@@ -1,0 +1,333 @@
+// The service's SQLite store (see store.h).
+#include "service/store.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
+
+namespace lrkv::service {
+namespace {
+
+constexpr const char* kStateNames[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+
+// Migration N takes the schema from version N-1 to N.
+constexpr const char* kMigrations[] = {
+    R"sql(
+    CREATE TABLE checkpoints (
+      id TEXT PRIMARY KEY, format TEXT NOT NULL, architecture TEXT NOT NULL,
+      path TEXT NOT NULL, bytes INTEGER NOT NULL, created_at INTEGER NOT NULL);
+    CREATE TABLE jobs (
+      id TEXT PRIMARY KEY, kind TEXT NOT NULL, checkpoint_id TEXT NOT NULL,
+      params_json TEXT NOT NULL, state TEXT NOT NULL, attempts INTEGER NOT NULL,
+      created_at INTEGER NOT NULL, started_at INTEGER NOT NULL DEFAULT 0,
+      finished_at INTEGER NOT NULL DEFAULT 0, error TEXT NOT NULL DEFAULT '');
+    CREATE INDEX jobs_by_created ON jobs (created_at, id);
+    CREATE TABLE job_events (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, seq INTEGER NOT NULL,
+      at INTEGER NOT NULL, stage TEXT NOT NULL, step INTEGER NOT NULL,
+      total INTEGER NOT NULL, loss REAL, message TEXT NOT NULL, PRIMARY KEY (job_id, seq));
+    CREATE TABLE verification_checks (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, check_name TEXT NOT NULL,
+      passed INTEGER NOT NULL, max_rel REAL NOT NULL, cos_dist REAL NOT NULL,
+      detail TEXT NOT NULL, PRIMARY KEY (job_id, check_name));
+    CREATE TABLE loss_curve (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, step INTEGER NOT NULL,
+      kind TEXT NOT NULL, loss REAL NOT NULL, lr REAL NOT NULL,
+      PRIMARY KEY (job_id, kind, step));
+    )sql",
+};
+
+constexpr char kSelectJob[] =
+    "SELECT id, kind, checkpoint_id, params_json, state, attempts, created_at, started_at, "
+    "finished_at, error FROM jobs";
+
+JobRecord ReadJob(const Statement& s) {
+  JobRecord j;
+  j.id = s.Text(0);
+  j.kind = s.Text(1);
+  j.checkpoint_id = s.Text(2);
+  j.params_json = s.Text(3);
+  j.state = *ParseJobState(s.Text(4));
+  j.attempts = s.Int64(5);
+  j.created_at = s.Int64(6);
+  j.started_at = s.Int64(7);
+  j.finished_at = s.Int64(8);
+  j.error = s.Text(9);
+  return j;
+}
+
+bool Allowed(JobState from, JobState to) {
+  switch (from) {
+    case JobState::kQueued:
+      return to == JobState::kRunning || to == JobState::kCancelled;
+    case JobState::kRunning:
+      return to == JobState::kSucceeded || to == JobState::kFailed ||
+             to == JobState::kCancelled || to == JobState::kQueued;
+    default:
+      return false;  // finished jobs stay finished
+  }
+}
+
+}  // namespace
+
+const char* JobStateName(JobState s) { return kStateNames[static_cast<int>(s)]; }
+
+absl::StatusOr<JobState> ParseJobState(const std::string& name) {
+  for (int i = 0; i < 5; ++i) {
+    if (name == kStateNames[i]) return static_cast<JobState>(i);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown job state '", name, "'; valid: queued, running, succeeded, failed, cancelled"));
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  ASSIGN_OR_RETURN(auto db, Database::Open(path));
+  std::unique_ptr<Store> store(new Store(std::move(db)));
+  RETURN_IF_ERROR(store->Migrate());
+  return store;
+}
+
+absl::Status Store::Migrate() {
+  RETURN_IF_ERROR(db_->Execute(
+      "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);"));
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  {
+    ASSIGN_OR_RETURN(auto q, Statement::Prepare(*db_, "SELECT MAX(version) FROM schema_version"));
+    ASSIGN_OR_RETURN(bool row, q.Step());
+    version_ = row && !q.IsNull(0) ? static_cast<int>(q.Int64(0)) : 0;
+  }
+  if (version_ > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "database schema version ", version_, " is newer than this lrkvd (", kSchemaVersion, ")"));
+  }
+  for (int v = version_; v < kSchemaVersion; ++v) {
+    RETURN_IF_ERROR(db_->Execute(kMigrations[v]));
+    ASSIGN_OR_RETURN(auto ins, Statement::Prepare(*db_, "INSERT INTO schema_version (version) VALUES (?)"));
+    RETURN_IF_ERROR(ins.Bind(1, int64_t{v + 1}).Run());
+  }
+  RETURN_IF_ERROR(tx->Commit());
+  version_ = kSchemaVersion;
+  return absl::OkStatus();
+}
+
+absl::Status Store::PutCheckpoint(const CheckpointRecord& c) {
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO checkpoints (id, format, architecture, path, bytes, created_at) "
+      "VALUES (?, ?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  return s.Bind(1, c.id).Bind(2, c.format).Bind(3, c.architecture).Bind(4, c.path)
+      .Bind(5, c.bytes).Bind(6, c.created_at).Run();
+}
+
+absl::StatusOr<CheckpointRecord> Store::GetCheckpoint(const std::string& id) {
+  constexpr char kSql[] =
+      "SELECT id, format, architecture, path, bytes, created_at FROM checkpoints WHERE id = ?";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no checkpoint with id '", id, "'"));
+  return CheckpointRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int64(4), s.Int64(5)};
+}
+
+absl::Status Store::CreateJob(const JobRecord& j) {
+  constexpr char kSql[] =
+      "INSERT INTO jobs (id, kind, checkpoint_id, params_json, state, attempts, created_at) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, j.id).Bind(2, j.kind).Bind(3, j.checkpoint_id).Bind(4, j.params_json)
+      .Bind(5, std::string(JobStateName(j.state))).Bind(6, j.attempts).Bind(7, j.created_at);
+  auto st = s.Run();
+  if (!st.ok() && sqlite3_extended_errcode(db_->handle()) == SQLITE_CONSTRAINT_PRIMARYKEY) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", j.id, "' already exists"));
+  }
+  return st;
+}
+
+absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, absl::StrCat(kSelectJob, " WHERE id = ?").c_str()));
+  s.Bind(1, id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return absl::NotFoundError(absl::StrCat("no job with id '", id, "'"));
+  return ReadJob(s);
+}
+
+absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
+                                        const std::string& page_token) {
+  if (page_size < 1 || page_size > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("page_size ", page_size, " must lie in [1, 1000]"));
+  }
+  int64_t after_created = -1;
+  if (!page_token.empty()) {
+    ASSIGN_OR_RETURN(JobRecord last, GetJob(page_token));
+    after_created = last.created_at;
+  }
+  // Fixed SQL: unused filters compare against themselves.
+  const std::string sql = absl::StrCat(
+      kSelectJob,
+      " WHERE (? = '' OR state = ?) AND (? = '' OR kind = ?) AND (? = '' OR checkpoint_id = ?)"
+      " AND (? < 0 OR created_at > ? OR (created_at = ? AND id > ?))"
+      " ORDER BY created_at, id LIMIT ?");
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, sql.c_str()));
+  const std::string state = f.state ? JobStateName(*f.state) : "";
+  s.Bind(1, state).Bind(2, state).Bind(3, f.kind).Bind(4, f.kind).Bind(5, f.checkpoint_id)
+      .Bind(6, f.checkpoint_id).Bind(7, after_created).Bind(8, after_created)
+      .Bind(9, after_created).Bind(10, page_token).Bind(11, page_size + 1);
+  JobPage page;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    page.jobs.push_back(ReadJob(s));
+  }
+  if (static_cast<int64_t>(page.jobs.size()) > page_size) {
+    page.jobs.pop_back();
+    page.next_page_token = page.jobs.back().id;
+  }
+  return page;
+}
+
+absl::Status Store::TransitionJob(const std::string& id, JobState to, int64_t now,
+                                  const std::string& error) {
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  ASSIGN_OR_RETURN(JobRecord job, GetJob(id));
+  if (!Allowed(job.state, to)) {
+    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' is ",
+                                                      JobStateName(job.state), "; cannot become ",
+                                                      JobStateName(to)));
+  }
+  constexpr char kSql[] =
+      "UPDATE jobs SET state = ?, attempts = attempts + ?, started_at = CASE WHEN ? THEN ? "
+      "ELSE started_at END, finished_at = CASE WHEN ? THEN ? ELSE finished_at END, error = ? "
+      "WHERE id = ?";
+  const bool start = to == JobState::kRunning;
+  const bool finish = to == JobState::kSucceeded || to == JobState::kFailed ||
+                      to == JobState::kCancelled;
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  RETURN_IF_ERROR(s.Bind(1, std::string(JobStateName(to))).Bind(2, int64_t{start ? 1 : 0})
+                      .Bind(3, int64_t{start}).Bind(4, now).Bind(5, int64_t{finish}).Bind(6, now)
+                      .Bind(7, error).Bind(8, id).Run());
+  return tx->Commit();
+}
+
+absl::Status Store::DeleteJob(const std::string& id) {
+  RETURN_IF_ERROR(GetJob(id).status());
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, "DELETE FROM jobs WHERE id = ?"));
+  return s.Bind(1, id).Run();
+}
+
+absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts, int64_t now) {
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kFail[] =
+      "UPDATE jobs SET state = 'failed', finished_at = ?, error = 'gave up after ' || attempts "
+      "|| ' attempts (the server stopped while it ran)' WHERE state = 'running' AND attempts >= ?";
+  constexpr char kRequeue[] = "UPDATE jobs SET state = 'queued' WHERE state = 'running'";
+  ASSIGN_OR_RETURN(auto fail, Statement::Prepare(*db_, kFail));
+  RETURN_IF_ERROR(fail.Bind(1, now).Bind(2, max_attempts).Run());
+  int64_t touched = sqlite3_changes(db_->handle());
+  ASSIGN_OR_RETURN(auto requeue, Statement::Prepare(*db_, kRequeue));
+  RETURN_IF_ERROR(requeue.Run());
+  touched += sqlite3_changes(db_->handle());
+  RETURN_IF_ERROR(tx->Commit());
+  return touched;
+}
+
+absl::StatusOr<int64_t> Store::AppendEvent(const std::string& job_id, const JobEvent& e) {
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  ASSIGN_OR_RETURN(auto q, Statement::Prepare(
+                               *db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?"));
+  q.Bind(1, job_id);
+  ASSIGN_OR_RETURN(bool row, q.Step());
+  const int64_t seq = row ? q.Int64(0) : 1;
+  constexpr char kSql[] =
+      "INSERT INTO job_events (job_id, seq, at, stage, step, total, loss, message) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  RETURN_IF_ERROR(s.Bind(1, job_id).Bind(2, seq).Bind(3, e.at).Bind(4, e.stage).Bind(5, e.step)
+                      .Bind(6, e.total).Bind(7, e.loss).Bind(8, e.message).Run());
+  RETURN_IF_ERROR(tx->Commit());
+  return seq;
+}
+
+absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id, int64_t after) {
+  constexpr char kSql[] =
+      "SELECT seq, at, stage, step, total, loss, message FROM job_events "
+      "WHERE job_id = ? AND seq > ? ORDER BY seq";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id).Bind(2, after);
+  std::vector<JobEvent> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    JobEvent e;
+    e.seq = s.Int64(0);
+    e.at = s.Int64(1);
+    e.stage = s.Text(2);
+    e.step = s.Int64(3);
+    e.total = s.Int64(4);
+    if (!s.IsNull(5)) e.loss = s.Double(5);
+    e.message = s.Text(6);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::Status Store::AddVerification(const std::string& job_id,
+                                    const std::vector<VerificationRow>& rows) {
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, max_rel, "
+      "cos_dist, detail) VALUES (?, ?, ?, ?, ?, ?)";
+  for (const auto& r : rows) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+    RETURN_IF_ERROR(s.Bind(1, job_id).Bind(2, r.check).Bind(3, int64_t{r.passed})
+                        .Bind(4, r.max_rel).Bind(5, r.cos_dist).Bind(6, r.detail).Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<VerificationRow>> Store::Verification(const std::string& job_id) {
+  constexpr char kSql[] =
+      "SELECT check_name, passed, max_rel, cos_dist, detail FROM verification_checks "
+      "WHERE job_id = ? ORDER BY check_name";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id);
+  std::vector<VerificationRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Text(0), s.Int64(1) != 0, s.Double(2), s.Double(3), s.Text(4)});
+  }
+  return out;
+}
+
+absl::Status Store::AddLossCurve(const std::string& job_id, const std::vector<LossRow>& rows) {
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO loss_curve (job_id, step, kind, loss, lr) VALUES (?, ?, ?, ?, ?)";
+  for (const auto& r : rows) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+    RETURN_IF_ERROR(
+        s.Bind(1, job_id).Bind(2, r.step).Bind(3, r.kind).Bind(4, r.loss).Bind(5, r.lr).Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<LossRow>> Store::LossCurve(const std::string& job_id) {
+  constexpr char kSql[] =
+      "SELECT step, kind, loss, lr FROM loss_curve WHERE job_id = ? ORDER BY kind, step";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id);
+  std::vector<LossRow> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) break;
+    out.push_back({s.Int64(0), s.Text(1), s.Double(2), s.Double(3)});
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Store::IntegrityCheck() {
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, "PRAGMA integrity_check"));
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  return row ? s.Text(0) : std::string("no result");
+}
+
+}  // namespace lrkv::service

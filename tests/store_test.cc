@@ -1,0 +1,156 @@
+// The service's SQLite store: migrations, checkpoints, the job state machine, ordered
+// paging with filters, crash recovery of running jobs, events and result rows.
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "service/store.h"
+#include "tests/test_paths.h"
+
+namespace lrkv::service {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Store> OpenFresh(const std::string& name) {
+  const auto dir = lrkv::testing::FreshTempDir(name);
+  auto store = Store::Open((dir / "lrkv.db").string());
+  EXPECT_TRUE(store.ok()) << store.status();
+  return std::move(*store);
+}
+
+JobRecord Job(const std::string& id, int64_t created, const std::string& kind = "convert") {
+  JobRecord j;
+  j.id = id;
+  j.kind = kind;
+  j.checkpoint_id = "ck1";
+  j.params_json = "{}";
+  j.created_at = created;
+  return j;
+}
+
+TEST(Store, MigratesOnceAndReopens) {
+  const auto dir = lrkv::testing::FreshTempDir("store_reopen");
+  const std::string path = (dir / "lrkv.db").string();
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ((*s)->schema_version(), Store::kSchemaVersion);
+    ASSERT_TRUE((*s)->CreateJob(Job("a", 1)).ok());
+  }
+  auto again = Store::Open(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->GetJob("a")->kind, "convert");
+  EXPECT_EQ(*(*again)->IntegrityCheck(), "ok");
+}
+
+TEST(Store, CheckpointsAndUnknownIds) {
+  auto s = OpenFresh("store_ckpt");
+  CheckpointRecord c{"sha", "gguf", "llama", "/data/x.gguf", 1185376, 10};
+  ASSERT_TRUE(s->PutCheckpoint(c).ok());
+  EXPECT_EQ(s->GetCheckpoint("sha")->bytes, 1185376);
+  EXPECT_EQ(s->GetCheckpoint("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->DeleteJob("nope").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(s->CreateJob(Job("j", 1)).ok());
+  EXPECT_EQ(s->CreateJob(Job("j", 2)).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(Store, JobStateMachine) {
+  auto s = OpenFresh("store_states");
+  ASSERT_TRUE(s->CreateJob(Job("j", 1)).ok());
+  EXPECT_EQ(s->TransitionJob("j", JobState::kSucceeded, 2).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(s->TransitionJob("j", JobState::kRunning, 3).ok());
+  auto running = s->GetJob("j");
+  EXPECT_EQ(running->attempts, 1);
+  EXPECT_EQ(running->started_at, 3);
+  ASSERT_TRUE(s->TransitionJob("j", JobState::kFailed, 4, "boom").ok());
+  auto failed = s->GetJob("j");
+  EXPECT_EQ(failed->state, JobState::kFailed);
+  EXPECT_EQ(failed->finished_at, 4);
+  EXPECT_EQ(failed->error, "boom");
+  auto st = s->TransitionJob("j", JobState::kRunning, 5);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("is failed"));
+}
+
+TEST(Store, ListsInOrderWithFiltersAndPages) {
+  auto s = OpenFresh("store_list");
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(s->CreateJob(Job("job" + std::to_string(i), 100 - i % 3,
+                                 i % 2 ? "verify" : "convert"))
+                    .ok());
+  }
+  std::vector<std::string> seen;
+  std::string token;
+  do {
+    auto page = s->ListJobs({}, 3, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& j : page->jobs) seen.push_back(j.id);
+    token = page->next_page_token;
+  } while (!token.empty());
+  // created_at 98: job2, job5; 99: job1, job4; 100: job0, job3, job6.
+  EXPECT_THAT(seen, ::testing::ElementsAre("job2", "job5", "job1", "job4", "job0", "job3", "job6"));
+  JobFilter f;
+  f.kind = "verify";
+  auto verify = s->ListJobs(f, 10, "");
+  ASSERT_TRUE(verify.ok());
+  EXPECT_EQ(verify->jobs.size(), 3u);
+  EXPECT_EQ(s->ListJobs({}, 0, "").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->ListJobs({}, 2, "missing").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Store, RecoveryRequeuesRunningJobsUntilTheirAttemptsRunOut) {
+  auto s = OpenFresh("store_recover");
+  ASSERT_TRUE(s->CreateJob(Job("young", 1)).ok());
+  ASSERT_TRUE(s->CreateJob(Job("old", 2)).ok());
+  ASSERT_TRUE(s->CreateJob(Job("done", 3)).ok());
+  ASSERT_TRUE(s->TransitionJob("young", JobState::kRunning, 10).ok());
+  for (int i = 0; i < 3; ++i) {  // three attempts already
+    ASSERT_TRUE(s->TransitionJob("old", JobState::kRunning, 10).ok());
+    if (i < 2) ASSERT_TRUE(s->TransitionJob("old", JobState::kQueued, 10).ok());
+  }
+  ASSERT_TRUE(s->TransitionJob("done", JobState::kRunning, 10).ok());
+  ASSERT_TRUE(s->TransitionJob("done", JobState::kSucceeded, 11).ok());
+  auto touched = s->RecoverRunningJobs(/*max_attempts=*/3, 20);
+  ASSERT_TRUE(touched.ok());
+  EXPECT_EQ(*touched, 2);
+  EXPECT_EQ(s->GetJob("young")->state, JobState::kQueued);
+  EXPECT_EQ(s->GetJob("old")->state, JobState::kFailed);
+  EXPECT_THAT(s->GetJob("old")->error, HasSubstr("gave up after 3 attempts"));
+  EXPECT_EQ(s->GetJob("done")->state, JobState::kSucceeded);
+}
+
+TEST(Store, EventsAndResultsFollowTheirJob) {
+  auto s = OpenFresh("store_events");
+  ASSERT_TRUE(s->CreateJob(Job("j", 1, "heal")).ok());
+  for (int i = 1; i <= 3; ++i) {
+    JobEvent e;
+    e.at = i;
+    e.stage = "heal";
+    e.step = i;
+    e.total = 3;
+    if (i > 1) e.loss = 1.0 / i;
+    e.message = "step";
+    EXPECT_EQ(*s->AppendEvent("j", e), i);
+  }
+  auto tail = s->Events("j", 1);
+  ASSERT_TRUE(tail.ok());
+  ASSERT_EQ(tail->size(), 2u);
+  EXPECT_DOUBLE_EQ(*(*tail)[0].loss, 0.5);
+  ASSERT_TRUE(s->AddVerification("j", {{"plane fp32", true, 6.9e-6, 1e-12, ""},
+                                       {"naive fp32", true, 3.9, 1.4, "control"}})
+                  .ok());
+  ASSERT_TRUE(s->AddLossCurve("j", {{1, "step", 1.1, 1e-3}, {2, "step", 0.9, 2e-3}}).ok());
+  EXPECT_EQ(s->Verification("j")->front().check, "naive fp32");  // ordered by name
+  EXPECT_EQ(s->LossCurve("j")->size(), 2u);
+  // An event for an unknown job violates the foreign key.
+  EXPECT_FALSE(s->AppendEvent("ghost", JobEvent()).ok());
+  ASSERT_TRUE(s->DeleteJob("j").ok());
+  EXPECT_TRUE(s->Events("j", 0)->empty());
+  EXPECT_TRUE(s->LossCurve("j")->empty());
+}
+
+}  // namespace
+}  // namespace lrkv::service
