@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev
+  libabsl-dev libsqlite3-dev sqlite3 libssl-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgloo-dev
   python3-grpcio python3-protobuf
   clang libclang-rt-14-dev

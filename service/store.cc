@@ -1,6 +1,8 @@
 // The service's SQLite store (see store.h).
 #include "service/store.h"
 
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
 
@@ -110,6 +112,7 @@ absl::Status Store::Migrate() {
 }
 
 absl::Status Store::PutCheckpoint(const CheckpointRecord& c) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "INSERT OR REPLACE INTO checkpoints (id, format, architecture, path, bytes, created_at) "
       "VALUES (?, ?, ?, ?, ?, ?)";
@@ -119,6 +122,7 @@ absl::Status Store::PutCheckpoint(const CheckpointRecord& c) {
 }
 
 absl::StatusOr<CheckpointRecord> Store::GetCheckpoint(const std::string& id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "SELECT id, format, architecture, path, bytes, created_at FROM checkpoints WHERE id = ?";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
@@ -129,6 +133,7 @@ absl::StatusOr<CheckpointRecord> Store::GetCheckpoint(const std::string& id) {
 }
 
 absl::Status Store::CreateJob(const JobRecord& j) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "INSERT INTO jobs (id, kind, checkpoint_id, params_json, state, attempts, created_at) "
       "VALUES (?, ?, ?, ?, ?, ?, ?)";
@@ -143,6 +148,7 @@ absl::Status Store::CreateJob(const JobRecord& j) {
 }
 
 absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, absl::StrCat(kSelectJob, " WHERE id = ?").c_str()));
   s.Bind(1, id);
   ASSIGN_OR_RETURN(bool row, s.Step());
@@ -152,6 +158,7 @@ absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
 
 absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
                                         const std::string& page_token) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   if (page_size < 1 || page_size > 1000) {
     return absl::InvalidArgumentError(absl::StrCat("page_size ", page_size, " must lie in [1, 1000]"));
   }
@@ -186,6 +193,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
 
 absl::Status Store::TransitionJob(const std::string& id, JobState to, int64_t now,
                                   const std::string& error) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   ASSIGN_OR_RETURN(JobRecord job, GetJob(id));
   if (!Allowed(job.state, to)) {
@@ -208,12 +216,14 @@ absl::Status Store::TransitionJob(const std::string& id, JobState to, int64_t no
 }
 
 absl::Status Store::DeleteJob(const std::string& id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   RETURN_IF_ERROR(GetJob(id).status());
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, "DELETE FROM jobs WHERE id = ?"));
   return s.Bind(1, id).Run();
 }
 
 absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts, int64_t now) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kFail[] =
       "UPDATE jobs SET state = 'failed', finished_at = ?, error = 'gave up after ' || attempts "
@@ -230,6 +240,7 @@ absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts, int64_t 
 }
 
 absl::StatusOr<int64_t> Store::AppendEvent(const std::string& job_id, const JobEvent& e) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   ASSIGN_OR_RETURN(auto q, Statement::Prepare(
                                *db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?"));
@@ -247,6 +258,7 @@ absl::StatusOr<int64_t> Store::AppendEvent(const std::string& job_id, const JobE
 }
 
 absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id, int64_t after) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "SELECT seq, at, stage, step, total, loss, message FROM job_events "
       "WHERE job_id = ? AND seq > ? ORDER BY seq";
@@ -271,6 +283,7 @@ absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id, i
 
 absl::Status Store::AddVerification(const std::string& job_id,
                                     const std::vector<VerificationRow>& rows) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kSql[] =
       "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, max_rel, "
@@ -284,6 +297,7 @@ absl::Status Store::AddVerification(const std::string& job_id,
 }
 
 absl::StatusOr<std::vector<VerificationRow>> Store::Verification(const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "SELECT check_name, passed, max_rel, cos_dist, detail FROM verification_checks "
       "WHERE job_id = ? ORDER BY check_name";
@@ -299,6 +313,7 @@ absl::StatusOr<std::vector<VerificationRow>> Store::Verification(const std::stri
 }
 
 absl::Status Store::AddLossCurve(const std::string& job_id, const std::vector<LossRow>& rows) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kSql[] =
       "INSERT OR REPLACE INTO loss_curve (job_id, step, kind, loss, lr) VALUES (?, ?, ?, ?, ?)";
@@ -311,6 +326,7 @@ absl::Status Store::AddLossCurve(const std::string& job_id, const std::vector<Lo
 }
 
 absl::StatusOr<std::vector<LossRow>> Store::LossCurve(const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "SELECT step, kind, loss, lr FROM loss_curve WHERE job_id = ? ORDER BY kind, step";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
@@ -325,6 +341,7 @@ absl::StatusOr<std::vector<LossRow>> Store::LossCurve(const std::string& job_id)
 }
 
 absl::StatusOr<std::string> Store::IntegrityCheck() {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, "PRAGMA integrity_check"));
   ASSIGN_OR_RETURN(bool row, s.Step());
   return row ? s.Text(0) : std::string("no result");

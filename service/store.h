@@ -1,11 +1,13 @@
 // The service's SQLite store: checkpoints, jobs (state machine, attempts), job events,
 // and result rows (verification checks, loss curves), with a schema-version table and
-// ordered migrations. One writer connection; every multi-row select has an ORDER BY.
+// ordered migrations. One writer connection shared by every thread under a mutex;
+// every multi-row select has an ORDER BY.
 #ifndef LRKV_SERVICE_STORE_H_
 #define LRKV_SERVICE_STORE_H_
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -112,6 +114,9 @@ class Store {
   absl::Status Migrate();
   std::unique_ptr<Database> db_;
   int version_ = 0;
+  // One connection serves every thread; each public method holds this for its whole
+  // transaction (recursive: methods call each other).
+  std::recursive_mutex mu_;
 };
 
 }  // namespace lrkv::service

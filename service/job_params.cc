@@ -1,0 +1,103 @@
+// Parsing a job's params_json (see job_params.h).
+#include "service/job_params.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "model/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv::service {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+absl::StatusOr<json> ParseObject(const std::string& text, const std::set<std::string>& known) {
+  json j;
+  try {
+    j = text.empty() ? json::object() : json::parse(text);
+  } catch (const json::exception& e) {
+    return Invalid(absl::StrCat("params_json is not valid JSON: ", e.what()));
+  }
+  if (!j.is_object()) return Invalid("params_json must be a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (known.count(it.key()) == 0) {
+      return Invalid(absl::StrCat("params_json: unknown parameter '", it.key(),
+                                  "'; valid: ", absl::StrJoin(known, ", ")));
+    }
+  }
+  return j;
+}
+
+template <typename T>
+absl::Status Read(const json& j, const char* key, T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::OkStatus();
+  try {
+    *out = it->get<T>();
+  } catch (const json::exception&) {
+    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (", it->dump(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ConvertJobOptions> ParseConvertParams(const std::string& text,
+                                                     const std::string& checkpoint,
+                                                     const std::string& out_dir) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
+                                               "metric", "rope_mode", "rope_planes", "iters",
+                                               "damping", "calib", "calib_range", "calib_tokens",
+                                               "eval", "eval_range", "expand"}));
+  ConvertJobOptions o;
+  o.checkpoint = checkpoint;
+  o.out_dir = out_dir;
+  std::string variant = "lrkv", metric = "weight", mode = "reconstruct";
+  std::string calib_range = "0:1", eval_range = "0:1";
+  ConversionOptions& c = o.conversion;
+  RETURN_IF_ERROR(Read(j, "variant", &variant));
+  RETURN_IF_ERROR(Read(j, "rank", &c.rank));
+  RETURN_IF_ERROR(Read(j, "kv_heads", &c.kv_heads));
+  RETURN_IF_ERROR(Read(j, "latent", &c.latent));
+  RETURN_IF_ERROR(Read(j, "budget", &c.budget));
+  RETURN_IF_ERROR(Read(j, "metric", &metric));
+  RETURN_IF_ERROR(Read(j, "rope_mode", &mode));
+  RETURN_IF_ERROR(Read(j, "rope_planes", &c.rope_planes_kept));
+  RETURN_IF_ERROR(Read(j, "iters", &c.max_iters));
+  RETURN_IF_ERROR(Read(j, "damping", &c.damping));
+  RETURN_IF_ERROR(Read(j, "calib", &o.calib_path));
+  RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));
+  RETURN_IF_ERROR(Read(j, "calib_tokens", &o.calib_tokens));
+  RETURN_IF_ERROR(Read(j, "eval", &o.eval_path));
+  RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
+  RETURN_IF_ERROR(Read(j, "expand", &o.expand));
+  ASSIGN_OR_RETURN(c.variant, ParseKvVariant(variant));
+  ASSIGN_OR_RETURN(c.metric, ParseSurgeryMetric(metric));
+  ASSIGN_OR_RETURN(c.rope_mode, ParseRopeMode(mode));
+  ASSIGN_OR_RETURN(o.calib_range, ParseDocumentRange(calib_range));
+  ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
+  return o;
+}
+
+absl::StatusOr<VerifyJobOptions> ParseVerifyParams(const std::string& text,
+                                                   const std::string& checkpoint) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text, {"source", "rope_modes", "prompt_tokens",
+                                               "decode_tokens", "dtype", "text",
+                                               "fidelity_tokens"}));
+  VerifyJobOptions o;
+  o.checkpoint = checkpoint;
+  RETURN_IF_ERROR(Read(j, "source", &o.source));
+  RETURN_IF_ERROR(Read(j, "rope_modes", &o.modes));
+  RETURN_IF_ERROR(Read(j, "prompt_tokens", &o.prompt_tokens));
+  RETURN_IF_ERROR(Read(j, "decode_tokens", &o.decode_tokens));
+  RETURN_IF_ERROR(Read(j, "dtype", &o.dtype));
+  RETURN_IF_ERROR(Read(j, "text", &o.text));
+  RETURN_IF_ERROR(Read(j, "fidelity_tokens", &o.fidelity_tokens));
+  return o;
+}
+
+}  // namespace lrkv::service

@@ -1,0 +1,162 @@
+// Runs queued jobs on worker threads (see job_runner.h).
+#include "service/job_runner.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "model/safetensors.h"
+#include "model/status_macros.h"
+#include "service/job_params.h"
+
+namespace lrkv::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+JobRunner::JobRunner(Store* store, RunnerOptions options)
+    : store_(store), options_(std::move(options)) {}
+
+JobRunner::~JobRunner() { Stop(); }
+
+std::string JobRunner::ReportPath(const std::string& id) const {
+  return (fs::path(options_.data_dir) / "reports" / (id + ".json")).string();
+}
+
+std::string JobRunner::ArtifactPath(const std::string& id) const {
+  return (fs::path(options_.data_dir) / "artifacts" / id).string();
+}
+
+absl::Status JobRunner::Start() {
+  std::error_code ec;
+  fs::create_directories(fs::path(options_.data_dir) / "reports", ec);
+  fs::create_directories(fs::path(options_.data_dir) / "artifacts", ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(options_.data_dir, ": ", ec.message()));
+  JobFilter queued;
+  queued.state = JobState::kQueued;
+  std::string token;
+  do {
+    ASSIGN_OR_RETURN(JobPage page, store_->ListJobs(queued, 1000, token));
+    for (const auto& j : page.jobs) {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(j.id);
+    }
+    token = page.next_page_token;
+  } while (!token.empty());
+  for (int i = 0; i < std::max(1, options_.workers); ++i) threads_.emplace_back([this] { Work(); });
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::Enqueue(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the job queue is full (", options_.max_queue, " jobs waiting)"));
+  }
+  queue_.push_back(id);
+  cv_.notify_one();
+  return absl::OkStatus();
+}
+
+absl::Status JobRunner::Cancel(const std::string& id) {
+  ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
+  if (job.state == JobState::kQueued) {
+    RETURN_IF_ERROR(store_->TransitionJob(id, JobState::kCancelled, Now(), "cancelled"));
+  } else if (job.state != JobState::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' already finished (", JobStateName(job.state), ")"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  cancelled_.insert(id);
+  return absl::OkStatus();
+}
+
+void JobRunner::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+void JobRunner::Work() {
+  while (true) {
+    std::string id;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      id = queue_.front();
+      queue_.pop_front();
+    }
+    auto job = store_->GetJob(id);
+    if (!job.ok() || job->state != JobState::kQueued) continue;  // cancelled or deleted
+    if (!store_->TransitionJob(id, JobState::kRunning, Now()).ok()) continue;
+    JobEvent start;
+    start.at = Now();
+    start.stage = job->kind;
+    start.message = "started";
+    (void)store_->AppendEvent(id, start);
+    const absl::Status result = Execute(*job);
+    bool cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled = cancelled_.erase(id) > 0;
+    }
+    JobEvent end;
+    end.at = Now();
+    end.stage = job->kind;
+    end.step = end.total = 1;
+    end.message = cancelled ? "cancelled" : result.ok() ? "done" : std::string(result.message());
+    (void)store_->AppendEvent(id, end);
+    const JobState final_state = cancelled ? JobState::kCancelled
+                                 : result.ok() ? JobState::kSucceeded
+                                               : JobState::kFailed;
+    (void)store_->TransitionJob(id, final_state, Now(),
+                                result.ok() ? "" : std::string(result.message()));
+  }
+}
+
+absl::Status JobRunner::Execute(const JobRecord& job) {
+  ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(job.checkpoint_id));
+  nlohmann::json report;
+  if (job.kind == "convert") {
+    ASSIGN_OR_RETURN(ConvertJobOptions o,
+                     ParseConvertParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
+    ASSIGN_OR_RETURN(ConversionReport r, RunConvertJob(o));
+    report = r.ToJson();
+  } else if (job.kind == "verify") {
+    ASSIGN_OR_RETURN(VerifyJobOptions o, ParseVerifyParams(job.params_json, ckpt.path));
+    ASSIGN_OR_RETURN(VerifyReport r, RunVerifyJob(o));
+    std::vector<VerificationRow> rows;
+    for (const auto& e : r.equivalence) {
+      rows.push_back({e.mode + " " + e.dtype, e.passed(), e.worst_layer.max_rel,
+                      e.worst_layer.cos_dist, e.applicable ? e.reference : e.reason});
+    }
+    for (const auto& c : r.cache) {
+      rows.push_back({absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"), c.passed(), 0,
+                      0, absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes)});
+    }
+    RETURN_IF_ERROR(store_->AddVerification(job.id, rows));
+    report = r.ToJson();
+  } else {
+    return absl::UnimplementedError(absl::StrCat("job kind '", job.kind,
+                                                 "' is not served yet (convert, verify)"));
+  }
+  return WriteFileAtomically(ReportPath(job.id), report.dump(2) + "\n");
+}
+
+}  // namespace lrkv::service

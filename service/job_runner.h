@@ -1,0 +1,61 @@
+// Runs queued jobs on worker threads by calling the core library: a bounded queue,
+// N workers, results and events into the store, reports under the data directory,
+// best-effort cancellation (queued jobs never start; running ones end CANCELLED when
+// they return), and re-queued jobs picked up at start.
+#ifndef LRKV_SERVICE_JOB_RUNNER_H_
+#define LRKV_SERVICE_JOB_RUNNER_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "service/store.h"
+
+namespace lrkv::service {
+
+struct RunnerOptions {
+  /// Worker threads.
+  int workers = 1;
+  /// Jobs waiting at most; more are RESOURCE_EXHAUSTED.
+  int64_t max_queue = 1024;
+  /// Where artifacts (converted checkpoints) and reports are written.
+  std::string data_dir;
+};
+
+class JobRunner {
+ public:
+  JobRunner(Store* store, RunnerOptions options);
+  ~JobRunner();  // stops the workers
+  // Starts the workers and queues every job the store holds as queued.
+  absl::Status Start();
+  absl::Status Enqueue(const std::string& job_id);
+  // Marks a job cancelled: a queued job ends CANCELLED now, a running one when it returns.
+  absl::Status Cancel(const std::string& job_id);
+  void Stop();
+
+  std::string ReportPath(const std::string& job_id) const;
+  std::string ArtifactPath(const std::string& job_id) const;
+
+ private:
+  void Work();
+  absl::Status Execute(const JobRecord& job);
+
+  Store* store_;
+  RunnerOptions options_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;
+  std::set<std::string> cancelled_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace lrkv::service
+
+#endif  // LRKV_SERVICE_JOB_RUNNER_H_

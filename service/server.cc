@@ -1,0 +1,362 @@
+// The lrkv.v1.Lrkv gRPC service (see server.h).
+#include "service/server.h"
+
+#include <grpcpp/health_check_service_interface.h>
+#include <openssl/evp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/mapped_file.h"
+#include "model/status_macros.h"
+#include "service/grpc_status.h"
+#include "service/job_params.h"
+#include "surgery/conversion_options.h"
+
+namespace lrkv::service {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kMaxAttempts = 3;
+
+int64_t Now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+constexpr const char* kKinds[] = {"", "convert", "heal", "verify", "bench", "compare", "pipeline"};
+
+std::string KindName(v1::JobKind k) {
+  return k > 0 && k < 7 ? kKinds[k] : "";
+}
+
+v1::JobKind KindOf(const std::string& name) {
+  for (int i = 1; i < 7; ++i) {
+    if (name == kKinds[i]) return static_cast<v1::JobKind>(i);
+  }
+  return v1::JOB_KIND_UNSPECIFIED;
+}
+
+v1::JobState ToProto(JobState s) { return static_cast<v1::JobState>(static_cast<int>(s) + 1); }
+
+void FillJob(const JobRecord& j, v1::Job* out) {
+  out->set_id(j.id);
+  out->set_kind(KindOf(j.kind));
+  out->set_checkpoint_id(j.checkpoint_id);
+  out->set_params_json(j.params_json);
+  out->set_state(ToProto(j.state));
+  out->set_attempts(j.attempts);
+  out->set_created_at(j.created_at);
+  out->set_started_at(j.started_at);
+  out->set_finished_at(j.finished_at);
+  out->set_error(j.error);
+}
+
+// sha256 of a file or, for a directory, of its files' names and contents in name order.
+absl::StatusOr<std::string> Sha256(const std::string& path) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      if (e.is_regular_file()) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  for (const auto& f : files) {
+    auto mapped = MappedFile::Open(f.string());
+    if (!mapped.ok()) {
+      EVP_MD_CTX_free(ctx);
+      return mapped.status();
+    }
+    if (files.size() > 1) {
+      const std::string name = f.filename().string();
+      EVP_DigestUpdate(ctx, name.data(), name.size());
+    }
+    EVP_DigestUpdate(ctx, (*mapped)->bytes().data(), (*mapped)->bytes().size());
+  }
+  unsigned char digest[32];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, digest, &len);
+  EVP_MD_CTX_free(ctx);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 15]);
+  }
+  return out;
+}
+
+std::string NewJobId() {
+  static std::mt19937_64 rng(std::random_device{}());
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::ostringstream s;
+  s << "job-" << std::hex << rng();
+  return s.str();
+}
+
+}  // namespace
+
+class LrkvServer::Service final : public v1::Lrkv::Service {
+ public:
+  Service(Store* store, JobRunner* runner, ServerOptions options)
+      : store_(store), runner_(runner), options_(std::move(options)) {}
+
+  grpc::Status UploadCheckpoint(grpc::ServerContext*,
+                                grpc::ServerReader<v1::UploadCheckpointRequest>*,
+                                v1::Checkpoint*) override {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "uploads are not served yet; use RegisterCheckpoint");
+  }
+
+  grpc::Status RegisterCheckpoint(grpc::ServerContext*, const v1::RegisterCheckpointRequest* req,
+                                  v1::Checkpoint* out) override {
+    return ToGrpc(Register(req->path(), out));
+  }
+
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                         v1::Job* out) override {
+    return ToGrpc(Submit(*req, out));
+  }
+
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* out) override {
+    auto job = store_->GetJob(req->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    FillJob(*job, out);
+    auto events = store_->Events(req->job_id(), 0);
+    if (events.ok() && !events->empty()) {
+      const JobEvent& e = events->back();
+      out->mutable_progress()->set_seq(e.seq);
+      out->mutable_progress()->set_stage(e.stage);
+      out->mutable_progress()->set_message(e.message);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* out) override {
+    JobFilter f;
+    if (req->state() != v1::JOB_STATE_UNSPECIFIED) {
+      f.state = static_cast<JobState>(static_cast<int>(req->state()) - 1);
+    }
+    f.kind = KindName(req->kind());
+    f.checkpoint_id = req->checkpoint_id();
+    const int64_t size = req->page_size() == 0 ? 100 : req->page_size();
+    auto page = store_->ListJobs(f, size, req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    for (const auto& j : page->jobs) FillJob(j, out->add_jobs());
+    out->set_next_page_token(page->next_page_token);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::JobProgress>* writer) override {
+    int64_t after = req->after_seq();
+    while (!ctx->IsCancelled()) {
+      auto job = store_->GetJob(req->job_id());
+      if (!job.ok()) return ToGrpc(job.status());
+      auto events = store_->Events(req->job_id(), after);
+      if (!events.ok()) return ToGrpc(events.status());
+      for (const auto& e : *events) {
+        v1::JobProgress p;
+        p.set_seq(e.seq);
+        p.set_stage(e.stage);
+        p.set_step(e.step);
+        p.set_total(e.total);
+        if (e.loss) p.set_loss(*e.loss);
+        p.set_message(e.message);
+        p.set_state(ToProto(job->state));
+        if (!writer->Write(p)) return grpc::Status::OK;
+        after = e.seq;
+      }
+      const bool done = job->state != JobState::kQueued && job->state != JobState::kRunning;
+      if (done && events->empty()) return grpc::Status::OK;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
+  }
+
+  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+                         v1::Job* out) override {
+    if (auto st = runner_->Cancel(req->job_id()); !st.ok()) return ToGrpc(st);
+    auto job = store_->GetJob(req->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    FillJob(*job, out);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+                         v1::DeleteJobResponse*) override {
+    auto job = store_->GetJob(req->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    if (job->state == JobState::kQueued || job->state == JobState::kRunning) {
+      return ToGrpc(absl::FailedPreconditionError(
+          absl::StrCat("job '", req->job_id(), "' is ", JobStateName(job->state),
+                       "; cancel it before deleting")));
+    }
+    std::error_code ec;
+    fs::remove(runner_->ReportPath(req->job_id()), ec);
+    fs::remove_all(runner_->ArtifactPath(req->job_id()), ec);
+    return ToGrpc(store_->DeleteJob(req->job_id()));
+  }
+
+  grpc::Status GetReport(grpc::ServerContext*, const v1::GetReportRequest* req,
+                         v1::Report* out) override {
+    auto job = store_->GetJob(req->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    out->set_job_id(job->id);
+    out->set_kind(KindOf(job->kind));
+    out->set_state(ToProto(job->state));
+    if (job->state != JobState::kSucceeded) {
+      return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
+          "job '", job->id, "' is ", JobStateName(job->state), "; reports exist once it succeeds")));
+    }
+    std::ifstream in(runner_->ReportPath(job->id));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    out->set_json(ss.str());
+    auto checks = store_->Verification(job->id);
+    if (checks.ok() && !checks->empty()) {
+      bool all = true;
+      for (const auto& c : *checks) {
+        auto* check = out->mutable_verification()->add_checks();
+        check->set_name(c.check);
+        check->set_passed(c.passed);
+        check->set_max_rel_error(c.max_rel);
+        check->set_cos_dist(c.cos_dist);
+        check->set_detail(c.detail);
+        all = all && c.passed;
+      }
+      out->mutable_verification()->set_passed(all);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  absl::Status Register(const std::string& path, v1::Checkpoint* out) {
+    if (path.empty()) return Invalid("path is required");
+    std::error_code ec;
+    const fs::path real = fs::weakly_canonical(path, ec);  // resolves symlinks and ..
+    if (ec || !fs::exists(real)) return absl::NotFoundError(absl::StrCat(path, ": not found"));
+    bool allowed = false;
+    for (const auto& root : options_.allowed_dirs) {
+      const fs::path r = fs::weakly_canonical(root, ec);
+      const auto rel = real.lexically_relative(r);
+      if (!rel.empty() && rel.native().rfind("..", 0) != 0) allowed = true;
+    }
+    if (!allowed) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          path, ": outside the allowed folders (start lrkvd with --allow-dir)"));
+    }
+    ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(real.string()));
+    ASSIGN_OR_RETURN(std::string id, Sha256(real.string()));
+    CheckpointRecord rec;
+    rec.id = id;
+    rec.format = ckpt->format() == CheckpointFormat::kGguf ? "gguf" : "safetensors";
+    rec.architecture = ckpt->config().model_type;
+    rec.path = real.string();
+    rec.bytes = fs::is_directory(real) ? 0 : static_cast<int64_t>(fs::file_size(real, ec));
+    rec.created_at = Now();
+    RETURN_IF_ERROR(store_->PutCheckpoint(rec));
+    out->set_id(rec.id);
+    out->set_format(rec.format);
+    out->set_architecture(rec.architecture);
+    out->set_bytes(rec.bytes);
+    out->set_layers(ckpt->config().num_layers);
+    out->set_heads(ckpt->config().num_heads);
+    out->set_kv_heads(ckpt->config().num_kv_heads);
+    out->set_head_dim(ckpt->config().head_dim);
+    out->set_created_at(rec.created_at);
+    return absl::OkStatus();
+  }
+
+  absl::Status Submit(const v1::SubmitJobRequest& req, v1::Job* out) {
+    const std::string kind = KindName(req.kind());
+    if (kind != "convert" && kind != "verify") {
+      return Invalid(absl::StrCat("kind ", v1::JobKind_Name(req.kind()),
+                                  " is not served yet; valid: CONVERT, VERIFY"));
+    }
+    ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(req.checkpoint_id()));
+    // Parameters are checked now, so that a bad request fails at once.
+    if (kind == "convert") {
+      ASSIGN_OR_RETURN(ConvertJobOptions o, ParseConvertParams(req.params_json(), ckpt.path, ""));
+      ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
+      RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
+    } else {
+      RETURN_IF_ERROR(ParseVerifyParams(req.params_json(), ckpt.path).status());
+    }
+    JobRecord job;
+    job.id = NewJobId();
+    job.kind = kind;
+    job.checkpoint_id = ckpt.id;
+    job.params_json = req.params_json().empty() ? "{}" : req.params_json();
+    job.created_at = Now();
+    RETURN_IF_ERROR(store_->CreateJob(job));
+    if (auto st = runner_->Enqueue(job.id); !st.ok()) {
+      (void)store_->TransitionJob(job.id, JobState::kCancelled, Now(), std::string(st.message()));
+      return st;
+    }
+    FillJob(job, out);
+    return absl::OkStatus();
+  }
+
+  Store* store_;
+  JobRunner* runner_;
+  ServerOptions options_;
+};
+
+absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(const ServerOptions& o) {
+  if (o.data_dir.empty()) return Invalid("--data-dir is required");
+  if (o.workers < 1 || o.workers > 64) {
+    return Invalid(absl::StrCat("--workers ", o.workers, " must lie in [1, 64]"));
+  }
+  std::error_code ec;
+  fs::create_directories(o.data_dir, ec);
+  if (ec) return absl::PermissionDeniedError(absl::StrCat(o.data_dir, ": ", ec.message()));
+  std::unique_ptr<LrkvServer> s(new LrkvServer());
+  ASSIGN_OR_RETURN(s->store_, Store::Open((fs::path(o.data_dir) / "lrkv.db").string()));
+  RETURN_IF_ERROR(s->store_->RecoverRunningJobs(kMaxAttempts, Now()).status());
+  RunnerOptions ro;
+  ro.workers = o.workers;
+  ro.data_dir = o.data_dir;
+  s->runner_ = std::make_unique<JobRunner>(s->store_.get(), ro);
+  RETURN_IF_ERROR(s->runner_->Start());
+  s->service_ = std::make_unique<Service>(s->store_.get(), s->runner_.get(), o);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.listen));
+  }
+  return s;
+}
+
+LrkvServer::~LrkvServer() { Shutdown(); }
+
+void LrkvServer::Shutdown() {
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (runner_) runner_->Stop();
+}
+
+void LrkvServer::Wait() {
+  if (server_) server_->Wait();
+}
+
+}  // namespace lrkv::service

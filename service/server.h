@@ -1,0 +1,52 @@
+// The lrkv.v1.Lrkv gRPC service over the store and the job runner. Bad parameters are
+// INVALID_ARGUMENT naming the field and range, unknown ids NOT_FOUND (codes made in
+// grpc_status.h).
+#ifndef LRKV_SERVICE_SERVER_H_
+#define LRKV_SERVICE_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lrkv/v1/lrkv.grpc.pb.h"
+#include "service/job_runner.h"
+#include "service/store.h"
+
+namespace lrkv::service {
+
+struct ServerOptions {
+  /// Address to listen on; port 0 picks a free one (see LrkvServer::port()).
+  std::string listen = "127.0.0.1:50051";
+  /// Database, reports and artifacts live here.
+  std::string data_dir;
+  int workers = 1;
+  /// RegisterCheckpoint accepts paths inside these folders only.
+  std::vector<std::string> allowed_dirs;
+};
+
+class LrkvServer {
+ public:
+  // Opens the store (recovering jobs a crash left running), starts the workers and the
+  // gRPC server with health checking.
+  static absl::StatusOr<std::unique_ptr<LrkvServer>> Start(const ServerOptions& options);
+  ~LrkvServer();
+  void Shutdown();
+  void Wait();
+  int port() const { return port_; }
+
+ private:
+  LrkvServer() = default;
+  class Service;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<JobRunner> runner_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace lrkv::service
+
+#endif  // LRKV_SERVICE_SERVER_H_

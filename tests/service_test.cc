@@ -1,0 +1,159 @@
+// The gRPC service end to end, in process on an ephemeral port: register stories260K,
+// convert it, register the converted checkpoint, verify it, read the reports; bad
+// requests get the right codes; jobs survive a restart of the server.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lrkv/v1/lrkv.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "service/server.h"
+#include "tests/test_paths.h"
+
+namespace lrkv::service {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = lrkv::testing::FreshTempDir("service");
+    StartServer();
+  }
+  void StartServer() {
+    ServerOptions o;
+    o.listen = "127.0.0.1:0";
+    o.data_dir = (dir_ / "data").string();
+    o.allowed_dirs = {lrkv::testing::SharedPath("models"), lrkv::testing::FixturePath("malformed"),
+                      o.data_dir};
+    auto server = LrkvServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                       grpc::InsecureChannelCredentials());
+    stub_ = v1::Lrkv::NewStub(channel);
+  }
+
+  v1::Job WaitDone(const std::string& id) {
+    v1::Job job;
+    for (int i = 0; i < 600; ++i) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      EXPECT_TRUE(stub_->GetJob(&ctx, req, &job).ok());
+      if (job.state() != v1::QUEUED && job.state() != v1::RUNNING) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return job;
+  }
+
+  grpc::Status Register(const std::string& path, v1::Checkpoint* out) {
+    grpc::ClientContext ctx;
+    v1::RegisterCheckpointRequest req;
+    req.set_path(path);
+    return stub_->RegisterCheckpoint(&ctx, req, out);
+  }
+
+  grpc::Status Submit(v1::JobKind kind, const std::string& ckpt, const std::string& params,
+                      v1::Job* out) {
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    req.set_kind(kind);
+    req.set_checkpoint_id(ckpt);
+    req.set_params_json(params);
+    return stub_->SubmitJob(&ctx, req, out);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<LrkvServer> server_;
+  std::unique_ptr<v1::Lrkv::Stub> stub_;
+};
+
+TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  EXPECT_EQ(source.format(), "gguf");
+  EXPECT_EQ(source.kv_heads(), 4);
+  EXPECT_EQ(source.id().size(), 64u);  // sha256 hex
+  v1::Job convert;
+  ASSERT_TRUE(Submit(v1::CONVERT, source.id(), R"({"variant": "lrkv", "rank": 2,
+                     "rope_mode": "plane"})", &convert).ok());
+  EXPECT_EQ(convert.state(), v1::QUEUED);
+  const v1::Job done = WaitDone(convert.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  EXPECT_EQ(done.attempts(), 1);
+  grpc::ClientContext rctx;
+  v1::GetReportRequest rreq;
+  rreq.set_job_id(convert.id());
+  v1::Report report;
+  ASSERT_TRUE(stub_->GetReport(&rctx, rreq, &report).ok());
+  const auto json = nlohmann::json::parse(report.json());
+  EXPECT_EQ(json["config"], "lrkv r=2");
+  EXPECT_DOUBLE_EQ(json["cache_ratio_to_source"].get<double>(), 0.5);
+
+  v1::Checkpoint converted;
+  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(), &converted).ok());
+  v1::Job verify;
+  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(),
+                     R"({"prompt_tokens": 12, "decode_tokens": 6, "dtype": "both"})", &verify)
+                  .ok());
+  ASSERT_EQ(WaitDone(verify.id()).state(), v1::SUCCEEDED);
+  grpc::ClientContext vctx;
+  rreq.set_job_id(verify.id());
+  ASSERT_TRUE(stub_->GetReport(&vctx, rreq, &report).ok());
+  EXPECT_TRUE(report.verification().passed());
+  EXPECT_GE(report.verification().checks_size(), 8);
+
+  // WatchJob replays the finished job's events and ends.
+  grpc::ClientContext wctx;
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(verify.id());
+  auto reader = stub_->WatchJob(&wctx, wreq);
+  v1::JobProgress p;
+  int events = 0;
+  while (reader->Read(&p)) ++events;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(events, 2);  // started, done
+
+  grpc::ClientContext lctx;
+  v1::ListJobsRequest lreq;
+  lreq.set_page_size(1);
+  v1::ListJobsResponse page;
+  ASSERT_TRUE(stub_->ListJobs(&lctx, lreq, &page).ok());
+  ASSERT_EQ(page.jobs_size(), 1);
+  EXPECT_EQ(page.jobs(0).id(), convert.id());
+  EXPECT_FALSE(page.next_page_token().empty());
+}
+
+TEST_F(ServiceTest, BadRequestsGetClearCodes) {
+  v1::Checkpoint ck;
+  auto st = Register(lrkv::testing::FixturePath("malformed/st_gap.safetensors"), &ck);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("gap in tensor data"));
+  st = Register("/etc/passwd", &ck);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  st = Register(lrkv::testing::SharedPath("models/../data/tinystories-valid-excerpt.txt"), &ck);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
+  v1::Job job;
+  st = Submit(v1::CONVERT, ck.id(), R"({"variant": "lrkv", "rank": 9})", &job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("[0, 8]"));
+  st = Submit(v1::CONVERT, ck.id(), R"({"rnak": 2})", &job);
+  EXPECT_THAT(st.error_message(), HasSubstr("unknown parameter 'rnak'"));
+  st = Submit(v1::CONVERT, "nope", "{}", &job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_job_id("job-unknown");
+  EXPECT_EQ(stub_->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace lrkv::service
