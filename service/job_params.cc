@@ -100,4 +100,68 @@ absl::StatusOr<VerifyJobOptions> ParseVerifyParams(const std::string& text,
   return o;
 }
 
+absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
+                                               const std::string& checkpoint,
+                                               const std::string& out_dir) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text, {"teacher", "data", "data_range", "eval",
+                                               "eval_range", "steps", "batch", "accum",
+                                               "seq_len", "lr", "warmup", "clip", "trainable",
+                                               "loss", "temperature", "eval_every", "seed"}));
+  HealJobOptions o;
+  o.checkpoint = checkpoint;
+  o.out_dir = out_dir;
+  std::string data_range = "0:1", eval_range = "0:1", trainable = "kv", loss = "kd";
+  HealOptions& h = o.heal;
+  RETURN_IF_ERROR(Read(j, "data", &o.data));
+  RETURN_IF_ERROR(Read(j, "data_range", &data_range));
+  RETURN_IF_ERROR(Read(j, "eval", &o.eval));
+  RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
+  RETURN_IF_ERROR(Read(j, "steps", &h.steps));
+  RETURN_IF_ERROR(Read(j, "batch", &h.batch));
+  RETURN_IF_ERROR(Read(j, "accum", &h.grad_accum));
+  RETURN_IF_ERROR(Read(j, "seq_len", &o.seq_len));
+  RETURN_IF_ERROR(Read(j, "lr", &h.lr));
+  RETURN_IF_ERROR(Read(j, "warmup", &h.warmup));
+  RETURN_IF_ERROR(Read(j, "clip", &h.clip));
+  RETURN_IF_ERROR(Read(j, "trainable", &trainable));
+  RETURN_IF_ERROR(Read(j, "loss", &loss));
+  RETURN_IF_ERROR(Read(j, "temperature", &h.temperature));
+  RETURN_IF_ERROR(Read(j, "eval_every", &h.eval_every));
+  RETURN_IF_ERROR(Read(j, "seed", &h.seed));
+  if (o.data.empty()) return Invalid("params_json: 'data' (training text) is required");
+  ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
+  ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
+  ASSIGN_OR_RETURN(h.trainable, ParseTrainableSet(trainable));
+  ASSIGN_OR_RETURN(h.loss, ParseHealLoss(loss));
+  RETURN_IF_ERROR(h.Validate());
+  return o;
+}
+
+absl::StatusOr<std::string> HealTeacherId(const std::string& text) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text, {"teacher", "data", "data_range", "eval",
+                                               "eval_range", "steps", "batch", "accum",
+                                               "seq_len", "lr", "warmup", "clip", "trainable",
+                                               "loss", "temperature", "eval_every", "seed"}));
+  std::string id;
+  RETURN_IF_ERROR(Read(j, "teacher", &id));
+  return id;
+}
+
+absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& text) {
+  json j;
+  try {
+    j = text.empty() ? json::object() : json::parse(text);
+  } catch (const json::exception& e) {
+    return Invalid(absl::StrCat("params_json is not valid JSON: ", e.what()));
+  }
+  std::vector<std::string> paths;
+  for (const char* key : {"calib", "eval", "text", "data", "source"}) {
+    auto it = j.find(key);
+    if (it != j.end() && it->is_string() && !it->get<std::string>().empty()) {
+      paths.push_back(it->get<std::string>());
+    }
+  }
+  return paths;
+}
+
 }  // namespace lrkv::service

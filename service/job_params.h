@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "surgery/convert_job.h"
+#include "train/heal_job.h"
 #include "verify/verify_job.h"
 
 namespace lrkv::service {
@@ -17,6 +18,15 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(const std::string& json,
                                                      const std::string& out_dir);
 absl::StatusOr<VerifyJobOptions> ParseVerifyParams(const std::string& json,
                                                    const std::string& checkpoint);
+// `teacher` is resolved by the server from the "teacher" checkpoint id.
+absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& json,
+                                               const std::string& checkpoint,
+                                               const std::string& out_dir);
+// The checkpoint id a heal job distils from ("teacher"), or empty.
+absl::StatusOr<std::string> HealTeacherId(const std::string& json);
+// Server-side files a job reads (calib, eval, text, data), to check against the
+// allowed folders.
+absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& json);
 
 }  // namespace lrkv::service
 

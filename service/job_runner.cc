@@ -152,9 +152,31 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     }
     RETURN_IF_ERROR(store_->AddVerification(job.id, rows));
     report = r.ToJson();
+  } else if (job.kind == "heal") {
+    ASSIGN_OR_RETURN(HealJobOptions o,
+                     ParseHealParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
+    ASSIGN_OR_RETURN(std::string teacher_id, HealTeacherId(job.params_json));
+    if (!teacher_id.empty()) {
+      ASSIGN_OR_RETURN(CheckpointRecord teacher, store_->GetCheckpoint(teacher_id));
+      o.teacher = teacher.path;
+    }
+    std::vector<LossRow> curve;
+    ASSIGN_OR_RETURN(HealReport r, RunHealJob(o, [&](const HealEvent& e) {
+      JobEvent ev;
+      ev.at = Now();
+      ev.stage = "heal";
+      ev.step = e.step;
+      ev.total = o.heal.steps;
+      ev.loss = e.kind == "step" ? e.loss : e.eval_loss;
+      ev.message = e.kind;
+      (void)store_->AppendEvent(job.id, ev);
+      curve.push_back({e.step, e.kind, e.kind == "step" ? e.loss : e.eval_loss, e.lr});
+    }));
+    RETURN_IF_ERROR(store_->AddLossCurve(job.id, curve));
+    report = r.ToJson();
   } else {
     return absl::UnimplementedError(absl::StrCat("job kind '", job.kind,
-                                                 "' is not served yet (convert, verify)"));
+                                                 "' is not served yet (convert, verify, heal)"));
   }
   return WriteFileAtomically(ReportPath(job.id), report.dump(2) + "\n");
 }

@@ -101,13 +101,23 @@ absl::StatusOr<std::string> Sha256(const std::string& path) {
   return out;
 }
 
+// Ids sort by creation time (milliseconds, then a counter), then a random suffix, so
+// that jobs created within one second still list in submission order.
 std::string NewJobId() {
   static std::mt19937_64 rng(std::random_device{}());
   static std::mutex mu;
+  static int64_t last_ms = 0, counter = 0;
   std::lock_guard<std::mutex> lock(mu);
-  std::ostringstream s;
-  s << "job-" << std::hex << rng();
-  return s.str();
+  const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  counter = ms == last_ms ? counter + 1 : 0;
+  last_ms = ms;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "job-%013lld-%04lld-%06llx", static_cast<long long>(ms),
+                static_cast<long long>(counter),
+                static_cast<unsigned long long>(rng() & 0xffffff));
+  return buf;
 }
 
 }  // namespace
@@ -248,21 +258,25 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   }
 
  private:
-  absl::Status Register(const std::string& path, v1::Checkpoint* out) {
-    if (path.empty()) return Invalid("path is required");
+  // The canonical form of `path` (symlinks and .. resolved) when it exists inside an
+  // allowed folder.
+  absl::StatusOr<fs::path> CheckAllowed(const std::string& path) {
     std::error_code ec;
-    const fs::path real = fs::weakly_canonical(path, ec);  // resolves symlinks and ..
+    const fs::path real = fs::weakly_canonical(path, ec);
     if (ec || !fs::exists(real)) return absl::NotFoundError(absl::StrCat(path, ": not found"));
-    bool allowed = false;
     for (const auto& root : options_.allowed_dirs) {
       const fs::path r = fs::weakly_canonical(root, ec);
       const auto rel = real.lexically_relative(r);
-      if (!rel.empty() && rel.native().rfind("..", 0) != 0) allowed = true;
+      if (!rel.empty() && rel.native().rfind("..", 0) != 0) return real;
     }
-    if (!allowed) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          path, ": outside the allowed folders (start lrkvd with --allow-dir)"));
-    }
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, ": outside the allowed folders (start lrkvd with --allow-dir)"));
+  }
+
+  absl::Status Register(const std::string& path, v1::Checkpoint* out) {
+    if (path.empty()) return Invalid("path is required");
+    std::error_code ec;
+    ASSIGN_OR_RETURN(const fs::path real, CheckAllowed(path));
     ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(real.string()));
     ASSIGN_OR_RETURN(std::string id, Sha256(real.string()));
     CheckpointRecord rec;
@@ -287,18 +301,24 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   absl::Status Submit(const v1::SubmitJobRequest& req, v1::Job* out) {
     const std::string kind = KindName(req.kind());
-    if (kind != "convert" && kind != "verify") {
+    if (kind != "convert" && kind != "verify" && kind != "heal") {
       return Invalid(absl::StrCat("kind ", v1::JobKind_Name(req.kind()),
-                                  " is not served yet; valid: CONVERT, VERIFY"));
+                                  " is not served yet; valid: CONVERT, VERIFY, HEAL"));
     }
     ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(req.checkpoint_id()));
+    ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
+    for (const auto& p : inputs) RETURN_IF_ERROR(CheckAllowed(p).status());
     // Parameters are checked now, so that a bad request fails at once.
     if (kind == "convert") {
       ASSIGN_OR_RETURN(ConvertJobOptions o, ParseConvertParams(req.params_json(), ckpt.path, ""));
       ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
       RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
-    } else {
+    } else if (kind == "verify") {
       RETURN_IF_ERROR(ParseVerifyParams(req.params_json(), ckpt.path).status());
+    } else {
+      RETURN_IF_ERROR(ParseHealParams(req.params_json(), ckpt.path, "").status());
+      ASSIGN_OR_RETURN(std::string teacher, HealTeacherId(req.params_json()));
+      if (!teacher.empty()) RETURN_IF_ERROR(store_->GetCheckpoint(teacher).status());
     }
     JobRecord job;
     job.id = NewJobId();

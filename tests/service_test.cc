@@ -30,8 +30,8 @@ class ServiceTest : public ::testing::Test {
     ServerOptions o;
     o.listen = "127.0.0.1:0";
     o.data_dir = (dir_ / "data").string();
-    o.allowed_dirs = {lrkv::testing::SharedPath("models"), lrkv::testing::FixturePath("malformed"),
-                      o.data_dir};
+    o.allowed_dirs = {lrkv::testing::SharedPath("models"), lrkv::testing::SharedPath("data"),
+                      lrkv::testing::FixturePath("malformed"), o.data_dir};
     auto server = LrkvServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -131,6 +131,36 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
   EXPECT_FALSE(page.next_page_token().empty());
 }
 
+TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  v1::Job convert;
+  ASSERT_TRUE(Submit(v1::CONVERT, source.id(), R"({"variant": "lrkv", "rank": 2})", &convert).ok());
+  ASSERT_EQ(WaitDone(convert.id()).state(), v1::SUCCEEDED);
+  v1::Checkpoint converted;
+  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(), &converted).ok());
+  v1::Job heal;
+  const std::string params = absl::StrCat(
+      R"({"teacher": ")", source.id(), R"(", "data": ")", lrkv::testing::StoriesTextPath(),
+      R"(", "data_range": "0:0.3", "steps": 6, "batch": 4, "seq_len": 128, "warmup": 1,
+          "eval_every": 0})");
+  ASSERT_TRUE(Submit(v1::HEAL, converted.id(), params, &heal).ok());
+  grpc::ClientContext wctx;
+  v1::WatchJobRequest wreq;
+  wreq.set_job_id(heal.id());
+  auto reader = stub_->WatchJob(&wctx, wreq);
+  v1::JobProgress p;
+  int with_loss = 0;
+  while (reader->Read(&p)) with_loss += p.has_loss();
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(with_loss, 6);  // one event per step, streamed while it trains
+  EXPECT_EQ(WaitDone(heal.id()).state(), v1::SUCCEEDED);
+  // A data file outside the allowed folders is refused at submission.
+  v1::Job bad;
+  auto st = Submit(v1::HEAL, converted.id(), R"({"data": "/etc/hostname", "steps": 2})", &bad);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
 TEST_F(ServiceTest, BadRequestsGetClearCodes) {
   v1::Checkpoint ck;
   auto st = Register(lrkv::testing::FixturePath("malformed/st_gap.safetensors"), &ck);
@@ -138,7 +168,7 @@ TEST_F(ServiceTest, BadRequestsGetClearCodes) {
   EXPECT_THAT(st.error_message(), HasSubstr("gap in tensor data"));
   st = Register("/etc/passwd", &ck);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  st = Register(lrkv::testing::SharedPath("models/../data/tinystories-valid-excerpt.txt"), &ck);
+  st = Register(lrkv::testing::SharedPath("models/../reference/lrkv-paper-study-notes.zh.md"), &ck);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
   v1::Job job;
