@@ -2,6 +2,7 @@
 // (queued jobs stay queued in the store and run at the next start).
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -21,10 +22,25 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", o.data_dir, "Database, reports and artifacts")->required();
   app.add_option("--workers", o.workers, "Jobs run at once");
   app.add_option("--allow-dir", o.allowed_dirs, "Folders RegisterCheckpoint may read");
+  std::string token_file;
+  app.add_option("--auth-token-file", token_file,
+                 "File holding a bearer token every RPC must present");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    std::getline(in, o.auth_token);
+    if (!in && o.auth_token.empty()) {
+      std::cerr << "lrkvd: error: " << token_file << ": cannot read the token\n";
+      return 2;
+    }
+    if (o.auth_token.size() < 16) {
+      std::cerr << "lrkvd: error: " << token_file << ": the token must have >= 16 characters\n";
+      return 2;
+    }
   }
   lrkv::ConfigureThreads();
   auto server = lrkv::service::LrkvServer::Start(o);

@@ -2,6 +2,7 @@
 #include "service/server.h"
 
 #include <grpcpp/health_check_service_interface.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 
 #include <chrono>
@@ -127,24 +128,43 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   Service(Store* store, JobRunner* runner, ServerOptions options)
       : store_(store), runner_(runner), options_(std::move(options)) {}
 
-  grpc::Status UploadCheckpoint(grpc::ServerContext*,
+  // UNAUTHENTICATED unless the call carries the configured bearer token (compared in
+  // constant time).
+  grpc::Status Authorize(const grpc::ServerContext* ctx) const {
+    if (options_.auth_token.empty()) return grpc::Status::OK;
+    const auto& md = ctx->client_metadata();
+    const auto it = md.find("authorization");
+    const std::string expected = "Bearer " + options_.auth_token;
+    if (it != md.end() && it->second.size() == expected.size() &&
+        CRYPTO_memcmp(it->second.data(), expected.data(), expected.size()) == 0) {
+      return grpc::Status::OK;
+    }
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or wrong 'authorization: Bearer <token>' metadata");
+  }
+
+  grpc::Status UploadCheckpoint(grpc::ServerContext* ctx,
                                 grpc::ServerReader<v1::UploadCheckpointRequest>*,
                                 v1::Checkpoint*) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "uploads are not served yet; use RegisterCheckpoint");
   }
 
-  grpc::Status RegisterCheckpoint(grpc::ServerContext*, const v1::RegisterCheckpointRequest* req,
+  grpc::Status RegisterCheckpoint(grpc::ServerContext* ctx, const v1::RegisterCheckpointRequest* req,
                                   v1::Checkpoint* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     return ToGrpc(Register(req->path(), out));
   }
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::Job* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     return ToGrpc(Submit(*req, out));
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* req, v1::Job* out) override {
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     FillJob(*job, out);
@@ -158,8 +178,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest* req,
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     JobFilter f;
     if (req->state() != v1::JOB_STATE_UNSPECIFIED) {
       f.state = static_cast<JobState>(static_cast<int>(req->state()) - 1);
@@ -176,6 +197,7 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobProgress>* writer) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     int64_t after = req->after_seq();
     while (!ctx->IsCancelled()) {
       auto job = store_->GetJob(req->job_id());
@@ -201,8 +223,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* req,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::Job* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     if (auto st = runner_->Cancel(req->job_id()); !st.ok()) return ToGrpc(st);
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
@@ -210,8 +233,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
                          v1::DeleteJobResponse*) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     if (job->state == JobState::kQueued || job->state == JobState::kRunning) {
@@ -225,8 +249,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return ToGrpc(store_->DeleteJob(req->job_id()));
   }
 
-  grpc::Status GetReport(grpc::ServerContext*, const v1::GetReportRequest* req,
+  grpc::Status GetReport(grpc::ServerContext* ctx, const v1::GetReportRequest* req,
                          v1::Report* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     out->set_job_id(job->id);

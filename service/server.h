@@ -25,6 +25,9 @@ struct ServerOptions {
   int workers = 1;
   /// RegisterCheckpoint accepts paths inside these folders only.
   std::vector<std::string> allowed_dirs;
+  /// When set, every RPC of the Lrkv service needs "authorization: Bearer <token>"
+  /// (health checking stays open).
+  std::string auth_token;
 };
 
 class LrkvServer {

@@ -3,7 +3,12 @@
 // requests get the right codes; jobs survive a restart of the server.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <set>
 #include <filesystem>
 #include <thread>
 
@@ -26,8 +31,9 @@ class ServiceTest : public ::testing::Test {
     dir_ = lrkv::testing::FreshTempDir("service");
     StartServer();
   }
-  void StartServer() {
+  void StartServer(const std::string& token = "") {
     ServerOptions o;
+    o.auth_token = token;
     o.listen = "127.0.0.1:0";
     o.data_dir = (dir_ / "data").string();
     o.allowed_dirs = {lrkv::testing::SharedPath("models"), lrkv::testing::SharedPath("data"),
@@ -159,6 +165,112 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   v1::Job bad;
   auto st = Submit(v1::HEAL, converted.id(), R"({"data": "/etc/hostname", "steps": 2})", &bad);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST_F(ServiceTest, BearerTokenGuardsEveryRpc) {
+  server_.reset();
+  StartServer("0123456789abcdef-secret");
+  auto call = [&](const std::string& header) {
+    grpc::ClientContext ctx;
+    if (!header.empty()) ctx.AddMetadata("authorization", header);
+    v1::GetJobRequest req;
+    req.set_job_id("job-x");
+    v1::Job job;
+    return stub_->GetJob(&ctx, req, &job).error_code();
+  };
+  EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer wrong"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer 0123456789abcdef-secreT"), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer 0123456789abcdef-secret"), grpc::StatusCode::NOT_FOUND);
+}
+
+// Bounded loopback load: 32 clients x 50 RPCs mixing submit, get, list and watch; no
+// unexpected error and no lost job; GetJob latency percentiles are printed.
+TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
+  v1::Checkpoint ck;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
+  constexpr int kClients = 32, kCalls = 50;
+  std::mutex mu;
+  std::vector<std::string> submitted;
+  std::vector<double> get_ms;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      auto stub = v1::Lrkv::NewStub(grpc::CreateChannel(
+          absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+      std::string mine;
+      for (int i = 0; i < kCalls; ++i) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        const int op = (c + i) % 10;
+        grpc::Status st;
+        if (op == 0 || mine.empty()) {
+          v1::SubmitJobRequest req;
+          req.set_kind(v1::CONVERT);
+          req.set_checkpoint_id(ck.id());
+          req.set_params_json(R"({"variant": "mqa"})");
+          v1::Job job;
+          st = stub->SubmitJob(&ctx, req, &job);
+          if (st.ok()) {
+            mine = job.id();
+            std::lock_guard<std::mutex> lock(mu);
+            submitted.push_back(job.id());
+          }
+        } else if (op < 6) {
+          v1::GetJobRequest req;
+          req.set_job_id(mine);
+          v1::Job job;
+          const auto t0 = std::chrono::steady_clock::now();
+          st = stub->GetJob(&ctx, req, &job);
+          const double ms = std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - t0).count();
+          std::lock_guard<std::mutex> lock(mu);
+          get_ms.push_back(ms);
+        } else if (op < 9) {
+          v1::ListJobsRequest req;
+          req.set_page_size(20);
+          v1::ListJobsResponse resp;
+          st = stub->ListJobs(&ctx, req, &resp);
+        } else {
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+          v1::WatchJobRequest req;
+          req.set_job_id(mine);
+          auto reader = stub->WatchJob(&ctx, req);
+          v1::JobProgress p;
+          while (reader->Read(&p)) {
+          }
+          st = reader->Finish();
+          if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) st = grpc::Status::OK;
+        }
+        if (!st.ok()) {
+          ++errors;
+          ADD_FAILURE() << st.error_code() << ": " << st.error_message();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  // Every submitted job is listed.
+  std::set<std::string> listed;
+  std::string token;
+  do {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_page_size(100);
+    req.set_page_token(token);
+    v1::ListJobsResponse resp;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, req, &resp).ok());
+    for (const auto& j : resp.jobs()) listed.insert(j.id());
+    token = resp.next_page_token();
+  } while (!token.empty());
+  for (const auto& id : submitted) EXPECT_EQ(listed.count(id), 1u) << id;
+  std::sort(get_ms.begin(), get_ms.end());
+  ASSERT_FALSE(get_ms.empty());
+  std::printf("load: %d clients x %d RPCs, %zu jobs submitted, GetJob p50 %.2f ms, p99 %.2f ms\n",
+              kClients, kCalls, submitted.size(), get_ms[get_ms.size() / 2],
+              get_ms[get_ms.size() * 99 / 100]);
 }
 
 TEST_F(ServiceTest, BadRequestsGetClearCodes) {
