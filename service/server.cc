@@ -1,6 +1,7 @@
 // The lrkv.v1.Lrkv gRPC service (see server.h).
 #include "service/server.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -383,6 +384,7 @@ absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(const ServerOption
   RETURN_IF_ERROR(s->runner_->Start());
   s->service_ = std::make_unique<Service>(s->store_.get(), s->runner_.get(), o);
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
