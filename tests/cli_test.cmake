@@ -88,3 +88,29 @@ if(NOT rc EQUAL 1 OR NOT junit MATCHES "<failure message=\"plane was required")
 endif()
 file(REMOVE_RECURSE ${outdir}_plane ${outdir}_reconstruct)
 file(REMOVE ${outdir}_ok.xml ${outdir}_ok.json ${outdir}_bad.xml)
+
+# The CI recipe through the service (clients/ci_verify.sh): passes on a plane-mode
+# conversion, exits 1 with a JUnit failure when plane mode is required of a free one.
+if(WITH_SERVICE)
+  foreach(mode plane reconstruct)
+    file(REMOVE_RECURSE ${outdir}_svc_${mode})
+    run_lrkv(convert --checkpoint ${model} --variant lrkv --rank 2 --rope-mode ${mode}
+             --out ${outdir}_svc_${mode})
+  endforeach()
+  execute_process(COMMAND bash ${SOURCE}/clients/ci_verify.sh ${outdir}_svc_plane
+                  ${outdir}_svc_ok.xml "{\"prompt_tokens\": 8, \"decode_tokens\": 4}"
+                  WORKING_DIRECTORY ${SOURCE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "ci_verify.sh on a plane conversion: rc=${rc} ${out} ${err}")
+  endif()
+  execute_process(COMMAND bash ${SOURCE}/clients/ci_verify.sh ${outdir}_svc_reconstruct
+                  ${outdir}_svc_bad.xml
+                  "{\"rope_modes\": [\"plane\"], \"prompt_tokens\": 8, \"decode_tokens\": 4}"
+                  WORKING_DIRECTORY ${SOURCE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  file(READ ${outdir}_svc_bad.xml junit)
+  if(NOT rc EQUAL 1 OR NOT junit MATCHES "<failure")
+    message(FATAL_ERROR "ci_verify.sh should fail the gate: rc=${rc} ${out} ${err}")
+  endif()
+  file(REMOVE_RECURSE ${outdir}_svc_plane ${outdir}_svc_reconstruct)
+  file(REMOVE ${outdir}_svc_ok.xml ${outdir}_svc_bad.xml)
+endif()

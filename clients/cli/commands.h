@@ -20,6 +20,7 @@ void AddModelCommands(CLI::App& app, int* exit_code);    // eval, generate
 void AddSurgeryCommands(CLI::App& app, int* exit_code);  // cache, convert, bench
 void AddVerifyCommands(CLI::App& app, int* exit_code);   // verify
 void AddHealCommands(CLI::App& app, int* exit_code);     // heal
+void AddClientCommands(CLI::App& app, int* exit_code);   // register, jobs, report (lrkvd)
 // After AddSurgeryCommands, which creates `bench`.
 void AddBenchCommands(CLI::App& app, int* exit_code);    // bench decode
 

@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   lrkv::cli::AddSurgeryCommands(app, &exit_code);
   lrkv::cli::AddVerifyCommands(app, &exit_code);
   lrkv::cli::AddHealCommands(app, &exit_code);
+#ifdef LRKV_WITH_CLIENT
+  lrkv::cli::AddClientCommands(app, &exit_code);
+#endif
   lrkv::cli::AddBenchCommands(app, &exit_code);
   lrkv::ConfigureThreads();
   try {

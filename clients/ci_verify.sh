@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A CI gate through the service: start lrkvd on a free loopback port with a temporary
+# data folder, register a checkpoint, run a verify job, write its checks as JUnit XML,
+# stop the server, and fail (exit 1) when a check failed.
+#   clients/ci_verify.sh CHECKPOINT [JUNIT_FILE] [PARAMS_JSON]
+# Needs build/bin/lrkv and build/bin/lrkvd.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+checkpoint=$(realpath "$1")
+junit="${2:-lrkv-verify.xml}"
+default_params='{"rope_modes": ["all"], "dtype": "both"}'
+params="${3:-$default_params}"
+data=$(mktemp -d)
+log="$data/lrkvd.log"
+: >"$log"
+./build/bin/lrkvd --listen 127.0.0.1:0 --data-dir "$data" \
+  --allow-dir "$(dirname "$checkpoint")" >"$log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
+for _ in $(seq 100); do
+  port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$log" || true)
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "${port:-}" ] || { echo "lrkvd did not start:"; cat "$log"; exit 3; }
+export LRKV_SERVER="127.0.0.1:$port"
+id=$(./build/bin/lrkv register "$checkpoint" | cut -d' ' -f1)
+job=$(./build/bin/lrkv submit verify --checkpoint-id "$id" --params "$params" --detach)
+./build/bin/lrkv jobs watch "$job"
+./build/bin/lrkv report "$job" --junit "$junit"
