@@ -1,6 +1,7 @@
 // Parsing a job's params_json (see job_params.h).
 #include "service/job_params.h"
 
+#include <functional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -147,6 +148,29 @@ absl::StatusOr<std::string> HealTeacherId(const std::string& text) {
   return id;
 }
 
+absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
+  ASSIGN_OR_RETURN(json j, ParseObject(text, {"convert", "heal", "verify", "bench"}));
+  PipelineParams p;
+  for (const char* key : {"convert", "heal", "verify"}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_object()) return Invalid(absl::StrCat("params_json: '", key, "' must be an object"));
+    (key == std::string("convert") ? p.convert_json
+     : key == std::string("heal")  ? p.heal_json
+                                   : p.verify_json) = it->dump();
+  }
+  if (auto b = j.find("bench"); b != j.end()) {
+    if (!b->is_object()) return Invalid("params_json: 'bench' must be an object");
+    RETURN_IF_ERROR(Read(*b, "context", &p.bench_context));
+    RETURN_IF_ERROR(Read(*b, "tokens", &p.bench_tokens));
+  }
+  // Each stage's parameters are checked the way a single job of that kind is.
+  RETURN_IF_ERROR(ParseConvertParams(p.convert_json, "", "").status());
+  if (!p.heal_json.empty()) RETURN_IF_ERROR(ParseHealParams(p.heal_json, "", "").status());
+  RETURN_IF_ERROR(ParseVerifyParams(p.verify_json, "").status());
+  return p;
+}
+
 absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& text) {
   json j;
   try {
@@ -155,12 +179,19 @@ absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& text) 
     return Invalid(absl::StrCat("params_json is not valid JSON: ", e.what()));
   }
   std::vector<std::string> paths;
-  for (const char* key : {"calib", "eval", "text", "data", "source"}) {
-    auto it = j.find(key);
-    if (it != j.end() && it->is_string() && !it->get<std::string>().empty()) {
-      paths.push_back(it->get<std::string>());
+  std::function<void(const json&)> collect = [&](const json& o) {
+    if (!o.is_object()) return;
+    for (const char* key : {"calib", "eval", "text", "data", "source"}) {
+      auto it = o.find(key);
+      if (it != o.end() && it->is_string() && !it->get<std::string>().empty()) {
+        paths.push_back(it->get<std::string>());
+      }
     }
-  }
+    for (const auto& [k, v] : o.items()) {
+      if (v.is_object()) collect(v);
+    }
+  };
+  collect(j);
   return paths;
 }
 

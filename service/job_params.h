@@ -24,6 +24,14 @@ absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& json,
                                                const std::string& out_dir);
 // The checkpoint id a heal job distils from ("teacher"), or empty.
 absl::StatusOr<std::string> HealTeacherId(const std::string& json);
+// A pipeline's parameters: one JSON object per stage ("heal" optional) and the decode
+// benchmark's context and timed tokens.
+struct PipelineParams {
+  std::string convert_json = "{}", heal_json, verify_json = "{}";
+  int64_t bench_context = 512, bench_tokens = 16;
+};
+absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& json);
+
 // Server-side files a job reads (calib, eval, text, data), to check against the
 // allowed folders.
 absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& json);

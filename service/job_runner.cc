@@ -9,6 +9,7 @@
 #include "model/safetensors.h"
 #include "model/status_macros.h"
 #include "service/job_params.h"
+#include "verify/generate_bench.h"
 
 namespace lrkv::service {
 namespace {
@@ -130,6 +131,97 @@ void JobRunner::Work() {
   }
 }
 
+void JobRunner::Stage(const std::string& job_id, const std::string& stage, int64_t step,
+                      int64_t total, const std::string& message) {
+  JobEvent e;
+  e.at = Now();
+  e.stage = stage;
+  e.step = step;
+  e.total = total;
+  e.message = message;
+  (void)store_->AppendEvent(job_id, e);
+}
+
+absl::Status JobRunner::StoreVerification(const std::string& job_id, const VerifyReport& r) {
+  std::vector<VerificationRow> rows;
+  for (const auto& e : r.equivalence) {
+    rows.push_back({e.mode + " " + e.dtype, e.passed(), e.worst_layer.max_rel,
+                    e.worst_layer.cos_dist, e.applicable ? e.reference : e.reason});
+  }
+  for (const auto& c : r.cache) {
+    rows.push_back({absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"), c.passed(), 0, 0,
+                    absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes)});
+  }
+  return store_->AddVerification(job_id, rows);
+}
+
+absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
+                                                      const CheckpointRecord& source) {
+  ASSIGN_OR_RETURN(PipelineParams pp, ParsePipelineParams(job.params_json));
+  nlohmann::json report;
+  const std::string base = ArtifactPath(job.id);
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  const int64_t stages = pp.heal_json.empty() ? 3 : 4;
+  int64_t stage = 0;
+  // 1. Convert.
+  Stage(job.id, "convert", ++stage, stages, "converting");
+  ASSIGN_OR_RETURN(ConvertJobOptions co,
+                   ParseConvertParams(pp.convert_json, source.path, base + "/converted"));
+  ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
+  report["convert"] = cr.ToJson();
+  std::string model = base + "/converted";
+  // 2. Heal, distilling from the source.
+  if (!pp.heal_json.empty()) {
+    Stage(job.id, "heal", ++stage, stages, "healing");
+    ASSIGN_OR_RETURN(HealJobOptions ho, ParseHealParams(pp.heal_json, model, base + "/healed"));
+    ho.teacher = source.path;
+    std::vector<LossRow> curve;
+    ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, [&](const HealEvent& e) {
+      JobEvent ev;
+      ev.at = Now();
+      ev.stage = "heal";
+      ev.step = e.step;
+      ev.total = ho.heal.steps;
+      ev.loss = e.kind == "step" ? e.loss : e.eval_loss;
+      ev.message = e.kind;
+      (void)store_->AppendEvent(job.id, ev);
+      curve.push_back({e.step, e.kind, e.kind == "step" ? e.loss : e.eval_loss, e.lr});
+    }));
+    RETURN_IF_ERROR(store_->AddLossCurve(job.id, curve));
+    report["heal"] = hr.ToJson();
+    model = base + "/healed";
+  }
+  // 3. Verify the final model against itself (equivalence) and the source (fidelity).
+  Stage(job.id, "verify", ++stage, stages, "verifying");
+  ASSIGN_OR_RETURN(VerifyJobOptions vo, ParseVerifyParams(pp.verify_json, model));
+  if (vo.source.empty()) vo.source = source.path;
+  ASSIGN_OR_RETURN(VerifyReport vr, RunVerifyJob(vo));
+  RETURN_IF_ERROR(StoreVerification(job.id, vr));
+  report["verify"] = vr.ToJson();
+  // 4. Decode throughput of the final model beside the source.
+  Stage(job.id, "bench", ++stage, stages, "benchmarking");
+  GenerateBenchOptions bo;
+  bo.checkpoint = model;
+  const std::string mode = co.conversion.rope_mode == RopeMode::kPlane     ? "plane"
+                           : co.conversion.rope_mode == RopeMode::kPartial ? "partial"
+                                                                           : "reconstruct";
+  bo.mode = mode;
+  bo.source = source.path;
+  bo.context = pp.bench_context;
+  bo.tokens = pp.bench_tokens;
+  ASSIGN_OR_RETURN(auto rows, RunGenerateBench(bo));
+  nlohmann::json bench = nlohmann::json::array();
+  for (const auto& r : rows) {
+    bench.push_back({{"model", r.model}, {"engine", r.engine}, {"context", r.context},
+                     {"tokens", r.tokens}, {"tokens_per_second", r.tokens_per_second},
+                     {"cache_bytes", r.cache_bytes}});
+  }
+  report["bench"] = bench;
+  report["passed"] = vr.passed();
+  return report;
+}
+
 absl::Status JobRunner::Execute(const JobRecord& job) {
   ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(job.checkpoint_id));
   nlohmann::json report;
@@ -141,17 +233,10 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
   } else if (job.kind == "verify") {
     ASSIGN_OR_RETURN(VerifyJobOptions o, ParseVerifyParams(job.params_json, ckpt.path));
     ASSIGN_OR_RETURN(VerifyReport r, RunVerifyJob(o));
-    std::vector<VerificationRow> rows;
-    for (const auto& e : r.equivalence) {
-      rows.push_back({e.mode + " " + e.dtype, e.passed(), e.worst_layer.max_rel,
-                      e.worst_layer.cos_dist, e.applicable ? e.reference : e.reason});
-    }
-    for (const auto& c : r.cache) {
-      rows.push_back({absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"), c.passed(), 0,
-                      0, absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes)});
-    }
-    RETURN_IF_ERROR(store_->AddVerification(job.id, rows));
+    RETURN_IF_ERROR(StoreVerification(job.id, r));
     report = r.ToJson();
+  } else if (job.kind == "pipeline") {
+    ASSIGN_OR_RETURN(report, RunPipeline(job, ckpt));
   } else if (job.kind == "heal") {
     ASSIGN_OR_RETURN(HealJobOptions o,
                      ParseHealParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
@@ -176,7 +261,8 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     report = r.ToJson();
   } else {
     return absl::UnimplementedError(absl::StrCat("job kind '", job.kind,
-                                                 "' is not served yet (convert, verify, heal)"));
+                                                 "' is not served yet (convert, verify, heal, "
+                                                 "pipeline)"));
   }
   return WriteFileAtomically(ReportPath(job.id), report.dump(2) + "\n");
 }

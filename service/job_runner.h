@@ -15,7 +15,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "service/store.h"
+#include "verify/verify_report.h"
 
 namespace lrkv::service {
 
@@ -45,6 +48,11 @@ class JobRunner {
  private:
   void Work();
   absl::Status Execute(const JobRecord& job);
+  // convert → heal (when asked) → verify → bench, one artifact folder per job.
+  absl::StatusOr<nlohmann::json> RunPipeline(const JobRecord& job, const CheckpointRecord& source);
+  void Stage(const std::string& job_id, const std::string& stage, int64_t step, int64_t total,
+             const std::string& message);
+  absl::Status StoreVerification(const std::string& job_id, const VerifyReport& r);
 
   Store* store_;
   RunnerOptions options_;

@@ -327,9 +327,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   absl::Status Submit(const v1::SubmitJobRequest& req, v1::Job* out) {
     const std::string kind = KindName(req.kind());
-    if (kind != "convert" && kind != "verify" && kind != "heal") {
+    if (kind != "convert" && kind != "verify" && kind != "heal" && kind != "pipeline") {
       return Invalid(absl::StrCat("kind ", v1::JobKind_Name(req.kind()),
-                                  " is not served yet; valid: CONVERT, VERIFY, HEAL"));
+                                  " is not served yet; valid: CONVERT, VERIFY, HEAL, PIPELINE"));
     }
     ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(req.checkpoint_id()));
     ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
@@ -341,6 +341,11 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
     } else if (kind == "verify") {
       RETURN_IF_ERROR(ParseVerifyParams(req.params_json(), ckpt.path).status());
+    } else if (kind == "pipeline") {
+      ASSIGN_OR_RETURN(PipelineParams pp, ParsePipelineParams(req.params_json()));
+      ASSIGN_OR_RETURN(ConvertJobOptions o, ParseConvertParams(pp.convert_json, ckpt.path, ""));
+      ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
+      RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
     } else {
       RETURN_IF_ERROR(ParseHealParams(req.params_json(), ckpt.path, "").status());
       ASSIGN_OR_RETURN(std::string teacher, HealTeacherId(req.params_json()));

@@ -153,6 +153,29 @@ TEST(Healer, ResumedRunRepeatsTheUninterruptedLosses) {
   for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(head[i], full[i], 1e-5) << i;
 }
 
+TEST(Healer, PlaneModeKeepsItsPlaneSelection) {
+  HealSetup s = Stories();
+  ConversionOptions o;
+  o.rank = 2;
+  o.rope_mode = RopeMode::kPlane;
+  auto m = ConvertModel(s.source_config, s.source, o, nullptr, nullptr);
+  ASSERT_TRUE(m.ok());
+  const at::Tensor up_before = m->weights.layers[0].k_lr.up.clone();
+  const at::Tensor down_before = m->weights.layers[0].k_lr.down.clone();
+  auto data = TokenDataset::FromDocuments({s.docs[0], s.docs[1], s.docs[2]}, s.tokenizer, 128);
+  ASSERT_TRUE(data.ok());
+  HealOptions opts = SmallRun();
+  opts.steps = 3;
+  opts.warmup = 1;
+  auto h = Healer::Create(m->config, Clone(m->config, m->weights),
+                          std::make_pair(s.source_config, s.source), *data, std::nullopt, opts);
+  ASSERT_TRUE(h.ok()) << h.status();
+  Losses(**h);
+  // B_h^K (the plane selection) is untouched; U_h^K trained.
+  EXPECT_TRUE(at::equal((*h)->weights().layers[0].k_lr.up, up_before));
+  EXPECT_FALSE(at::equal((*h)->weights().layers[0].k_lr.down, down_before));
+}
+
 TEST(Healer, BadInputsFailBeforeTraining) {
   const HealSetup s = Stories();
   auto data = TokenDataset::FromDocuments({s.docs[0], s.docs[1]}, s.tokenizer, 64);

@@ -167,6 +167,40 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+TEST_F(ServiceTest, PipelineConvertsHealsVerifiesAndBenchmarks) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  const std::string params = absl::StrCat(
+      R"({"convert": {"variant": "lrkv", "budget": 0.5, "rope_mode": "plane"},
+          "heal": {"data": ")", lrkv::testing::StoriesTextPath(),
+      R"(", "data_range": "0:0.3", "steps": 4, "batch": 4, "seq_len": 128, "warmup": 1,
+                   "eval_every": 0},
+          "verify": {"prompt_tokens": 8, "decode_tokens": 4, "text": ")",
+      lrkv::testing::StoriesTextPath(), R"(", "fidelity_tokens": 500},
+          "bench": {"context": 64, "tokens": 4}})");
+  v1::Job job;
+  ASSERT_TRUE(Submit(v1::PIPELINE, source.id(), params, &job).ok());
+  const v1::Job done = WaitDone(job.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  grpc::ClientContext ctx;
+  v1::GetReportRequest req;
+  req.set_job_id(job.id());
+  v1::Report report;
+  ASSERT_TRUE(stub_->GetReport(&ctx, req, &report).ok());
+  EXPECT_TRUE(report.verification().passed());
+  const auto json = nlohmann::json::parse(report.json());
+  EXPECT_EQ(json["convert"]["config"], "lrkv r=2");
+  EXPECT_EQ(json["heal"]["steps"], 4);
+  EXPECT_TRUE(json["verify"]["passed"].get<bool>());
+  EXPECT_TRUE(json["verify"].contains("fidelity"));
+  EXPECT_EQ(json["bench"].size(), 3u);  // expanded, plane, source
+  // A pipeline whose heal stage has no data is refused at submission.
+  v1::Job bad;
+  auto st = Submit(v1::PIPELINE, source.id(), R"({"heal": {"steps": 2}})", &bad);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("'data'"));
+}
+
 TEST_F(ServiceTest, BearerTokenGuardsEveryRpc) {
   server_.reset();
   StartServer("0123456789abcdef-secret");

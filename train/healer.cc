@@ -26,19 +26,28 @@ namespace fs = std::filesystem;
 
 absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
 
-// The tensors `set` trains, in a fixed order (checkpoints rely on it).
-std::vector<at::Tensor*> TrainableTensors(LlamaWeights& w, TrainableSet set) {
+// The tensors `set` trains, in a fixed order (checkpoints rely on it). In plane and
+// partial RoPE modes B_hᴷ and the per-head key biases stay frozen: the factored decode
+// is exact only while B_hᴷ selects whole planes (plane) or avoids the rotated planes
+// (partial), and gradient steps would break that.
+std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
+                                          TrainableSet set) {
+  const bool frozen_k_up = c.kv.rope_mode == RopeMode::kPlane ||
+                           c.kv.rope_mode == RopeMode::kPartial;
   std::vector<at::Tensor*> out;
   auto add = [&](at::Tensor& t) {
     if (t.defined() && t.numel() > 0) out.push_back(&t);
   };
   for (auto& l : w.layers) {
     for (LowRankProjection* p : {&l.k_lr, &l.v_lr}) {
+      const bool key = p == &l.k_lr;
       add(p->shared);
       add(p->shared_bias);
       add(p->down);
-      add(p->up);
-      add(p->head_bias);
+      if (!(key && frozen_k_up)) {
+        add(p->up);
+        add(p->head_bias);
+      }
     }
     for (at::Tensor* t : {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up}) add(*t);
     if (set == TrainableSet::kKv) continue;
@@ -238,7 +247,7 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
       s->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, distributed.rank,
                                                              distributed.world_size, gloo);
     }
-    for (at::Tensor* t : TrainableTensors(s->weights, options.trainable)) {
+    for (at::Tensor* t : TrainableTensors(s->config, s->weights, options.trainable)) {
       t->requires_grad_(true);
       s->params.push_back(*t);
     }
