@@ -10,20 +10,8 @@ checkpoint=$(realpath "$1")
 junit="${2:-lrkv-verify.xml}"
 default_params='{"rope_modes": ["all"], "dtype": "both"}'
 params="${3:-$default_params}"
-data=$(mktemp -d)
-log="$data/lrkvd.log"
-: >"$log"
-./build/bin/lrkvd --listen 127.0.0.1:0 --data-dir "$data" \
-  --allow-dir "$(dirname "$checkpoint")" >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
-for _ in $(seq 100); do
-  port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$log" || true)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "${port:-}" ] || { echo "lrkvd did not start:"; cat "$log"; exit 3; }
-export LRKV_SERVER="127.0.0.1:$port"
+source clients/lrkvd_local.sh
+start_lrkvd "$(dirname "$checkpoint")"
 id=$(./build/bin/lrkv register "$checkpoint" | cut -d' ' -f1)
 job=$(./build/bin/lrkv submit verify --checkpoint-id "$id" --params "$params" --detach)
 ./build/bin/lrkv jobs watch "$job"

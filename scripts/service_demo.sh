@@ -6,20 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=$(realpath "${LRKV_SHARED_DIR:-../shared}")
-data=$(mktemp -d)
-log="$data/lrkvd.log"
-: >"$log"
-./build/bin/lrkvd --listen 127.0.0.1:0 --data-dir "$data" --allow-dir "$SHARED" >"$log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
-for _ in $(seq 100); do
-  port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$log" || true)
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "${port:-}" ] || { echo "lrkvd did not start:"; cat "$log"; exit 3; }
-export LRKV_SERVER="127.0.0.1:$port"
-echo "lrkvd on $LRKV_SERVER, data in $data"
+source clients/lrkvd_local.sh
+start_lrkvd "$SHARED"
+echo "lrkvd on $LRKV_SERVER, data in $LRKVD_DATA"
 id=$(./build/bin/lrkv register "$SHARED/models/stories260K.gguf" | cut -d' ' -f1)
 text="$SHARED/data/tinystories-valid-excerpt.txt"
 params=$(cat <<JSON

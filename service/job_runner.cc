@@ -155,6 +155,25 @@ absl::Status JobRunner::StoreVerification(const std::string& job_id, const Verif
   return store_->AddVerification(job_id, rows);
 }
 
+absl::StatusOr<HealReport> JobRunner::Heal(const std::string& job_id,
+                                           const HealJobOptions& options) {
+  std::vector<LossRow> curve;
+  ASSIGN_OR_RETURN(HealReport report, RunHealJob(options, [&](const HealEvent& e) {
+    const double loss = e.kind == "step" ? e.loss : e.eval_loss;
+    JobEvent ev;
+    ev.at = Now();
+    ev.stage = "heal";
+    ev.step = e.step;
+    ev.total = options.heal.steps;
+    ev.loss = loss;
+    ev.message = e.kind;
+    (void)store_->AppendEvent(job_id, ev);
+    curve.push_back({e.step, e.kind, loss, e.lr});
+  }));
+  RETURN_IF_ERROR(store_->AddLossCurve(job_id, curve));
+  return report;
+}
+
 absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
                                                       const CheckpointRecord& source) {
   ASSIGN_OR_RETURN(PipelineParams pp, ParsePipelineParams(job.params_json));
@@ -176,19 +195,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
     Stage(job.id, "heal", ++stage, stages, "healing");
     ASSIGN_OR_RETURN(HealJobOptions ho, ParseHealParams(pp.heal_json, model, base + "/healed"));
     ho.teacher = source.path;
-    std::vector<LossRow> curve;
-    ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, [&](const HealEvent& e) {
-      JobEvent ev;
-      ev.at = Now();
-      ev.stage = "heal";
-      ev.step = e.step;
-      ev.total = ho.heal.steps;
-      ev.loss = e.kind == "step" ? e.loss : e.eval_loss;
-      ev.message = e.kind;
-      (void)store_->AppendEvent(job.id, ev);
-      curve.push_back({e.step, e.kind, e.kind == "step" ? e.loss : e.eval_loss, e.lr});
-    }));
-    RETURN_IF_ERROR(store_->AddLossCurve(job.id, curve));
+    ASSIGN_OR_RETURN(HealReport hr, Heal(job.id, ho));
     report["heal"] = hr.ToJson();
     model = base + "/healed";
   }
@@ -245,19 +252,7 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
       ASSIGN_OR_RETURN(CheckpointRecord teacher, store_->GetCheckpoint(teacher_id));
       o.teacher = teacher.path;
     }
-    std::vector<LossRow> curve;
-    ASSIGN_OR_RETURN(HealReport r, RunHealJob(o, [&](const HealEvent& e) {
-      JobEvent ev;
-      ev.at = Now();
-      ev.stage = "heal";
-      ev.step = e.step;
-      ev.total = o.heal.steps;
-      ev.loss = e.kind == "step" ? e.loss : e.eval_loss;
-      ev.message = e.kind;
-      (void)store_->AppendEvent(job.id, ev);
-      curve.push_back({e.step, e.kind, e.kind == "step" ? e.loss : e.eval_loss, e.lr});
-    }));
-    RETURN_IF_ERROR(store_->AddLossCurve(job.id, curve));
+    ASSIGN_OR_RETURN(HealReport r, Heal(job.id, o));
     report = r.ToJson();
   } else {
     return absl::UnimplementedError(absl::StrCat("job kind '", job.kind,

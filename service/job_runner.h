@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "service/store.h"
+#include "train/heal_job.h"
 #include "verify/verify_report.h"
 
 namespace lrkv::service {
@@ -53,6 +54,8 @@ class JobRunner {
   void Stage(const std::string& job_id, const std::string& stage, int64_t step, int64_t total,
              const std::string& message);
   absl::Status StoreVerification(const std::string& job_id, const VerifyReport& r);
+  // Heals, streaming one event per step into the store and keeping the loss curve.
+  absl::StatusOr<HealReport> Heal(const std::string& job_id, const HealJobOptions& options);
 
   Store* store_;
   RunnerOptions options_;
