@@ -24,14 +24,19 @@ job=$(./build/bin/lrkv submit pipeline --checkpoint-id "$id" --params "$params" 
 echo "pipeline job $job"
 ./build/bin/lrkv jobs watch "$job"
 ./build/bin/lrkv report "$job" || true  # exit 1 means a check failed; show the summary anyway
-./build/bin/lrkv report "$job" --json | python3 -c '
+./build/bin/lrkv report "$job" --json >"$LRKVD_DATA/report.json" || true
+python3 - "$LRKVD_DATA/report.json" <<'PY'
 import json, sys
-r = json.load(sys.stdin)
+r = json.load(open(sys.argv[1]))
 c, h, v = r["convert"], r["heal"], r["verify"]
-print(f"conversion: {c[\"config\"]}, cache {100*c[\"cache_ratio_to_source\"]:.1f}% of the source")
-print(f"healing: perplexity {h[\"perplexity_before\"]:.4f} -> {h[\"perplexity_after\"]:.4f} (teacher {h[\"teacher_perplexity\"]:.4f})")
-f = v.get("fidelity", {})
-if f: print(f"fidelity: KL {f[\"kl_mean\"]:.4f} nats, top-1 {100*f[\"top1_agreement\"]:.1f}%")
-for b in r["bench"]: print(f"decode: {b[\"model\"]:9} {b[\"engine\"]:11} {b[\"tokens_per_second\"]:8.1f} tokens/s at context {b[\"context\"]}")
+print("conversion: %s, cache %.1f%% of the source" % (c["config"], 100 * c["cache_ratio_to_source"]))
+print("healing: perplexity %.4f -> %.4f (teacher %.4f)"
+      % (h["perplexity_before"], h["perplexity_after"], h["teacher_perplexity"]))
+f = v.get("fidelity")
+if f:
+    print("fidelity: KL %.4f nats, top-1 %.1f%%" % (f["kl_mean"], 100 * f["top1_agreement"]))
+for b in r["bench"]:
+    print("decode: %-9s %-11s %8.1f tokens/s at context %d"
+          % (b["model"], b["engine"], b["tokens_per_second"], b["context"]))
 print("verification:", "PASS" if v["passed"] else "FAIL")
-'
+PY
