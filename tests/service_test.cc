@@ -163,7 +163,7 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   EXPECT_EQ(WaitDone(heal.id()).state(), v1::SUCCEEDED);
   // A data file outside the allowed folders is refused at submission.
   v1::Job bad;
-  auto st = Submit(v1::HEAL, converted.id(), R"({"data": "/etc/hostname", "steps": 2})", &bad);
+  auto st = Submit(v1::HEAL, converted.id(), R"({"data": "/etc/passwd", "steps": 2})", &bad);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
