@@ -68,10 +68,10 @@ v1::Job GetJob(v1::Lrkv::Stub& stub, const std::string& id) {
 
 v1::Job WaitFor(v1::Lrkv::Stub& stub, const std::string& id, bool (*done)(const v1::Job&)) {
   v1::Job job;
-  for (int i = 0; i < 1200; ++i) {
+  for (int i = 0; i < 6000; ++i) {
     job = GetJob(stub, id);
     if (done(job)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return job;
 }
@@ -115,7 +115,7 @@ TEST(Recovery, KilledServerResumesItsJobs) {
     req.set_checkpoint_id(converted.id());
     req.set_params_json(std::string(R"({"teacher": ")") + source.id() + R"(", "data": ")" +
                         lrkv::testing::StoriesTextPath() +
-                        R"(", "data_range": "0:0.3", "steps": 20, "batch": 4, "seq_len": 128,
+                        R"(", "data_range": "0:0.3", "steps": 60, "batch": 4, "seq_len": 128,
                             "warmup": 1, "eval_every": 0})");
     ASSERT_TRUE(stub->SubmitJob(&ctx, req, &heal).ok());
   }
@@ -143,7 +143,7 @@ TEST(Recovery, KilledServerResumesItsJobs) {
   EXPECT_EQ(*(*store)->IntegrityCheck(), "ok");
   auto curve = (*store)->LossCurve(heal.id());
   ASSERT_TRUE(curve.ok());
-  EXPECT_EQ(curve->size(), 20u);  // the completed attempt's curve
+  EXPECT_EQ(curve->size(), 60u);  // the completed attempt's curve
 }
 
 }  // namespace
