@@ -156,14 +156,20 @@ struct Healer::State {
     }
   }
 
-  // Row `i` of the visiting order: each epoch is a seeded permutation.
-  int64_t RowAt(int64_t i) const {
+  // Row `i` of the visiting order: each epoch is a seeded permutation, built once per
+  // epoch (not per row).
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> epoch_order;
+  int64_t RowAt(int64_t i) {
     const int64_t n = train.rows(), epoch = i / n;
-    std::vector<int64_t> order(n);
-    for (int64_t k = 0; k < n; ++k) order[k] = k;
-    std::mt19937_64 rng(options.seed * 1000003 + static_cast<uint64_t>(epoch));
-    std::shuffle(order.begin(), order.end(), rng);
-    return order[i % n];
+    if (epoch != cached_epoch) {
+      epoch_order.resize(n);
+      for (int64_t k = 0; k < n; ++k) epoch_order[k] = k;
+      std::mt19937_64 rng(options.seed * 1000003 + static_cast<uint64_t>(epoch));
+      std::shuffle(epoch_order.begin(), epoch_order.end(), rng);
+      cached_epoch = epoch;
+    }
+    return epoch_order[i % n];
   }
 
   double LearningRate(int64_t s) const {
