@@ -328,6 +328,22 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& con
   return absl::OkStatus();
 }
 
+absl::Status WriteDirectoryAtomically(
+    const std::string& out_dir, const std::function<absl::Status(const std::string&)>& fill) {
+  const fs::path out = fs::absolute(out_dir);
+  const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial");
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  absl::Status st = fill(tmp.string());
+  if (st.ok()) {
+    fs::remove(out, ec);  // absent or an empty folder
+    fs::rename(tmp, out, ec);
+    if (ec) st = absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
+  }
+  if (!st.ok()) fs::remove_all(tmp, ec);
+  return st;
+}
+
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata) {

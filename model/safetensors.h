@@ -4,6 +4,7 @@
 #define LRKV_MODEL_SAFETENSORS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,6 +66,12 @@ absl::Status WriteSafetensors(const std::string& path,
 // Writes `contents` to `path` via a temporary file in the same directory and a
 // rename, so readers never see a partial file.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// Fills a folder through `fill(staging_dir)` in a sibling `<out_dir>.partial` folder and
+// renames it to `out_dir` (which must be absent or empty) only when `fill` succeeded;
+// on failure nothing is left behind.
+absl::Status WriteDirectoryAtomically(
+    const std::string& out_dir, const std::function<absl::Status(const std::string&)>& fill);
 
 }  // namespace lrkv
 

@@ -95,29 +95,13 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   }
   if (o.expand) converted = ExpandModel(converted.config, converted.weights);
 
-  // Write everything into a sibling temporary folder, then rename it into place.
-  const fs::path out = fs::absolute(o.out_dir);
-  const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial");
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
-  absl::Status written = SaveSafetensorsCheckpoint(tmp.string(), converted.config,
-                                                   converted.weights, ckpt->tokenizer());
-  if (written.ok()) {
-    written = WriteFileAtomically((tmp / "report.json").string(),
-                                  report.ToJson().dump(2) + "\n");
-  }
-  if (written.ok()) {
-    written = WriteFileAtomically((tmp / "report.txt").string(), report.ToTable());
-  }
-  if (written.ok()) {
-    fs::remove(out, ec);  // an empty folder, checked above
-    fs::rename(tmp, out, ec);
-    if (ec) written = absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
-  }
-  if (!written.ok()) {
-    fs::remove_all(tmp, ec);
-    return written;
-  }
+  RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
+    RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, converted.config, converted.weights,
+                                              ckpt->tokenizer()));
+    RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "report.json").string(),
+                                        report.ToJson().dump(2) + "\n"));
+    return WriteFileAtomically((fs::path(dir) / "report.txt").string(), report.ToTable());
+  }));
   return report;
 }
 

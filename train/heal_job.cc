@@ -115,22 +115,11 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   }
   if (!lead) return report;
   // The healed checkpoint, written whole into a temporary folder and renamed.
-  const fs::path out = fs::absolute(o.out_dir);
-  const fs::path tmp = out.parent_path() / (out.filename().string() + ".partial");
-  fs::remove_all(tmp, ec);
-  absl::Status st = SaveSafetensorsCheckpoint(tmp.string(), healer->config(), healed, &tok);
-  if (st.ok()) {
-    st = WriteFileAtomically((tmp / "heal_report.json").string(), report.ToJson().dump(2) + "\n");
-  }
-  if (st.ok()) {
-    fs::remove(out, ec);
-    fs::rename(tmp, out, ec);
-    if (ec) st = absl::InternalError(absl::StrCat(out.string(), ": ", ec.message()));
-  }
-  if (!st.ok()) {
-    fs::remove_all(tmp, ec);
-    return st;
-  }
+  RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
+    RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, healer->config(), healed, &tok));
+    return WriteFileAtomically((fs::path(dir) / "heal_report.json").string(),
+                               report.ToJson().dump(2) + "\n");
+  }));
   return report;
 }
 
