@@ -16,6 +16,12 @@ using nlohmann::json;
 
 absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
 
+// The names a heal job's params_json may use (the `lrkv heal` options).
+const std::set<std::string> kHealParams = {
+    "teacher", "data",  "data_range", "eval",      "eval_range",  "steps",      "batch", "accum",
+    "seq_len", "lr",    "warmup",     "clip",      "trainable",   "loss",       "temperature",
+    "eval_every", "seed"};
+
 absl::StatusOr<json> ParseObject(const std::string& text, const std::set<std::string>& known) {
   json j;
   try {
@@ -104,10 +110,7 @@ absl::StatusOr<VerifyJobOptions> ParseVerifyParams(const std::string& text,
 absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
                                                const std::string& checkpoint,
                                                const std::string& out_dir) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, {"teacher", "data", "data_range", "eval",
-                                               "eval_range", "steps", "batch", "accum",
-                                               "seq_len", "lr", "warmup", "clip", "trainable",
-                                               "loss", "temperature", "eval_every", "seed"}));
+  ASSIGN_OR_RETURN(json j, ParseObject(text, kHealParams));
   HealJobOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out_dir;
@@ -139,10 +142,7 @@ absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
 }
 
 absl::StatusOr<std::string> HealTeacherId(const std::string& text) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, {"teacher", "data", "data_range", "eval",
-                                               "eval_range", "steps", "batch", "accum",
-                                               "seq_len", "lr", "warmup", "clip", "trainable",
-                                               "loss", "temperature", "eval_every", "seed"}));
+  ASSIGN_OR_RETURN(json j, ParseObject(text, kHealParams));
   std::string id;
   RETURN_IF_ERROR(Read(j, "teacher", &id));
   return id;
