@@ -14,15 +14,18 @@ namespace {
 
 using nlohmann::json;
 
-absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+absl::Status Invalid(const std::string& m) {
+  return absl::InvalidArgumentError(m);
+}
 
 // The names a heal job's params_json may use (the `lrkv heal` options).
 const std::set<std::string> kHealParams = {
-    "teacher", "data",  "data_range", "eval",      "eval_range",  "steps",      "batch", "accum",
-    "seq_len", "lr",    "warmup",     "clip",      "trainable",   "loss",       "temperature",
-    "eval_every", "seed"};
+    "teacher",   "data",  "data_range",  "eval",       "eval_range", "steps",
+    "batch",     "accum", "seq_len",     "lr",         "warmup",     "clip",
+    "trainable", "loss",  "temperature", "eval_every", "seed"};
 
-absl::StatusOr<json> ParseObject(const std::string& text, const std::set<std::string>& known) {
+absl::StatusOr<json> ParseObject(const std::string& text,
+                                 const std::set<std::string>& known) {
   json j;
   try {
     j = text.empty() ? json::object() : json::parse(text);
@@ -46,20 +49,23 @@ absl::Status Read(const json& j, const char* key, T* out) {
   try {
     *out = it->get<T>();
   } catch (const json::exception&) {
-    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (", it->dump(), ")"));
+    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (",
+                                it->dump(), ")"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<ConvertJobOptions> ParseConvertParams(const std::string& text,
-                                                     const std::string& checkpoint,
-                                                     const std::string& out_dir) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
-                                               "metric", "rope_mode", "rope_planes", "iters",
-                                               "damping", "calib", "calib_range", "calib_tokens",
-                                               "eval", "eval_range", "expand"}));
+absl::StatusOr<ConvertJobOptions> ParseConvertParams(
+    const std::string& text, const std::string& checkpoint,
+    const std::string& out_dir) {
+  ASSIGN_OR_RETURN(
+      json j,
+      ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
+                         "metric", "rope_mode", "rope_planes", "iters",
+                         "damping", "calib", "calib_range", "calib_tokens",
+                         "eval", "eval_range", "expand"}));
   ConvertJobOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out_dir;
@@ -90,11 +96,12 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(const std::string& text,
   return o;
 }
 
-absl::StatusOr<VerifyJobOptions> ParseVerifyParams(const std::string& text,
-                                                   const std::string& checkpoint) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, {"source", "rope_modes", "prompt_tokens",
-                                               "decode_tokens", "dtype", "text",
-                                               "fidelity_tokens"}));
+absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
+    const std::string& text, const std::string& checkpoint) {
+  ASSIGN_OR_RETURN(
+      json j,
+      ParseObject(text, {"source", "rope_modes", "prompt_tokens",
+                         "decode_tokens", "dtype", "text", "fidelity_tokens"}));
   VerifyJobOptions o;
   o.checkpoint = checkpoint;
   RETURN_IF_ERROR(Read(j, "source", &o.source));
@@ -114,7 +121,8 @@ absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
   HealJobOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out_dir;
-  std::string data_range = "0:1", eval_range = "0:1", trainable = "kv", loss = "kd";
+  std::string data_range = "0:1", eval_range = "0:1", trainable = "kv",
+              loss = "kd";
   HealOptions& h = o.heal;
   RETURN_IF_ERROR(Read(j, "data", &o.data));
   RETURN_IF_ERROR(Read(j, "data_range", &data_range));
@@ -132,7 +140,8 @@ absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
   RETURN_IF_ERROR(Read(j, "temperature", &h.temperature));
   RETURN_IF_ERROR(Read(j, "eval_every", &h.eval_every));
   RETURN_IF_ERROR(Read(j, "seed", &h.seed));
-  if (o.data.empty()) return Invalid("params_json: 'data' (training text) is required");
+  if (o.data.empty())
+    return Invalid("params_json: 'data' (training text) is required");
   ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
   ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
   ASSIGN_OR_RETURN(h.trainable, ParseTrainableSet(trainable));
@@ -149,29 +158,97 @@ absl::StatusOr<std::string> HealTeacherId(const std::string& text) {
 }
 
 absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, {"convert", "heal", "verify", "bench"}));
+  ASSIGN_OR_RETURN(json j,
+                   ParseObject(text, {"convert", "heal", "verify", "bench"}));
   PipelineParams p;
   for (const char* key : {"convert", "heal", "verify"}) {
     auto it = j.find(key);
     if (it == j.end()) continue;
-    if (!it->is_object()) return Invalid(absl::StrCat("params_json: '", key, "' must be an object"));
+    if (!it->is_object())
+      return Invalid(
+          absl::StrCat("params_json: '", key, "' must be an object"));
     (key == std::string("convert") ? p.convert_json
      : key == std::string("heal")  ? p.heal_json
                                    : p.verify_json) = it->dump();
   }
   if (auto b = j.find("bench"); b != j.end()) {
-    if (!b->is_object()) return Invalid("params_json: 'bench' must be an object");
+    if (!b->is_object())
+      return Invalid("params_json: 'bench' must be an object");
     RETURN_IF_ERROR(Read(*b, "context", &p.bench_context));
     RETURN_IF_ERROR(Read(*b, "tokens", &p.bench_tokens));
   }
   // Each stage's parameters are checked the way a single job of that kind is.
   RETURN_IF_ERROR(ParseConvertParams(p.convert_json, "", "").status());
-  if (!p.heal_json.empty()) RETURN_IF_ERROR(ParseHealParams(p.heal_json, "", "").status());
+  if (!p.heal_json.empty())
+    RETURN_IF_ERROR(ParseHealParams(p.heal_json, "", "").status());
   RETURN_IF_ERROR(ParseVerifyParams(p.verify_json, "").status());
   return p;
 }
 
-absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& text) {
+absl::StatusOr<kernels::DecodeBenchOptions> ParseBenchParams(
+    const std::string& text, const ModelConfig& config) {
+  ASSIGN_OR_RETURN(
+      json j, ParseObject(text, {"rank", "budget", "batch", "context", "dtype",
+                                 "threads", "iterations"}));
+  kernels::DecodeBenchOptions o;
+  o.heads = config.num_heads;
+  o.kv_heads = config.num_kv_heads;
+  o.head_dim = config.head_dim;
+  o.rank = -1;
+  o.iterations = 9;
+  double budget = 0.5;
+  std::string dtype = "bf16";
+  RETURN_IF_ERROR(Read(j, "rank", &o.rank));
+  RETURN_IF_ERROR(Read(j, "budget", &budget));
+  RETURN_IF_ERROR(Read(j, "batch", &o.batch));
+  RETURN_IF_ERROR(Read(j, "context", &o.contexts));
+  RETURN_IF_ERROR(Read(j, "dtype", &dtype));
+  RETURN_IF_ERROR(Read(j, "threads", &o.threads));
+  RETURN_IF_ERROR(Read(j, "iterations", &o.iterations));
+  if (dtype != "bf16" && dtype != "fp32") {
+    return Invalid(absl::StrCat("params_json: 'dtype' '", dtype,
+                                "' must be bf16 or fp32"));
+  }
+  o.dtype =
+      dtype == "bf16" ? kernels::CacheDType::kBF16 : kernels::CacheDType::kF32;
+  if (o.batch < 1 || o.batch > 256) {
+    return Invalid(absl::StrCat("params_json: 'batch' ", o.batch,
+                                " must lie in [1, 256]"));
+  }
+  if (o.iterations < 1 || o.iterations > 1000) {
+    return Invalid(absl::StrCat("params_json: 'iterations' ", o.iterations,
+                                " must lie in [1, 1000]"));
+  }
+  if (o.threads < 0 || o.threads > 1024) {
+    return Invalid(absl::StrCat("params_json: 'threads' ", o.threads,
+                                " must lie in [0, 1024]"));
+  }
+  if (o.contexts.empty())
+    return Invalid("params_json: 'context' must list at least one length");
+  for (int64_t l : o.contexts) {
+    if (l < 1 || l > (1 << 22)) {
+      return Invalid(absl::StrCat("params_json: 'context' ", l,
+                                  " must lie in [1, 4194304]"));
+    }
+  }
+  if (o.rank == -1) {
+    AttentionShape shape;
+    shape.heads = config.num_heads;
+    shape.kv_heads = config.num_kv_heads;
+    shape.head_dim = config.head_dim;
+    ASSIGN_OR_RETURN(KvConfig planned,
+                     PlanForBudget(shape, KvVariant::kLrkv, budget));
+    o.rank = planned.rank;
+  } else if (o.rank < 0 || o.rank > config.head_dim) {
+    return Invalid(absl::StrCat("params_json: 'rank' ", o.rank,
+                                " must lie in [0, ", config.head_dim,
+                                "] (the head dimension)"));
+  }
+  return o;
+}
+
+absl::StatusOr<std::vector<std::string>> JobInputPaths(
+    const std::string& text) {
   json j;
   try {
     j = text.empty() ? json::object() : json::parse(text);

@@ -1,11 +1,13 @@
-// Parsing a job's params_json into the core library's job options, with the names of
-// the `lrkv` command-line options; unknown names are INVALID_ARGUMENT.
+// Parsing a job's params_json into the core library's job options, with the
+// names of the `lrkv` command-line options; unknown names are INVALID_ARGUMENT.
 #ifndef LRKV_SERVICE_JOB_PARAMS_H_
 #define LRKV_SERVICE_JOB_PARAMS_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kernels/decode_bench.h"
+#include "model/config.h"
 #include "surgery/convert_job.h"
 #include "train/heal_job.h"
 #include "verify/verify_job.h"
@@ -13,24 +15,29 @@
 namespace lrkv::service {
 
 // `checkpoint` and `out_dir` are filled by the server, not the client.
-absl::StatusOr<ConvertJobOptions> ParseConvertParams(const std::string& json,
-                                                     const std::string& checkpoint,
-                                                     const std::string& out_dir);
-absl::StatusOr<VerifyJobOptions> ParseVerifyParams(const std::string& json,
-                                                   const std::string& checkpoint);
+absl::StatusOr<ConvertJobOptions> ParseConvertParams(
+    const std::string& json, const std::string& checkpoint,
+    const std::string& out_dir);
+absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
+    const std::string& json, const std::string& checkpoint);
 // `teacher` is resolved by the server from the "teacher" checkpoint id.
 absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& json,
                                                const std::string& checkpoint,
                                                const std::string& out_dir);
 // The checkpoint id a heal job distils from ("teacher"), or empty.
 absl::StatusOr<std::string> HealTeacherId(const std::string& json);
-// A pipeline's parameters: one JSON object per stage ("heal" optional) and the decode
-// benchmark's context and timed tokens.
+// A pipeline's parameters: one JSON object per stage ("heal" optional) and the
+// decode benchmark's context and timed tokens.
 struct PipelineParams {
   std::string convert_json = "{}", heal_json, verify_json = "{}";
   int64_t bench_context = 512, bench_tokens = 16;
 };
 absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& json);
+
+// A bench job: the decode kernels at the checkpoint's attention shape, LRKV at
+// "rank" or at the rank that fills "budget" (default 0.5) of the source cache.
+absl::StatusOr<kernels::DecodeBenchOptions> ParseBenchParams(
+    const std::string& json, const ModelConfig& config);
 
 // Server-side files a job reads (calib, eval, text, data), to check against the
 // allowed folders.

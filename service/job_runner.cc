@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
 #include "service/job_params.h"
@@ -41,7 +42,9 @@ absl::Status JobRunner::Start() {
   std::error_code ec;
   fs::create_directories(fs::path(options_.data_dir) / "reports", ec);
   fs::create_directories(fs::path(options_.data_dir) / "artifacts", ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(options_.data_dir, ": ", ec.message()));
+  if (ec)
+    return absl::PermissionDeniedError(
+        absl::StrCat(options_.data_dir, ": ", ec.message()));
   JobFilter queued;
   queued.state = JobState::kQueued;
   std::string token;
@@ -53,15 +56,16 @@ absl::Status JobRunner::Start() {
     }
     token = page.next_page_token;
   } while (!token.empty());
-  for (int i = 0; i < std::max(1, options_.workers); ++i) threads_.emplace_back([this] { Work(); });
+  for (int i = 0; i < std::max(1, options_.workers); ++i)
+    threads_.emplace_back([this] { Work(); });
   return absl::OkStatus();
 }
 
 absl::Status JobRunner::Enqueue(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the job queue is full (", options_.max_queue, " jobs waiting)"));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job queue is full (", options_.max_queue, " jobs waiting)"));
   }
   queue_.push_back(id);
   cv_.notify_one();
@@ -71,10 +75,11 @@ absl::Status JobRunner::Enqueue(const std::string& id) {
 absl::Status JobRunner::Cancel(const std::string& id) {
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
   if (job.state == JobState::kQueued) {
-    RETURN_IF_ERROR(store_->TransitionJob(id, JobState::kCancelled, Now(), "cancelled"));
+    RETURN_IF_ERROR(
+        store_->TransitionJob(id, JobState::kCancelled, Now(), "cancelled"));
   } else if (job.state != JobState::kRunning) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' already finished (", JobStateName(job.state), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", id, "' already finished (", JobStateName(job.state), ")"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   cancelled_.insert(id);
@@ -104,7 +109,8 @@ void JobRunner::Work() {
       queue_.pop_front();
     }
     auto job = store_->GetJob(id);
-    if (!job.ok() || job->state != JobState::kQueued) continue;  // cancelled or deleted
+    if (!job.ok() || job->state != JobState::kQueued)
+      continue;  // cancelled or deleted
     if (!store_->TransitionJob(id, JobState::kRunning, Now()).ok()) continue;
     JobEvent start;
     start.at = Now();
@@ -121,18 +127,21 @@ void JobRunner::Work() {
     end.at = Now();
     end.stage = job->kind;
     end.step = end.total = 1;
-    end.message = cancelled ? "cancelled" : result.ok() ? "done" : std::string(result.message());
+    end.message = cancelled     ? "cancelled"
+                  : result.ok() ? "done"
+                                : std::string(result.message());
     (void)store_->AppendEvent(id, end);
-    const JobState final_state = cancelled ? JobState::kCancelled
+    const JobState final_state = cancelled     ? JobState::kCancelled
                                  : result.ok() ? JobState::kSucceeded
                                                : JobState::kFailed;
-    (void)store_->TransitionJob(id, final_state, Now(),
-                                result.ok() ? "" : std::string(result.message()));
+    (void)store_->TransitionJob(
+        id, final_state, Now(),
+        result.ok() ? "" : std::string(result.message()));
   }
 }
 
-void JobRunner::Stage(const std::string& job_id, const std::string& stage, int64_t step,
-                      int64_t total, const std::string& message) {
+void JobRunner::Stage(const std::string& job_id, const std::string& stage,
+                      int64_t step, int64_t total, const std::string& message) {
   JobEvent e;
   e.at = Now();
   e.stage = stage;
@@ -142,40 +151,97 @@ void JobRunner::Stage(const std::string& job_id, const std::string& stage, int64
   (void)store_->AppendEvent(job_id, e);
 }
 
-absl::Status JobRunner::StoreVerification(const std::string& job_id, const VerifyReport& r) {
+absl::Status JobRunner::StoreConversion(const std::string& job_id,
+                                        const ConversionReport& r) {
+  ConversionRow row;
+  row.config = r.target.ToString();
+  row.cache_ratio = r.footprint.ratio_to_source;
+  row.kv_param_ratio = r.footprint.param_ratio_to_source;
+  row.wall_seconds = r.wall_seconds;
+  for (const auto& l : r.layers)
+    row.layers.push_back({l.layer, l.k.rel_error, l.v.rel_error});
+  RETURN_IF_ERROR(store_->AddConversion(job_id, row));
+  std::vector<EvaluationRow> evals;
+  if (r.perplexity_before)
+    evals.push_back({"source", r.eval_tokens, *r.perplexity_before});
+  if (r.perplexity_after)
+    evals.push_back({"converted", r.eval_tokens, *r.perplexity_after});
+  return store_->AddEvaluations(job_id, evals);
+}
+
+absl::Status JobRunner::StoreEvaluations(const std::string& job_id,
+                                         const HealReport& r) {
+  std::vector<EvaluationRow> evals;
+  if (r.perplexity_before)
+    evals.push_back({"before healing", r.eval_tokens, *r.perplexity_before});
+  if (r.perplexity_after)
+    evals.push_back({"after healing", r.eval_tokens, *r.perplexity_after});
+  if (r.teacher_perplexity)
+    evals.push_back({"teacher", r.eval_tokens, *r.teacher_perplexity});
+  return store_->AddEvaluations(job_id, evals);
+}
+
+absl::StatusOr<nlohmann::json> JobRunner::RunBench(
+    const JobRecord& job, const CheckpointRecord& source) {
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(source.path));
+  ASSIGN_OR_RETURN(kernels::DecodeBenchOptions o,
+                   ParseBenchParams(job.params_json, ckpt->config()));
+  Stage(job.id, "bench", 1, 1, "timing decode kernels");
+  ASSIGN_OR_RETURN(kernels::DecodeBenchReport r, kernels::RunDecodeBench(o));
+  std::vector<LatencyRow> rows;
+  for (const auto& b : r.rows) {
+    rows.push_back({b.config, b.variant, b.context, b.median_ms, b.gbps,
+                    b.ratio_to_mha, 1e3 * o.batch / b.median_ms});
+  }
+  RETURN_IF_ERROR(store_->AddLatency(job.id, rows));
+  return nlohmann::json::parse(r.ToJson());
+}
+
+absl::Status JobRunner::StoreVerification(const std::string& job_id,
+                                          const VerifyReport& r) {
   std::vector<VerificationRow> rows;
   for (const auto& e : r.equivalence) {
     rows.push_back({e.mode + " " + e.dtype, e.passed(), e.worst_layer.max_rel,
-                    e.worst_layer.cos_dist, e.applicable ? e.reference : e.reason});
+                    e.worst_layer.cos_dist,
+                    e.applicable ? e.reference : e.reason});
   }
   for (const auto& c : r.cache) {
-    rows.push_back({absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"), c.passed(), 0, 0,
-                    absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes)});
+    rows.push_back(
+        {absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"), c.passed(),
+         0, 0,
+         absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes)});
   }
-  return store_->AddVerification(job_id, rows);
+  RETURN_IF_ERROR(store_->AddVerification(job_id, rows));
+  std::vector<CacheRow> cache;
+  for (const auto& c : r.cache) {
+    cache.push_back(
+        {c.engine, c.variant, c.tokens, c.used_bytes, c.formula_bytes});
+  }
+  return store_->AddCache(job_id, cache);
 }
 
 absl::StatusOr<HealReport> JobRunner::Heal(const std::string& job_id,
                                            const HealJobOptions& options) {
   std::vector<LossRow> curve;
-  ASSIGN_OR_RETURN(HealReport report, RunHealJob(options, [&](const HealEvent& e) {
-    const double loss = e.kind == "step" ? e.loss : e.eval_loss;
-    JobEvent ev;
-    ev.at = Now();
-    ev.stage = "heal";
-    ev.step = e.step;
-    ev.total = options.heal.steps;
-    ev.loss = loss;
-    ev.message = e.kind;
-    (void)store_->AppendEvent(job_id, ev);
-    curve.push_back({e.step, e.kind, loss, e.lr});
-  }));
+  ASSIGN_OR_RETURN(
+      HealReport report, RunHealJob(options, [&](const HealEvent& e) {
+        const double loss = e.kind == "step" ? e.loss : e.eval_loss;
+        JobEvent ev;
+        ev.at = Now();
+        ev.stage = "heal";
+        ev.step = e.step;
+        ev.total = options.heal.steps;
+        ev.loss = loss;
+        ev.message = e.kind;
+        (void)store_->AppendEvent(job_id, ev);
+        curve.push_back({e.step, e.kind, loss, e.lr});
+      }));
   RETURN_IF_ERROR(store_->AddLossCurve(job_id, curve));
   return report;
 }
 
-absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
-                                                      const CheckpointRecord& source) {
+absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
+    const JobRecord& job, const CheckpointRecord& source) {
   ASSIGN_OR_RETURN(PipelineParams pp, ParsePipelineParams(job.params_json));
   nlohmann::json report;
   const std::string base = ArtifactPath(job.id);
@@ -185,23 +251,29 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
   int64_t stage = 0;
   // 1. Convert.
   Stage(job.id, "convert", ++stage, stages, "converting");
-  ASSIGN_OR_RETURN(ConvertJobOptions co,
-                   ParseConvertParams(pp.convert_json, source.path, base + "/converted"));
+  ASSIGN_OR_RETURN(
+      ConvertJobOptions co,
+      ParseConvertParams(pp.convert_json, source.path, base + "/converted"));
   ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
+  RETURN_IF_ERROR(StoreConversion(job.id, cr));
   report["convert"] = cr.ToJson();
   std::string model = base + "/converted";
   // 2. Heal, distilling from the source.
   if (!pp.heal_json.empty()) {
     Stage(job.id, "heal", ++stage, stages, "healing");
-    ASSIGN_OR_RETURN(HealJobOptions ho, ParseHealParams(pp.heal_json, model, base + "/healed"));
+    ASSIGN_OR_RETURN(HealJobOptions ho,
+                     ParseHealParams(pp.heal_json, model, base + "/healed"));
     ho.teacher = source.path;
     ASSIGN_OR_RETURN(HealReport hr, Heal(job.id, ho));
+    RETURN_IF_ERROR(StoreEvaluations(job.id, hr));
     report["heal"] = hr.ToJson();
     model = base + "/healed";
   }
-  // 3. Verify the final model against itself (equivalence) and the source (fidelity).
+  // 3. Verify the final model against itself (equivalence) and the source
+  // (fidelity).
   Stage(job.id, "verify", ++stage, stages, "verifying");
-  ASSIGN_OR_RETURN(VerifyJobOptions vo, ParseVerifyParams(pp.verify_json, model));
+  ASSIGN_OR_RETURN(VerifyJobOptions vo,
+                   ParseVerifyParams(pp.verify_json, model));
   if (vo.source.empty()) vo.source = source.path;
   ASSIGN_OR_RETURN(VerifyReport vr, RunVerifyJob(vo));
   RETURN_IF_ERROR(StoreVerification(job.id, vr));
@@ -210,18 +282,34 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
   Stage(job.id, "bench", ++stage, stages, "benchmarking");
   GenerateBenchOptions bo;
   bo.checkpoint = model;
-  const std::string mode = co.conversion.rope_mode == RopeMode::kPlane     ? "plane"
-                           : co.conversion.rope_mode == RopeMode::kPartial ? "partial"
-                                                                           : "reconstruct";
+  const std::string mode = co.conversion.rope_mode == RopeMode::kPlane ? "plane"
+                           : co.conversion.rope_mode == RopeMode::kPartial
+                               ? "partial"
+                               : "reconstruct";
   bo.mode = mode;
   bo.source = source.path;
   bo.context = pp.bench_context;
   bo.tokens = pp.bench_tokens;
   ASSIGN_OR_RETURN(auto rows, RunGenerateBench(bo));
   nlohmann::json bench = nlohmann::json::array();
+  double source_ms = 0;
   for (const auto& r : rows) {
-    bench.push_back({{"model", r.model}, {"engine", r.engine}, {"context", r.context},
-                     {"tokens", r.tokens}, {"tokens_per_second", r.tokens_per_second},
+    if (r.model == "source") source_ms = 1e3 / r.tokens_per_second;
+  }
+  std::vector<LatencyRow> latency;
+  for (const auto& r : rows) {
+    const double ms = 1e3 / r.tokens_per_second;
+    latency.push_back({r.model, r.engine, r.context, ms, 0,
+                       source_ms > 0 ? ms / source_ms : 0,
+                       r.tokens_per_second});
+  }
+  RETURN_IF_ERROR(store_->AddLatency(job.id, latency));
+  for (const auto& r : rows) {
+    bench.push_back({{"model", r.model},
+                     {"engine", r.engine},
+                     {"context", r.context},
+                     {"tokens", r.tokens},
+                     {"tokens_per_second", r.tokens_per_second},
                      {"cache_bytes", r.cache_bytes}});
   }
   report["bench"] = bench;
@@ -230,34 +318,44 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(const JobRecord& job,
 }
 
 absl::Status JobRunner::Execute(const JobRecord& job) {
-  ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(job.checkpoint_id));
+  ASSIGN_OR_RETURN(CheckpointRecord ckpt,
+                   store_->GetCheckpoint(job.checkpoint_id));
   nlohmann::json report;
   if (job.kind == "convert") {
-    ASSIGN_OR_RETURN(ConvertJobOptions o,
-                     ParseConvertParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
+    ASSIGN_OR_RETURN(
+        ConvertJobOptions o,
+        ParseConvertParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
     ASSIGN_OR_RETURN(ConversionReport r, RunConvertJob(o));
+    RETURN_IF_ERROR(StoreConversion(job.id, r));
     report = r.ToJson();
   } else if (job.kind == "verify") {
-    ASSIGN_OR_RETURN(VerifyJobOptions o, ParseVerifyParams(job.params_json, ckpt.path));
+    ASSIGN_OR_RETURN(VerifyJobOptions o,
+                     ParseVerifyParams(job.params_json, ckpt.path));
     ASSIGN_OR_RETURN(VerifyReport r, RunVerifyJob(o));
     RETURN_IF_ERROR(StoreVerification(job.id, r));
     report = r.ToJson();
   } else if (job.kind == "pipeline") {
     ASSIGN_OR_RETURN(report, RunPipeline(job, ckpt));
   } else if (job.kind == "heal") {
-    ASSIGN_OR_RETURN(HealJobOptions o,
-                     ParseHealParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
+    ASSIGN_OR_RETURN(
+        HealJobOptions o,
+        ParseHealParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
     ASSIGN_OR_RETURN(std::string teacher_id, HealTeacherId(job.params_json));
     if (!teacher_id.empty()) {
-      ASSIGN_OR_RETURN(CheckpointRecord teacher, store_->GetCheckpoint(teacher_id));
+      ASSIGN_OR_RETURN(CheckpointRecord teacher,
+                       store_->GetCheckpoint(teacher_id));
       o.teacher = teacher.path;
     }
     ASSIGN_OR_RETURN(HealReport r, Heal(job.id, o));
+    RETURN_IF_ERROR(StoreEvaluations(job.id, r));
     report = r.ToJson();
+  } else if (job.kind == "bench") {
+    ASSIGN_OR_RETURN(report, RunBench(job, ckpt));
   } else {
-    return absl::UnimplementedError(absl::StrCat("job kind '", job.kind,
-                                                 "' is not served yet (convert, verify, heal, "
-                                                 "pipeline)"));
+    return absl::UnimplementedError(
+        absl::StrCat("job kind '", job.kind,
+                     "' is not served yet (convert, verify, heal, "
+                     "bench, pipeline)"));
   }
   return WriteFileAtomically(ReportPath(job.id), report.dump(2) + "\n");
 }

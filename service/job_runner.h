@@ -1,7 +1,7 @@
-// Runs queued jobs on worker threads by calling the core library: a bounded queue,
-// N workers, results and events into the store, reports under the data directory,
-// best-effort cancellation (queued jobs never start; running ones end CANCELLED when
-// they return), and re-queued jobs picked up at start.
+// Runs queued jobs on worker threads by calling the core library: a bounded
+// queue, N workers, results and events into the store, reports under the data
+// directory, best-effort cancellation (queued jobs never start; running ones
+// end CANCELLED when they return), and re-queued jobs picked up at start.
 #ifndef LRKV_SERVICE_JOB_RUNNER_H_
 #define LRKV_SERVICE_JOB_RUNNER_H_
 
@@ -39,7 +39,8 @@ class JobRunner {
   // Starts the workers and queues every job the store holds as queued.
   absl::Status Start();
   absl::Status Enqueue(const std::string& job_id);
-  // Marks a job cancelled: a queued job ends CANCELLED now, a running one when it returns.
+  // Marks a job cancelled: a queued job ends CANCELLED now, a running one when
+  // it returns.
   absl::Status Cancel(const std::string& job_id);
   void Stop();
 
@@ -50,12 +51,23 @@ class JobRunner {
   void Work();
   absl::Status Execute(const JobRecord& job);
   // convert → heal (when asked) → verify → bench, one artifact folder per job.
-  absl::StatusOr<nlohmann::json> RunPipeline(const JobRecord& job, const CheckpointRecord& source);
-  void Stage(const std::string& job_id, const std::string& stage, int64_t step, int64_t total,
-             const std::string& message);
-  absl::Status StoreVerification(const std::string& job_id, const VerifyReport& r);
-  // Heals, streaming one event per step into the store and keeping the loss curve.
-  absl::StatusOr<HealReport> Heal(const std::string& job_id, const HealJobOptions& options);
+  absl::StatusOr<nlohmann::json> RunPipeline(const JobRecord& job,
+                                             const CheckpointRecord& source);
+  void Stage(const std::string& job_id, const std::string& stage, int64_t step,
+             int64_t total, const std::string& message);
+  // Results into the store's measurement tables.
+  absl::Status StoreConversion(const std::string& job_id,
+                               const ConversionReport& r);
+  absl::Status StoreVerification(const std::string& job_id,
+                                 const VerifyReport& r);
+  absl::Status StoreEvaluations(const std::string& job_id, const HealReport& r);
+  // A decode-kernel benchmark at the checkpoint's shape.
+  absl::StatusOr<nlohmann::json> RunBench(const JobRecord& job,
+                                          const CheckpointRecord& source);
+  // Heals, streaming one event per step into the store and keeping the loss
+  // curve.
+  absl::StatusOr<HealReport> Heal(const std::string& job_id,
+                                  const HealJobOptions& options);
 
   Store* store_;
   RunnerOptions options_;

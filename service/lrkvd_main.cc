@@ -1,5 +1,6 @@
-// `lrkvd`: the lrkv gRPC server. Loopback by default; stops cleanly on SIGTERM/SIGINT
-// (queued jobs stay queued in the store and run at the next start).
+// `lrkvd`: the lrkv gRPC server. Loopback by default; stops cleanly on
+// SIGTERM/SIGINT (queued jobs stay queued in the store and run at the next
+// start).
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -18,10 +19,19 @@ void OnSignal(int) { g_stop = 1; }
 int main(int argc, char** argv) {
   CLI::App app{"lrkvd: the lrkv surgery and verification server"};
   lrkv::service::ServerOptions o;
-  app.add_option("--listen", o.listen, "host:port to listen on (port 0: any free port)");
-  app.add_option("--data-dir", o.data_dir, "Database, reports and artifacts")->required();
+  app.add_option("--listen", o.listen,
+                 "host:port to listen on (port 0: any free port)");
+  app.add_option("--data-dir", o.data_dir, "Database, reports and artifacts")
+      ->required();
   app.add_option("--workers", o.workers, "Jobs run at once");
-  app.add_option("--allow-dir", o.allowed_dirs, "Folders RegisterCheckpoint may read");
+  app.add_option("--allow-dir", o.allowed_dirs,
+                 "Folders RegisterCheckpoint may read");
+  app.add_option("--max-upload-bytes", o.max_upload_bytes,
+                 "Largest checkpoint UploadCheckpoint accepts")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--tls-cert", o.tls_cert_file,
+                 "PEM certificate chain (TLS with --tls-key)");
+  app.add_option("--tls-key", o.tls_key_file, "PEM private key");
   std::string token_file;
   app.add_option("--auth-token-file", token_file,
                  "File holding a bearer token every RPC must present");
@@ -34,11 +44,13 @@ int main(int argc, char** argv) {
     std::ifstream in(token_file);
     std::getline(in, o.auth_token);
     if (!in && o.auth_token.empty()) {
-      std::cerr << "lrkvd: error: " << token_file << ": cannot read the token\n";
+      std::cerr << "lrkvd: error: " << token_file
+                << ": cannot read the token\n";
       return 2;
     }
     if (o.auth_token.size() < 16) {
-      std::cerr << "lrkvd: error: " << token_file << ": the token must have >= 16 characters\n";
+      std::cerr << "lrkvd: error: " << token_file
+                << ": the token must have >= 16 characters\n";
       return 2;
     }
   }

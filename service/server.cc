@@ -17,8 +17,10 @@
 #include "model/checkpoint.h"
 #include "model/mapped_file.h"
 #include "model/status_macros.h"
+#include "service/content_hash.h"
 #include "service/grpc_status.h"
 #include "service/job_params.h"
+#include "service/report_builder.h"
 #include "surgery/conversion_options.h"
 
 namespace lrkv::service {
@@ -34,13 +36,14 @@ int64_t Now() {
       .count();
 }
 
-absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
-
-constexpr const char* kKinds[] = {"", "convert", "heal", "verify", "bench", "compare", "pipeline"};
-
-std::string KindName(v1::JobKind k) {
-  return k > 0 && k < 7 ? kKinds[k] : "";
+absl::Status Invalid(const std::string& m) {
+  return absl::InvalidArgumentError(m);
 }
+
+constexpr const char* kKinds[] = {"",      "convert", "heal",    "verify",
+                                  "bench", "compare", "pipeline"};
+
+std::string KindName(v1::JobKind k) { return k > 0 && k < 7 ? kKinds[k] : ""; }
 
 v1::JobKind KindOf(const std::string& name) {
   for (int i = 1; i < 7; ++i) {
@@ -49,7 +52,9 @@ v1::JobKind KindOf(const std::string& name) {
   return v1::JOB_KIND_UNSPECIFIED;
 }
 
-v1::JobState ToProto(JobState s) { return static_cast<v1::JobState>(static_cast<int>(s) + 1); }
+v1::JobState ToProto(JobState s) {
+  return static_cast<v1::JobState>(static_cast<int>(s) + 1);
+}
 
 void FillJob(const JobRecord& j, v1::Job* out) {
   out->set_id(j.id);
@@ -64,47 +69,9 @@ void FillJob(const JobRecord& j, v1::Job* out) {
   out->set_error(j.error);
 }
 
-// sha256 of a file or, for a directory, of its files' names and contents in name order.
-absl::StatusOr<std::string> Sha256(const std::string& path) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    for (const auto& e : fs::directory_iterator(path, ec)) {
-      if (e.is_regular_file()) files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  for (const auto& f : files) {
-    auto mapped = MappedFile::Open(f.string());
-    if (!mapped.ok()) {
-      EVP_MD_CTX_free(ctx);
-      return mapped.status();
-    }
-    if (files.size() > 1) {
-      const std::string name = f.filename().string();
-      EVP_DigestUpdate(ctx, name.data(), name.size());
-    }
-    EVP_DigestUpdate(ctx, (*mapped)->bytes().data(), (*mapped)->bytes().size());
-  }
-  unsigned char digest[32];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, digest, &len);
-  EVP_MD_CTX_free(ctx);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out.push_back(hex[digest[i] >> 4]);
-    out.push_back(hex[digest[i] & 15]);
-  }
-  return out;
-}
-
-// Ids sort by creation time (milliseconds, then a counter), then a random suffix, so
-// that jobs created within one second still list in submission order.
+// Ids sort by creation time (milliseconds, then a counter), then a random
+// suffix, so that jobs created within one second still list in submission
+// order.
 std::string NewJobId() {
   static std::mt19937_64 rng(std::random_device{}());
   static std::mutex mu;
@@ -116,8 +83,8 @@ std::string NewJobId() {
   counter = ms == last_ms ? counter + 1 : 0;
   last_ms = ms;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "job-%013lld-%04lld-%06llx", static_cast<long long>(ms),
-                static_cast<long long>(counter),
+  std::snprintf(buf, sizeof buf, "job-%013lld-%04lld-%06llx",
+                static_cast<long long>(ms), static_cast<long long>(counter),
                 static_cast<unsigned long long>(rng() & 0xffffff));
   return buf;
 }
@@ -126,45 +93,67 @@ std::string NewJobId() {
 
 class LrkvServer::Service final : public v1::Lrkv::Service {
  public:
-  Service(Store* store, JobRunner* runner, ServerOptions options)
-      : store_(store), runner_(runner), options_(std::move(options)) {}
+  Service(Store* store, JobRunner* runner, UploadReceiver* uploads,
+          ServerOptions options)
+      : store_(store),
+        runner_(runner),
+        uploads_(uploads),
+        options_(std::move(options)) {}
 
-  // UNAUTHENTICATED unless the call carries the configured bearer token (compared in
-  // constant time).
+  // UNAUTHENTICATED unless the call carries the configured bearer token
+  // (compared in constant time).
   grpc::Status Authorize(const grpc::ServerContext* ctx) const {
     if (options_.auth_token.empty()) return grpc::Status::OK;
     const auto& md = ctx->client_metadata();
     const auto it = md.find("authorization");
     const std::string expected = "Bearer " + options_.auth_token;
     if (it != md.end() && it->second.size() == expected.size() &&
-        CRYPTO_memcmp(it->second.data(), expected.data(), expected.size()) == 0) {
+        CRYPTO_memcmp(it->second.data(), expected.data(), expected.size()) ==
+            0) {
       return grpc::Status::OK;
     }
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing or wrong 'authorization: Bearer <token>' metadata");
+    return grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        "missing or wrong 'authorization: Bearer <token>' metadata");
   }
 
-  grpc::Status UploadCheckpoint(grpc::ServerContext* ctx,
-                                grpc::ServerReader<v1::UploadCheckpointRequest>*,
-                                v1::Checkpoint*) override {
+  grpc::Status UploadCheckpoint(
+      grpc::ServerContext* ctx,
+      grpc::ServerReader<v1::UploadCheckpointRequest>* reader,
+      v1::Checkpoint* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
-    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        "uploads are not served yet; use RegisterCheckpoint");
+    return ToGrpc(Upload(reader, out));
   }
 
-  grpc::Status RegisterCheckpoint(grpc::ServerContext* ctx, const v1::RegisterCheckpointRequest* req,
+  grpc::Status GetUploadStatus(grpc::ServerContext* ctx,
+                               const v1::GetUploadStatusRequest* req,
+                               v1::UploadStatus* out) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
+    auto p = uploads_->Progress(req->upload_id());
+    if (!p.ok()) return ToGrpc(p.status());
+    out->set_upload_id(req->upload_id());
+    out->set_committed_bytes(p->committed_bytes);
+    out->set_received_bytes(p->received_bytes);
+    out->set_total_bytes(p->total_bytes);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RegisterCheckpoint(grpc::ServerContext* ctx,
+                                  const v1::RegisterCheckpointRequest* req,
                                   v1::Checkpoint* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     return ToGrpc(Register(req->path(), out));
   }
 
-  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx,
+                         const v1::SubmitJobRequest* req,
                          v1::Job* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     return ToGrpc(Submit(*req, out));
   }
 
-  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::Job* out) override {
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req,
+                      v1::Job* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
@@ -179,7 +168,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+  grpc::Status ListJobs(grpc::ServerContext* ctx,
+                        const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     JobFilter f;
@@ -196,7 +186,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+  grpc::Status WatchJob(grpc::ServerContext* ctx,
+                        const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobProgress>* writer) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     int64_t after = req->after_seq();
@@ -217,14 +208,17 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
         if (!writer->Write(p)) return grpc::Status::OK;
         after = e.seq;
       }
-      const bool done = job->state != JobState::kQueued && job->state != JobState::kRunning;
+      const bool done =
+          job->state != JobState::kQueued && job->state != JobState::kRunning;
       if (done && events->empty()) return grpc::Status::OK;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled by the client");
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "watch cancelled by the client");
   }
 
-  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
+  grpc::Status CancelJob(grpc::ServerContext* ctx,
+                         const v1::CancelJobRequest* req,
                          v1::Job* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     if (auto st = runner_->Cancel(req->job_id()); !st.ok()) return ToGrpc(st);
@@ -234,15 +228,16 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
+  grpc::Status DeleteJob(grpc::ServerContext* ctx,
+                         const v1::DeleteJobRequest* req,
                          v1::DeleteJobResponse*) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     if (job->state == JobState::kQueued || job->state == JobState::kRunning) {
-      return ToGrpc(absl::FailedPreconditionError(
-          absl::StrCat("job '", req->job_id(), "' is ", JobStateName(job->state),
-                       "; cancel it before deleting")));
+      return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
+          "job '", req->job_id(), "' is ", JobStateName(job->state),
+          "; cancel it before deleting")));
     }
     std::error_code ec;
     fs::remove(runner_->ReportPath(req->job_id()), ec);
@@ -250,7 +245,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     return ToGrpc(store_->DeleteJob(req->job_id()));
   }
 
-  grpc::Status GetReport(grpc::ServerContext* ctx, const v1::GetReportRequest* req,
+  grpc::Status GetReport(grpc::ServerContext* ctx,
+                         const v1::GetReportRequest* req,
                          v1::Report* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
     auto job = store_->GetJob(req->job_id());
@@ -259,37 +255,25 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     out->set_kind(KindOf(job->kind));
     out->set_state(ToProto(job->state));
     if (job->state != JobState::kSucceeded) {
-      return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
-          "job '", job->id, "' is ", JobStateName(job->state), "; reports exist once it succeeds")));
+      return ToGrpc(absl::FailedPreconditionError(
+          absl::StrCat("job '", job->id, "' is ", JobStateName(job->state),
+                       "; reports exist once it succeeds")));
     }
     std::ifstream in(runner_->ReportPath(job->id));
     std::stringstream ss;
     ss << in.rdbuf();
     out->set_json(ss.str());
-    auto checks = store_->Verification(job->id);
-    if (checks.ok() && !checks->empty()) {
-      bool all = true;
-      for (const auto& c : *checks) {
-        auto* check = out->mutable_verification()->add_checks();
-        check->set_name(c.check);
-        check->set_passed(c.passed);
-        check->set_max_rel_error(c.max_rel);
-        check->set_cos_dist(c.cos_dist);
-        check->set_detail(c.detail);
-        all = all && c.passed;
-      }
-      out->mutable_verification()->set_passed(all);
-    }
-    return grpc::Status::OK;
+    return ToGrpc(FillReportSections(*store_, job->id, out));
   }
 
  private:
-  // The canonical form of `path` (symlinks and .. resolved) when it exists inside an
-  // allowed folder.
+  // The canonical form of `path` (symlinks and .. resolved) when it exists
+  // inside an allowed folder.
   absl::StatusOr<fs::path> CheckAllowed(const std::string& path) {
     std::error_code ec;
     const fs::path real = fs::weakly_canonical(path, ec);
-    if (ec || !fs::exists(real)) return absl::NotFoundError(absl::StrCat(path, ": not found"));
+    if (ec || !fs::exists(real))
+      return absl::NotFoundError(absl::StrCat(path, ": not found"));
     for (const auto& root : options_.allowed_dirs) {
       const fs::path r = fs::weakly_canonical(root, ec);
       const auto rel = real.lexically_relative(r);
@@ -301,55 +285,146 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   absl::Status Register(const std::string& path, v1::Checkpoint* out) {
     if (path.empty()) return Invalid("path is required");
-    std::error_code ec;
     ASSIGN_OR_RETURN(const fs::path real, CheckAllowed(path));
     ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(real.string()));
-    ASSIGN_OR_RETURN(std::string id, Sha256(real.string()));
+    ASSIGN_OR_RETURN(std::string id, Sha256OfPath(real.string()));
+    return Record(*ckpt, real, id, out);
+  }
+
+  // Receives an upload (header, chunks, trailer), validates the checkpoint, and
+  // moves it to data_dir/checkpoints/<sha256>[.gguf]. A malformed checkpoint is
+  // discarded.
+  absl::Status Upload(grpc::ServerReader<v1::UploadCheckpointRequest>* reader,
+                      v1::Checkpoint* out) {
+    v1::UploadCheckpointRequest msg;
+    if (!reader->Read(&msg) || !msg.has_header()) {
+      return Invalid(
+          "the first UploadCheckpoint message must carry the header");
+    }
+    UploadHeaderInfo h;
+    h.upload_id = msg.header().upload_id();
+    h.file_name = msg.header().file_name();
+    h.total_bytes = msg.header().total_bytes();
+    h.config_json = msg.header().config_json();
+    h.tokenizer_json = msg.header().tokenizer_json();
+    RETURN_IF_ERROR(uploads_->Begin(h).status());
+    std::string sha;
+    while (reader->Read(&msg)) {
+      if (msg.has_chunk()) {
+        RETURN_IF_ERROR(uploads_->Write(h.upload_id, msg.chunk().offset(),
+                                        msg.chunk().data()));
+      } else if (msg.has_trailer()) {
+        sha = msg.trailer().sha256();
+        break;
+      } else {
+        return Invalid(
+            "after the header, messages carry a chunk or the trailer");
+      }
+    }
+    if (sha.empty()) {
+      ASSIGN_OR_RETURN(UploadProgress p, uploads_->Progress(h.upload_id));
+      return absl::AbortedError(absl::StrCat(
+          "upload '", h.upload_id, "' ended without a trailer after ",
+          p.committed_bytes, " of ", p.total_bytes,
+          " bytes; resume from GetUploadStatus.committed_bytes"));
+    }
+    ASSIGN_OR_RETURN(const std::string staged,
+                     uploads_->Complete(h.upload_id, sha));
+    auto ckpt = Checkpoint::Open(staged);
+    if (!ckpt.ok()) {
+      uploads_->Discard(h.upload_id);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload '", h.upload_id, "' (", h.file_name,
+          ") is not a valid checkpoint: ", ckpt.status().message()));
+    }
+    const bool gguf = (*ckpt)->format() == CheckpointFormat::kGguf;
+    // A folder's id hashes its files; a GGUF file's id is the client's sha256.
+    std::string id = sha;
+    if (!gguf) {
+      ASSIGN_OR_RETURN(id, Sha256OfPath(staged));
+    }
+    ckpt->reset();
+    const fs::path dest = fs::path(options_.data_dir) / "checkpoints" /
+                          (gguf ? id + ".gguf" : id);
+    std::error_code ec;
+    fs::create_directories(dest.parent_path(), ec);
+    if (!fs::exists(dest, ec)) fs::rename(staged, dest, ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat(dest.string(), ": ", ec.message()));
+    uploads_->Discard(h.upload_id);
+    ASSIGN_OR_RETURN(auto kept, Checkpoint::Open(dest.string()));
+    return Record(*kept, dest, id, out);
+  }
+
+  absl::Status Record(const Checkpoint& ckpt, const fs::path& real,
+                      const std::string& id, v1::Checkpoint* out) {
+    std::error_code ec;
     CheckpointRecord rec;
     rec.id = id;
-    rec.format = ckpt->format() == CheckpointFormat::kGguf ? "gguf" : "safetensors";
-    rec.architecture = ckpt->config().model_type;
+    rec.format =
+        ckpt.format() == CheckpointFormat::kGguf ? "gguf" : "safetensors";
+    rec.architecture = ckpt.config().model_type;
     rec.path = real.string();
-    rec.bytes = fs::is_directory(real) ? 0 : static_cast<int64_t>(fs::file_size(real, ec));
+    rec.bytes = 0;
+    if (fs::is_directory(real, ec)) {
+      for (const auto& e : fs::directory_iterator(real, ec)) {
+        if (e.is_regular_file())
+          rec.bytes += static_cast<int64_t>(e.file_size());
+      }
+    } else {
+      rec.bytes = static_cast<int64_t>(fs::file_size(real, ec));
+    }
     rec.created_at = Now();
     RETURN_IF_ERROR(store_->PutCheckpoint(rec));
     out->set_id(rec.id);
     out->set_format(rec.format);
     out->set_architecture(rec.architecture);
     out->set_bytes(rec.bytes);
-    out->set_layers(ckpt->config().num_layers);
-    out->set_heads(ckpt->config().num_heads);
-    out->set_kv_heads(ckpt->config().num_kv_heads);
-    out->set_head_dim(ckpt->config().head_dim);
+    out->set_layers(ckpt.config().num_layers);
+    out->set_heads(ckpt.config().num_heads);
+    out->set_kv_heads(ckpt.config().num_kv_heads);
+    out->set_head_dim(ckpt.config().head_dim);
     out->set_created_at(rec.created_at);
     return absl::OkStatus();
   }
 
   absl::Status Submit(const v1::SubmitJobRequest& req, v1::Job* out) {
     const std::string kind = KindName(req.kind());
-    if (kind != "convert" && kind != "verify" && kind != "heal" && kind != "pipeline") {
-      return Invalid(absl::StrCat("kind ", v1::JobKind_Name(req.kind()),
-                                  " is not served yet; valid: CONVERT, VERIFY, HEAL, PIPELINE"));
+    if (kind.empty() || kind == "compare") {
+      return Invalid(absl::StrCat(
+          "kind ", v1::JobKind_Name(req.kind()),
+          " is not served; valid: CONVERT, VERIFY, HEAL, BENCH, PIPELINE"));
     }
-    ASSIGN_OR_RETURN(CheckpointRecord ckpt, store_->GetCheckpoint(req.checkpoint_id()));
+    ASSIGN_OR_RETURN(CheckpointRecord ckpt,
+                     store_->GetCheckpoint(req.checkpoint_id()));
     ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
     for (const auto& p : inputs) RETURN_IF_ERROR(CheckAllowed(p).status());
     // Parameters are checked now, so that a bad request fails at once.
     if (kind == "convert") {
-      ASSIGN_OR_RETURN(ConvertJobOptions o, ParseConvertParams(req.params_json(), ckpt.path, ""));
+      ASSIGN_OR_RETURN(ConvertJobOptions o,
+                       ParseConvertParams(req.params_json(), ckpt.path, ""));
       ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
       RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
     } else if (kind == "verify") {
       RETURN_IF_ERROR(ParseVerifyParams(req.params_json(), ckpt.path).status());
+    } else if (kind == "bench") {
+      ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
+      RETURN_IF_ERROR(
+          ParseBenchParams(req.params_json(), opened->config()).status());
     } else if (kind == "pipeline") {
-      ASSIGN_OR_RETURN(PipelineParams pp, ParsePipelineParams(req.params_json()));
-      ASSIGN_OR_RETURN(ConvertJobOptions o, ParseConvertParams(pp.convert_json, ckpt.path, ""));
+      ASSIGN_OR_RETURN(PipelineParams pp,
+                       ParsePipelineParams(req.params_json()));
+      ASSIGN_OR_RETURN(ConvertJobOptions o,
+                       ParseConvertParams(pp.convert_json, ckpt.path, ""));
       ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
       RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
     } else {
-      RETURN_IF_ERROR(ParseHealParams(req.params_json(), ckpt.path, "").status());
+      RETURN_IF_ERROR(
+          ParseHealParams(req.params_json(), ckpt.path, "").status());
       ASSIGN_OR_RETURN(std::string teacher, HealTeacherId(req.params_json()));
-      if (!teacher.empty()) RETURN_IF_ERROR(store_->GetCheckpoint(teacher).status());
+      if (!teacher.empty())
+        RETURN_IF_ERROR(store_->GetCheckpoint(teacher).status());
     }
     JobRecord job;
     job.id = NewJobId();
@@ -359,7 +434,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     job.created_at = Now();
     RETURN_IF_ERROR(store_->CreateJob(job));
     if (auto st = runner_->Enqueue(job.id); !st.ok()) {
-      (void)store_->TransitionJob(job.id, JobState::kCancelled, Now(), std::string(st.message()));
+      (void)store_->TransitionJob(job.id, JobState::kCancelled, Now(),
+                                  std::string(st.message()));
       return st;
     }
     FillJob(job, out);
@@ -368,30 +444,75 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   Store* store_;
   JobRunner* runner_;
+  UploadReceiver* uploads_;
   ServerOptions options_;
 };
 
-absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(const ServerOptions& o) {
+namespace {
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path,
+                                          const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Invalid(absl::StrCat(flag, " ", path, ": cannot read"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// TLS when a certificate and key are given, plaintext otherwise (lrkvd listens
+// on loopback by default).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServerOptions& o) {
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return Invalid("--tls-cert and --tls-key go together");
+  }
+  if (o.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain,
+                   ReadWholeFile(o.tls_cert_file, "--tls-cert"));
+  ASSIGN_OR_RETURN(pair.private_key,
+                   ReadWholeFile(o.tls_key_file, "--tls-key"));
+  ssl.pem_key_cert_pairs.push_back(pair);
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
+    const ServerOptions& o) {
   if (o.data_dir.empty()) return Invalid("--data-dir is required");
   if (o.workers < 1 || o.workers > 64) {
-    return Invalid(absl::StrCat("--workers ", o.workers, " must lie in [1, 64]"));
+    return Invalid(
+        absl::StrCat("--workers ", o.workers, " must lie in [1, 64]"));
   }
   std::error_code ec;
   fs::create_directories(o.data_dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(o.data_dir, ": ", ec.message()));
+  if (ec)
+    return absl::PermissionDeniedError(
+        absl::StrCat(o.data_dir, ": ", ec.message()));
   std::unique_ptr<LrkvServer> s(new LrkvServer());
-  ASSIGN_OR_RETURN(s->store_, Store::Open((fs::path(o.data_dir) / "lrkv.db").string()));
+  ASSIGN_OR_RETURN(s->store_,
+                   Store::Open((fs::path(o.data_dir) / "lrkv.db").string()));
   RETURN_IF_ERROR(s->store_->RecoverRunningJobs(kMaxAttempts, Now()).status());
   RunnerOptions ro;
   ro.workers = o.workers;
   ro.data_dir = o.data_dir;
   s->runner_ = std::make_unique<JobRunner>(s->store_.get(), ro);
   RETURN_IF_ERROR(s->runner_->Start());
-  s->service_ = std::make_unique<Service>(s->store_.get(), s->runner_.get(), o);
+  UploadOptions uo;
+  uo.staging_dir = (fs::path(o.data_dir) / "uploads").string();
+  uo.max_bytes = o.max_upload_bytes;
+  ASSIGN_OR_RETURN(s->uploads_, UploadReceiver::Create(uo));
+  s->service_ = std::make_unique<Service>(s->store_.get(), s->runner_.get(),
+                                          s->uploads_.get(), o);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(o.listen, grpc::InsecureServerCredentials(), &s->port_);
+  ASSIGN_OR_RETURN(auto credentials, ServerCredentials(o));
+  builder.AddListeningPort(o.listen, credentials, &s->port_);
+  // Room for a 1 MiB chunk plus framing.
+  builder.SetMaxReceiveMessageSize(2 << 20);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
@@ -403,7 +524,9 @@ absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(const ServerOption
 LrkvServer::~LrkvServer() { Shutdown(); }
 
 void LrkvServer::Shutdown() {
-  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (server_)
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
   if (runner_) runner_->Stop();
 }
 

@@ -1,6 +1,6 @@
-// The lrkv.v1.Lrkv gRPC service over the store and the job runner. Bad parameters are
-// INVALID_ARGUMENT naming the field and range, unknown ids NOT_FOUND (codes made in
-// grpc_status.h).
+// The lrkv.v1.Lrkv gRPC service over the store and the job runner. Bad
+// parameters are INVALID_ARGUMENT naming the field and range, unknown ids
+// NOT_FOUND (codes made in grpc_status.h).
 #ifndef LRKV_SERVICE_SERVER_H_
 #define LRKV_SERVICE_SERVER_H_
 
@@ -14,6 +14,7 @@
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "service/job_runner.h"
 #include "service/store.h"
+#include "service/upload_receiver.h"
 
 namespace lrkv::service {
 
@@ -25,16 +26,21 @@ struct ServerOptions {
   int workers = 1;
   /// RegisterCheckpoint accepts paths inside these folders only.
   std::vector<std::string> allowed_dirs;
-  /// When set, every RPC of the Lrkv service needs "authorization: Bearer <token>"
-  /// (health checking stays open).
+  /// When set, every RPC of the Lrkv service needs "authorization: Bearer
+  /// <token>" (health checking stays open).
   std::string auth_token;
+  /// Largest checkpoint UploadCheckpoint accepts (RESOURCE_EXHAUSTED beyond).
+  int64_t max_upload_bytes = int64_t{16} << 30;
+  /// PEM files; both set: the server speaks TLS only.
+  std::string tls_cert_file, tls_key_file;
 };
 
 class LrkvServer {
  public:
-  // Opens the store (recovering jobs a crash left running), starts the workers and the
-  // gRPC server with health checking.
-  static absl::StatusOr<std::unique_ptr<LrkvServer>> Start(const ServerOptions& options);
+  // Opens the store (recovering jobs a crash left running), starts the workers
+  // and the gRPC server with health checking.
+  static absl::StatusOr<std::unique_ptr<LrkvServer>> Start(
+      const ServerOptions& options);
   ~LrkvServer();
   void Shutdown();
   void Wait();
@@ -45,6 +51,7 @@ class LrkvServer {
   class Service;
   std::unique_ptr<Store> store_;
   std::unique_ptr<JobRunner> runner_;
+  std::unique_ptr<UploadReceiver> uploads_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

@@ -5,20 +5,24 @@
 
 namespace lrkv::service {
 
-absl::StatusOr<std::unique_ptr<Database>> Database::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Database>> Database::Open(
+    const std::string& path) {
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db,
-                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                                 nullptr);
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+      nullptr);
   if (rc != SQLITE_OK) {
     const std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close(db);
-    return absl::UnavailableError(absl::StrCat(path, ": cannot open database: ", msg));
+    return absl::UnavailableError(
+        absl::StrCat(path, ": cannot open database: ", msg));
   }
   std::unique_ptr<Database> out(new Database(db));
   sqlite3_busy_timeout(db, 5000);
-  for (const char* pragma : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
-                             "PRAGMA foreign_keys=ON;"}) {
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;",
+        "PRAGMA foreign_keys=ON;"}) {
     if (auto st = out->Execute(pragma); !st.ok()) return st;
   }
   return out;
@@ -33,7 +37,8 @@ absl::Status Database::Error(const std::string& what) const {
 absl::Status Database::Execute(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    absl::Status st = absl::InternalError(absl::StrCat("sqlite: ", err ? err : "error", " in: ", sql));
+    absl::Status st = absl::InternalError(
+        absl::StrCat("sqlite: ", err ? err : "error", " in: ", sql));
     sqlite3_free(err);
     return st;
   }
@@ -59,7 +64,8 @@ Statement& Statement::Bind(int i, double v) {
   return *this;
 }
 Statement& Statement::Bind(int i, const std::string& v) {
-  sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()),
+                    SQLITE_TRANSIENT);
   return *this;
 }
 Statement& Statement::BindNull(int i) {
@@ -84,12 +90,18 @@ absl::Status Statement::Run() {
 }
 
 int64_t Statement::Int64(int c) const { return sqlite3_column_int64(stmt_, c); }
-double Statement::Double(int c) const { return sqlite3_column_double(stmt_, c); }
+double Statement::Double(int c) const {
+  return sqlite3_column_double(stmt_, c);
+}
 std::string Statement::Text(int c) const {
   const auto* p = sqlite3_column_text(stmt_, c);
-  return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, c)) : "";
+  return p ? std::string(reinterpret_cast<const char*>(p),
+                         sqlite3_column_bytes(stmt_, c))
+           : "";
 }
-bool Statement::IsNull(int c) const { return sqlite3_column_type(stmt_, c) == SQLITE_NULL; }
+bool Statement::IsNull(int c) const {
+  return sqlite3_column_type(stmt_, c) == SQLITE_NULL;
+}
 
 absl::StatusOr<std::unique_ptr<Transaction>> Transaction::Begin(Database& db) {
   if (auto st = db.Execute("BEGIN IMMEDIATE;"); !st.ok()) return st;

@@ -1,7 +1,7 @@
-// A small RAII layer over SQLite in the style of Chromium's sql/: a Database with the
-// pragmas the store needs (WAL, synchronous=FULL, busy timeout, foreign keys),
-// prepared Statements with `?` binds, and IMMEDIATE Transactions that roll back unless
-// committed. Errors come back as absl::Status.
+// A small RAII layer over SQLite in the style of Chromium's sql/: a Database
+// with the pragmas the store needs (WAL, synchronous=FULL, busy timeout,
+// foreign keys), prepared Statements with `?` binds, and IMMEDIATE Transactions
+// that roll back unless committed. Errors come back as absl::Status.
 #ifndef LRKV_SERVICE_SQLITE_DB_H_
 #define LRKV_SERVICE_SQLITE_DB_H_
 
@@ -20,7 +20,8 @@ namespace lrkv::service {
 class Database {
  public:
   // Opens (creating) the database file and applies the pragmas.
-  static absl::StatusOr<std::unique_ptr<Database>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Database>> Open(
+      const std::string& path);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
@@ -68,7 +69,8 @@ class Statement {
   sqlite3_stmt* stmt_;
 };
 
-// BEGIN IMMEDIATE ... COMMIT; rolls back on destruction unless Commit() succeeded.
+// BEGIN IMMEDIATE ... COMMIT; rolls back on destruction unless Commit()
+// succeeded.
 class Transaction {
  public:
   static absl::StatusOr<std::unique_ptr<Transaction>> Begin(Database& db);

@@ -9,9 +9,11 @@
 namespace lrkv::service {
 namespace {
 
-constexpr const char* kStateNames[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+constexpr const char* kStateNames[] = {"queued", "running", "succeeded",
+                                       "failed", "cancelled"};
 
 // Migration N takes the schema from version N-1 to N.
+// 1: checkpoints, jobs, events, verification checks, loss curves.
 constexpr const char* kMigrations[] = {
     R"sql(
     CREATE TABLE checkpoints (
@@ -36,10 +38,42 @@ constexpr const char* kMigrations[] = {
       kind TEXT NOT NULL, loss REAL NOT NULL, lr REAL NOT NULL,
       PRIMARY KEY (job_id, kind, step));
     )sql",
+    // 2: the measurement tables (conversion, cache, latency, evaluations,
+    // comparisons).
+    R"sql(
+    CREATE TABLE conversions (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, config TEXT NOT NULL,
+      cache_ratio REAL NOT NULL, kv_param_ratio REAL NOT NULL, wall_seconds REAL NOT NULL,
+      PRIMARY KEY (job_id, config));
+    CREATE TABLE conversion_layers (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, config TEXT NOT NULL,
+      layer INTEGER NOT NULL, k_rel REAL NOT NULL, v_rel REAL NOT NULL,
+      PRIMARY KEY (job_id, config, layer));
+    CREATE TABLE cache_measurements (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, engine TEXT NOT NULL,
+      variant TEXT NOT NULL, tokens INTEGER NOT NULL, used_bytes INTEGER NOT NULL,
+      formula_bytes INTEGER NOT NULL, PRIMARY KEY (job_id, engine, variant, tokens));
+    CREATE TABLE latency_measurements (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, variant TEXT NOT NULL,
+      engine TEXT NOT NULL, context INTEGER NOT NULL, median_ms REAL NOT NULL,
+      gbps REAL NOT NULL, ratio_to_mha REAL NOT NULL, tokens_per_second REAL NOT NULL,
+      PRIMARY KEY (job_id, variant, engine, context));
+    CREATE TABLE evaluations (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, label TEXT NOT NULL,
+      tokens INTEGER NOT NULL, perplexity REAL NOT NULL, PRIMARY KEY (job_id, label));
+    CREATE TABLE comparison_rows (
+      job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, model TEXT NOT NULL,
+      budget REAL NOT NULL, variant TEXT NOT NULL, rope_mode TEXT NOT NULL,
+      config TEXT NOT NULL, cache_ratio REAL NOT NULL, kv_params INTEGER NOT NULL,
+      ppl_before REAL NOT NULL, ppl_after REAL, kl_mean REAL, verdict TEXT NOT NULL,
+      step_ms REAL NOT NULL, step_ratio_to_mha REAL NOT NULL, madds_per_step INTEGER NOT NULL,
+      PRIMARY KEY (job_id, model, budget, variant, rope_mode));
+    )sql",
 };
 
 constexpr char kSelectJob[] =
-    "SELECT id, kind, checkpoint_id, params_json, state, attempts, created_at, started_at, "
+    "SELECT id, kind, checkpoint_id, params_json, state, attempts, created_at, "
+    "started_at, "
     "finished_at, error FROM jobs";
 
 JobRecord ReadJob(const Statement& s) {
@@ -71,14 +105,17 @@ bool Allowed(JobState from, JobState to) {
 
 }  // namespace
 
-const char* JobStateName(JobState s) { return kStateNames[static_cast<int>(s)]; }
+const char* JobStateName(JobState s) {
+  return kStateNames[static_cast<int>(s)];
+}
 
 absl::StatusOr<JobState> ParseJobState(const std::string& name) {
   for (int i = 0; i < 5; ++i) {
     if (name == kStateNames[i]) return static_cast<JobState>(i);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown job state '", name, "'; valid: queued, running, succeeded, failed, cancelled"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown job state '", name,
+                   "'; valid: queued, running, succeeded, failed, cancelled"));
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
@@ -93,17 +130,22 @@ absl::Status Store::Migrate() {
       "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);"));
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   {
-    ASSIGN_OR_RETURN(auto q, Statement::Prepare(*db_, "SELECT MAX(version) FROM schema_version"));
+    ASSIGN_OR_RETURN(
+        auto q,
+        Statement::Prepare(*db_, "SELECT MAX(version) FROM schema_version"));
     ASSIGN_OR_RETURN(bool row, q.Step());
     version_ = row && !q.IsNull(0) ? static_cast<int>(q.Int64(0)) : 0;
   }
   if (version_ > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "database schema version ", version_, " is newer than this lrkvd (", kSchemaVersion, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("database schema version ", version_,
+                     " is newer than this lrkvd (", kSchemaVersion, ")"));
   }
   for (int v = version_; v < kSchemaVersion; ++v) {
     RETURN_IF_ERROR(db_->Execute(kMigrations[v]));
-    ASSIGN_OR_RETURN(auto ins, Statement::Prepare(*db_, "INSERT INTO schema_version (version) VALUES (?)"));
+    ASSIGN_OR_RETURN(
+        auto ins, Statement::Prepare(
+                      *db_, "INSERT INTO schema_version (version) VALUES (?)"));
     RETURN_IF_ERROR(ins.Bind(1, int64_t{v + 1}).Run());
   }
   RETURN_IF_ERROR(tx->Commit());
@@ -114,45 +156,66 @@ absl::Status Store::Migrate() {
 absl::Status Store::PutCheckpoint(const CheckpointRecord& c) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "INSERT OR REPLACE INTO checkpoints (id, format, architecture, path, bytes, created_at) "
+      "INSERT OR REPLACE INTO checkpoints (id, format, architecture, path, "
+      "bytes, created_at) "
       "VALUES (?, ?, ?, ?, ?, ?)";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  return s.Bind(1, c.id).Bind(2, c.format).Bind(3, c.architecture).Bind(4, c.path)
-      .Bind(5, c.bytes).Bind(6, c.created_at).Run();
+  return s.Bind(1, c.id)
+      .Bind(2, c.format)
+      .Bind(3, c.architecture)
+      .Bind(4, c.path)
+      .Bind(5, c.bytes)
+      .Bind(6, c.created_at)
+      .Run();
 }
 
 absl::StatusOr<CheckpointRecord> Store::GetCheckpoint(const std::string& id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "SELECT id, format, architecture, path, bytes, created_at FROM checkpoints WHERE id = ?";
+      "SELECT id, format, architecture, path, bytes, created_at FROM "
+      "checkpoints WHERE id = ?";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, id);
   ASSIGN_OR_RETURN(bool row, s.Step());
-  if (!row) return absl::NotFoundError(absl::StrCat("no checkpoint with id '", id, "'"));
-  return CheckpointRecord{s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int64(4), s.Int64(5)};
+  if (!row)
+    return absl::NotFoundError(
+        absl::StrCat("no checkpoint with id '", id, "'"));
+  return CheckpointRecord{s.Text(0), s.Text(1),  s.Text(2),
+                          s.Text(3), s.Int64(4), s.Int64(5)};
 }
 
 absl::Status Store::CreateJob(const JobRecord& j) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "INSERT INTO jobs (id, kind, checkpoint_id, params_json, state, attempts, created_at) "
+      "INSERT INTO jobs (id, kind, checkpoint_id, params_json, state, "
+      "attempts, created_at) "
       "VALUES (?, ?, ?, ?, ?, ?, ?)";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  s.Bind(1, j.id).Bind(2, j.kind).Bind(3, j.checkpoint_id).Bind(4, j.params_json)
-      .Bind(5, std::string(JobStateName(j.state))).Bind(6, j.attempts).Bind(7, j.created_at);
+  s.Bind(1, j.id)
+      .Bind(2, j.kind)
+      .Bind(3, j.checkpoint_id)
+      .Bind(4, j.params_json)
+      .Bind(5, std::string(JobStateName(j.state)))
+      .Bind(6, j.attempts)
+      .Bind(7, j.created_at);
   auto st = s.Run();
-  if (!st.ok() && sqlite3_extended_errcode(db_->handle()) == SQLITE_CONSTRAINT_PRIMARYKEY) {
-    return absl::AlreadyExistsError(absl::StrCat("job '", j.id, "' already exists"));
+  if (!st.ok() &&
+      sqlite3_extended_errcode(db_->handle()) == SQLITE_CONSTRAINT_PRIMARYKEY) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("job '", j.id, "' already exists"));
   }
   return st;
 }
 
 absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, absl::StrCat(kSelectJob, " WHERE id = ?").c_str()));
+  ASSIGN_OR_RETURN(
+      auto s, Statement::Prepare(
+                  *db_, absl::StrCat(kSelectJob, " WHERE id = ?").c_str()));
   s.Bind(1, id);
   ASSIGN_OR_RETURN(bool row, s.Step());
-  if (!row) return absl::NotFoundError(absl::StrCat("no job with id '", id, "'"));
+  if (!row)
+    return absl::NotFoundError(absl::StrCat("no job with id '", id, "'"));
   return ReadJob(s);
 }
 
@@ -160,24 +223,39 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
                                         const std::string& page_token) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   if (page_size < 1 || page_size > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("page_size ", page_size, " must lie in [1, 1000]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size ", page_size, " must lie in [1, 1000]"));
   }
   int64_t after_created = -1;
   if (!page_token.empty()) {
-    ASSIGN_OR_RETURN(JobRecord last, GetJob(page_token));
-    after_created = last.created_at;
+    auto last = GetJob(page_token);
+    if (!last.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page_token '", page_token,
+                       "' is not a next_page_token from a previous page"));
+    }
+    after_created = last->created_at;
   }
   // Fixed SQL: unused filters compare against themselves.
   const std::string sql = absl::StrCat(
       kSelectJob,
-      " WHERE (? = '' OR state = ?) AND (? = '' OR kind = ?) AND (? = '' OR checkpoint_id = ?)"
+      " WHERE (? = '' OR state = ?) AND (? = '' OR kind = ?) AND (? = '' OR "
+      "checkpoint_id = ?)"
       " AND (? < 0 OR created_at > ? OR (created_at = ? AND id > ?))"
       " ORDER BY created_at, id LIMIT ?");
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, sql.c_str()));
   const std::string state = f.state ? JobStateName(*f.state) : "";
-  s.Bind(1, state).Bind(2, state).Bind(3, f.kind).Bind(4, f.kind).Bind(5, f.checkpoint_id)
-      .Bind(6, f.checkpoint_id).Bind(7, after_created).Bind(8, after_created)
-      .Bind(9, after_created).Bind(10, page_token).Bind(11, page_size + 1);
+  s.Bind(1, state)
+      .Bind(2, state)
+      .Bind(3, f.kind)
+      .Bind(4, f.kind)
+      .Bind(5, f.checkpoint_id)
+      .Bind(6, f.checkpoint_id)
+      .Bind(7, after_created)
+      .Bind(8, after_created)
+      .Bind(9, after_created)
+      .Bind(10, page_token)
+      .Bind(11, page_size + 1);
   JobPage page;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
@@ -191,44 +269,57 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
   return page;
 }
 
-absl::Status Store::TransitionJob(const std::string& id, JobState to, int64_t now,
-                                  const std::string& error) {
+absl::Status Store::TransitionJob(const std::string& id, JobState to,
+                                  int64_t now, const std::string& error) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   ASSIGN_OR_RETURN(JobRecord job, GetJob(id));
   if (!Allowed(job.state, to)) {
-    return absl::FailedPreconditionError(absl::StrCat("job '", id, "' is ",
-                                                      JobStateName(job.state), "; cannot become ",
-                                                      JobStateName(to)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' is ", JobStateName(job.state),
+                     "; cannot become ", JobStateName(to)));
   }
   constexpr char kSql[] =
-      "UPDATE jobs SET state = ?, attempts = attempts + ?, started_at = CASE WHEN ? THEN ? "
-      "ELSE started_at END, finished_at = CASE WHEN ? THEN ? ELSE finished_at END, error = ? "
+      "UPDATE jobs SET state = ?, attempts = attempts + ?, started_at = CASE "
+      "WHEN ? THEN ? "
+      "ELSE started_at END, finished_at = CASE WHEN ? THEN ? ELSE finished_at "
+      "END, error = ? "
       "WHERE id = ?";
   const bool start = to == JobState::kRunning;
   const bool finish = to == JobState::kSucceeded || to == JobState::kFailed ||
                       to == JobState::kCancelled;
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  RETURN_IF_ERROR(s.Bind(1, std::string(JobStateName(to))).Bind(2, int64_t{start ? 1 : 0})
-                      .Bind(3, int64_t{start}).Bind(4, now).Bind(5, int64_t{finish}).Bind(6, now)
-                      .Bind(7, error).Bind(8, id).Run());
+  RETURN_IF_ERROR(s.Bind(1, std::string(JobStateName(to)))
+                      .Bind(2, int64_t{start ? 1 : 0})
+                      .Bind(3, int64_t{start})
+                      .Bind(4, now)
+                      .Bind(5, int64_t{finish})
+                      .Bind(6, now)
+                      .Bind(7, error)
+                      .Bind(8, id)
+                      .Run());
   return tx->Commit();
 }
 
 absl::Status Store::DeleteJob(const std::string& id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   RETURN_IF_ERROR(GetJob(id).status());
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, "DELETE FROM jobs WHERE id = ?"));
+  ASSIGN_OR_RETURN(auto s,
+                   Statement::Prepare(*db_, "DELETE FROM jobs WHERE id = ?"));
   return s.Bind(1, id).Run();
 }
 
-absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts, int64_t now) {
+absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts,
+                                                  int64_t now) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kFail[] =
-      "UPDATE jobs SET state = 'failed', finished_at = ?, error = 'gave up after ' || attempts "
-      "|| ' attempts (the server stopped while it ran)' WHERE state = 'running' AND attempts >= ?";
-  constexpr char kRequeue[] = "UPDATE jobs SET state = 'queued' WHERE state = 'running'";
+      "UPDATE jobs SET state = 'failed', finished_at = ?, error = 'gave up "
+      "after ' || attempts "
+      "|| ' attempts (the server stopped while it ran)' WHERE state = "
+      "'running' AND attempts >= ?";
+  constexpr char kRequeue[] =
+      "UPDATE jobs SET state = 'queued' WHERE state = 'running'";
   ASSIGN_OR_RETURN(auto fail, Statement::Prepare(*db_, kFail));
   RETURN_IF_ERROR(fail.Bind(1, now).Bind(2, max_attempts).Run());
   int64_t touched = sqlite3_changes(db_->handle());
@@ -239,25 +330,38 @@ absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts, int64_t 
   return touched;
 }
 
-absl::StatusOr<int64_t> Store::AppendEvent(const std::string& job_id, const JobEvent& e) {
+absl::StatusOr<int64_t> Store::AppendEvent(const std::string& job_id,
+                                           const JobEvent& e) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
-  ASSIGN_OR_RETURN(auto q, Statement::Prepare(
-                               *db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?"));
+  ASSIGN_OR_RETURN(
+      auto q,
+      Statement::Prepare(
+          *db_,
+          "SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?"));
   q.Bind(1, job_id);
   ASSIGN_OR_RETURN(bool row, q.Step());
   const int64_t seq = row ? q.Int64(0) : 1;
   constexpr char kSql[] =
-      "INSERT INTO job_events (job_id, seq, at, stage, step, total, loss, message) "
+      "INSERT INTO job_events (job_id, seq, at, stage, step, total, loss, "
+      "message) "
       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  RETURN_IF_ERROR(s.Bind(1, job_id).Bind(2, seq).Bind(3, e.at).Bind(4, e.stage).Bind(5, e.step)
-                      .Bind(6, e.total).Bind(7, e.loss).Bind(8, e.message).Run());
+  RETURN_IF_ERROR(s.Bind(1, job_id)
+                      .Bind(2, seq)
+                      .Bind(3, e.at)
+                      .Bind(4, e.stage)
+                      .Bind(5, e.step)
+                      .Bind(6, e.total)
+                      .Bind(7, e.loss)
+                      .Bind(8, e.message)
+                      .Run());
   RETURN_IF_ERROR(tx->Commit());
   return seq;
 }
 
-absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id, int64_t after) {
+absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id,
+                                                    int64_t after) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
       "SELECT seq, at, stage, step, total, loss, message FROM job_events "
@@ -286,20 +390,28 @@ absl::Status Store::AddVerification(const std::string& job_id,
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kSql[] =
-      "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, max_rel, "
+      "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, "
+      "max_rel, "
       "cos_dist, detail) VALUES (?, ?, ?, ?, ?, ?)";
   for (const auto& r : rows) {
     ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-    RETURN_IF_ERROR(s.Bind(1, job_id).Bind(2, r.check).Bind(3, int64_t{r.passed})
-                        .Bind(4, r.max_rel).Bind(5, r.cos_dist).Bind(6, r.detail).Run());
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, r.check)
+                        .Bind(3, int64_t{r.passed})
+                        .Bind(4, r.max_rel)
+                        .Bind(5, r.cos_dist)
+                        .Bind(6, r.detail)
+                        .Run());
   }
   return tx->Commit();
 }
 
-absl::StatusOr<std::vector<VerificationRow>> Store::Verification(const std::string& job_id) {
+absl::StatusOr<std::vector<VerificationRow>> Store::Verification(
+    const std::string& job_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "SELECT check_name, passed, max_rel, cos_dist, detail FROM verification_checks "
+      "SELECT check_name, passed, max_rel, cos_dist, detail FROM "
+      "verification_checks "
       "WHERE job_id = ? ORDER BY check_name";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, job_id);
@@ -307,28 +419,37 @@ absl::StatusOr<std::vector<VerificationRow>> Store::Verification(const std::stri
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    out.push_back({s.Text(0), s.Int64(1) != 0, s.Double(2), s.Double(3), s.Text(4)});
+    out.push_back(
+        {s.Text(0), s.Int64(1) != 0, s.Double(2), s.Double(3), s.Text(4)});
   }
   return out;
 }
 
-absl::Status Store::AddLossCurve(const std::string& job_id, const std::vector<LossRow>& rows) {
+absl::Status Store::AddLossCurve(const std::string& job_id,
+                                 const std::vector<LossRow>& rows) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kSql[] =
-      "INSERT OR REPLACE INTO loss_curve (job_id, step, kind, loss, lr) VALUES (?, ?, ?, ?, ?)";
+      "INSERT OR REPLACE INTO loss_curve (job_id, step, kind, loss, lr) VALUES "
+      "(?, ?, ?, ?, ?)";
   for (const auto& r : rows) {
     ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-    RETURN_IF_ERROR(
-        s.Bind(1, job_id).Bind(2, r.step).Bind(3, r.kind).Bind(4, r.loss).Bind(5, r.lr).Run());
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, r.step)
+                        .Bind(3, r.kind)
+                        .Bind(4, r.loss)
+                        .Bind(5, r.lr)
+                        .Run());
   }
   return tx->Commit();
 }
 
-absl::StatusOr<std::vector<LossRow>> Store::LossCurve(const std::string& job_id) {
+absl::StatusOr<std::vector<LossRow>> Store::LossCurve(
+    const std::string& job_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "SELECT step, kind, loss, lr FROM loss_curve WHERE job_id = ? ORDER BY kind, step";
+      "SELECT step, kind, loss, lr FROM loss_curve WHERE job_id = ? ORDER BY "
+      "kind, step";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, job_id);
   std::vector<LossRow> out;

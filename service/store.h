@@ -1,7 +1,7 @@
-// The service's SQLite store: checkpoints, jobs (state machine, attempts), job events,
-// and result rows (verification checks, loss curves), with a schema-version table and
-// ordered migrations. One writer connection shared by every thread under a mutex;
-// every multi-row select has an ORDER BY.
+// The service's SQLite store: checkpoints, jobs (state machine, attempts), job
+// events, and result rows (verification checks, loss curves), with a
+// schema-version table and ordered migrations. One writer connection shared by
+// every thread under a mutex; every multi-row select has an ORDER BY.
 #ifndef LRKV_SERVICE_STORE_H_
 #define LRKV_SERVICE_STORE_H_
 
@@ -27,7 +27,7 @@ struct CheckpointRecord {
   std::string architecture;  // llama | qwen2 | qwen3
   std::string path;          // where the artifact lives
   int64_t bytes = 0;
-  int64_t created_at = 0;    // unix seconds
+  int64_t created_at = 0;  // unix seconds
 };
 
 struct JobRecord {
@@ -74,37 +74,109 @@ struct LossRow {
   double loss = 0, lr = 0;
 };
 
+struct ConversionRow {
+  std::string config;  // e.g. "lrkv r=2"
+  double cache_ratio = 0, kv_param_ratio = 0, wall_seconds = 0;
+  struct Layer {
+    int64_t layer = 0;
+    double k_rel = 0, v_rel = 0;
+  };
+  std::vector<Layer> layers;
+};
+
+struct CacheRow {
+  std::string engine, variant;
+  int64_t tokens = 0, used_bytes = 0, formula_bytes = 0;
+};
+
+struct LatencyRow {
+  std::string variant;  // e.g. "source", "converted", "lrkv r=51"
+  std::string engine;   // expanded | plane | reconstruct | kernel names
+  int64_t context = 0;
+  double median_ms = 0, gbps = 0, ratio_to_mha = 0, tokens_per_second = 0;
+};
+
+struct EvaluationRow {
+  std::string label;  // e.g. "source", "before", "after"
+  int64_t tokens = 0;
+  double perplexity = 0;
+};
+
+// One variant at one budget of a comparison study.
+struct ComparisonRow {
+  std::string model;  // the checkpoint's label
+  double budget = 0;
+  std::string variant, rope_mode, config;
+  double cache_ratio = 0;
+  int64_t kv_params = 0;  // K/V projection parameters per layer
+  double ppl_before = 0;
+  std::optional<double> ppl_after, kl_mean;
+  std::string verdict;  // EQUIVALENT | NOT EQUIVALENT | n/a
+  double step_ms = 0, step_ratio_to_mha = 0;
+  int64_t madds_per_step = 0;
+};
+
 class Store {
  public:
   // Opens (creating) `path` and migrates the schema to the current version.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   int schema_version() const { return version_; }
 
   absl::Status PutCheckpoint(const CheckpointRecord& c);
-  absl::StatusOr<CheckpointRecord> GetCheckpoint(const std::string& id);  // NotFound
+  absl::StatusOr<CheckpointRecord> GetCheckpoint(
+      const std::string& id);  // NotFound
 
-  absl::Status CreateJob(const JobRecord& job);  // AlreadyExists on a duplicate id
+  absl::Status CreateJob(
+      const JobRecord& job);  // AlreadyExists on a duplicate id
   absl::StatusOr<JobRecord> GetJob(const std::string& id);  // NotFound
-  // Ordered by creation time then id; page_token is the last id of the previous page.
+  // Ordered by creation time then id; page_token is the last id of the previous
+  // page.
   absl::StatusOr<JobPage> ListJobs(const JobFilter& filter, int64_t page_size,
                                    const std::string& page_token);
   // Moves a job to `to` if the transition is allowed (queued→running→done,
-  // queued/running→cancelled, running→queued on recovery); FailedPrecondition otherwise.
+  // queued/running→cancelled, running→queued on recovery); FailedPrecondition
+  // otherwise.
   absl::Status TransitionJob(const std::string& id, JobState to, int64_t now,
                              const std::string& error = "");
   absl::Status DeleteJob(const std::string& id);  // NotFound
-  // Crash recovery: jobs left running go back to the queue (attempts + 1), or fail
-  // once they have used `max_attempts`. Returns how many were touched.
+  // Crash recovery: jobs left running go back to the queue (attempts + 1), or
+  // fail once they have used `max_attempts`. Returns how many were touched.
   absl::StatusOr<int64_t> RecoverRunningJobs(int64_t max_attempts, int64_t now);
 
-  absl::StatusOr<int64_t> AppendEvent(const std::string& job_id, const JobEvent& e);
-  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id, int64_t after_seq);
+  absl::StatusOr<int64_t> AppendEvent(const std::string& job_id,
+                                      const JobEvent& e);
+  absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id,
+                                               int64_t after_seq);
 
-  absl::Status AddVerification(const std::string& job_id, const std::vector<VerificationRow>& rows);
-  absl::StatusOr<std::vector<VerificationRow>> Verification(const std::string& job_id);
-  absl::Status AddLossCurve(const std::string& job_id, const std::vector<LossRow>& rows);
+  absl::Status AddVerification(const std::string& job_id,
+                               const std::vector<VerificationRow>& rows);
+  absl::StatusOr<std::vector<VerificationRow>> Verification(
+      const std::string& job_id);
+  absl::Status AddLossCurve(const std::string& job_id,
+                            const std::vector<LossRow>& rows);
   absl::StatusOr<std::vector<LossRow>> LossCurve(const std::string& job_id);
+
+  // Measurement tables (store_results.cc); each Add replaces rows with the same
+  // key.
+  absl::Status AddConversion(const std::string& job_id,
+                             const ConversionRow& row);
+  absl::StatusOr<std::vector<ConversionRow>> Conversions(
+      const std::string& job_id);
+  absl::Status AddCache(const std::string& job_id,
+                        const std::vector<CacheRow>& rows);
+  absl::StatusOr<std::vector<CacheRow>> Cache(const std::string& job_id);
+  absl::Status AddLatency(const std::string& job_id,
+                          const std::vector<LatencyRow>& rows);
+  absl::StatusOr<std::vector<LatencyRow>> Latency(const std::string& job_id);
+  absl::Status AddEvaluations(const std::string& job_id,
+                              const std::vector<EvaluationRow>& rows);
+  absl::StatusOr<std::vector<EvaluationRow>> Evaluations(
+      const std::string& job_id);
+  absl::Status AddComparison(const std::string& job_id,
+                             const ComparisonRow& row);
+  absl::StatusOr<std::vector<ComparisonRow>> Comparison(
+      const std::string& job_id);
 
   // PRAGMA integrity_check; "ok" when healthy.
   absl::StatusOr<std::string> IntegrityCheck();
@@ -114,8 +186,8 @@ class Store {
   absl::Status Migrate();
   std::unique_ptr<Database> db_;
   int version_ = 0;
-  // One connection serves every thread; each public method holds this for its whole
-  // transaction (recursive: methods call each other).
+  // One connection serves every thread; each public method holds this for its
+  // whole transaction (recursive: methods call each other).
   std::recursive_mutex mu_;
 };
 

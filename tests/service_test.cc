@@ -1,15 +1,17 @@
-// The gRPC service end to end, in process on an ephemeral port: register stories260K,
-// convert it, register the converted checkpoint, verify it, read the reports; bad
-// requests get the right codes; jobs survive a restart of the server.
+// The gRPC service end to end, in process on an ephemeral port: register
+// stories260K, convert it, register the converted checkpoint, verify it, read
+// the reports; bad requests get the right codes; jobs survive a restart of the
+// server.
 #include <grpcpp/grpcpp.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <mutex>
 #include <set>
-#include <filesystem>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -36,13 +38,15 @@ class ServiceTest : public ::testing::Test {
     o.auth_token = token;
     o.listen = "127.0.0.1:0";
     o.data_dir = (dir_ / "data").string();
-    o.allowed_dirs = {lrkv::testing::SharedPath("models"), lrkv::testing::SharedPath("data"),
+    o.allowed_dirs = {lrkv::testing::SharedPath("models"),
+                      lrkv::testing::SharedPath("data"),
                       lrkv::testing::FixturePath("malformed"), o.data_dir};
     auto server = LrkvServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                       grpc::InsecureChannelCredentials());
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                            grpc::InsecureChannelCredentials());
     stub_ = v1::Lrkv::NewStub(channel);
   }
 
@@ -66,8 +70,8 @@ class ServiceTest : public ::testing::Test {
     return stub_->RegisterCheckpoint(&ctx, req, out);
   }
 
-  grpc::Status Submit(v1::JobKind kind, const std::string& ckpt, const std::string& params,
-                      v1::Job* out) {
+  grpc::Status Submit(v1::JobKind kind, const std::string& ckpt,
+                      const std::string& params, v1::Job* out) {
     grpc::ClientContext ctx;
     v1::SubmitJobRequest req;
     req.set_kind(kind);
@@ -89,7 +93,9 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
   EXPECT_EQ(source.id().size(), 64u);  // sha256 hex
   v1::Job convert;
   ASSERT_TRUE(Submit(v1::CONVERT, source.id(), R"({"variant": "lrkv", "rank": 2,
-                     "rope_mode": "plane"})", &convert).ok());
+                     "rope_mode": "plane"})",
+                     &convert)
+                  .ok());
   EXPECT_EQ(convert.state(), v1::QUEUED);
   const v1::Job done = WaitDone(convert.id());
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
@@ -104,11 +110,15 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
   EXPECT_DOUBLE_EQ(json["cache_ratio_to_source"].get<double>(), 0.5);
 
   v1::Checkpoint converted;
-  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(), &converted).ok());
-  v1::Job verify;
-  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(),
-                     R"({"prompt_tokens": 12, "decode_tokens": 6, "dtype": "both"})", &verify)
+  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(),
+                       &converted)
                   .ok());
+  v1::Job verify;
+  ASSERT_TRUE(
+      Submit(v1::VERIFY, converted.id(),
+             R"({"prompt_tokens": 12, "decode_tokens": 6, "dtype": "both"})",
+             &verify)
+          .ok());
   ASSERT_EQ(WaitDone(verify.id()).state(), v1::SUCCEEDED);
   grpc::ClientContext vctx;
   rreq.set_job_id(verify.id());
@@ -141,13 +151,18 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   v1::Checkpoint source;
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
   v1::Job convert;
-  ASSERT_TRUE(Submit(v1::CONVERT, source.id(), R"({"variant": "lrkv", "rank": 2})", &convert).ok());
+  ASSERT_TRUE(Submit(v1::CONVERT, source.id(),
+                     R"({"variant": "lrkv", "rank": 2})", &convert)
+                  .ok());
   ASSERT_EQ(WaitDone(convert.id()).state(), v1::SUCCEEDED);
   v1::Checkpoint converted;
-  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(), &converted).ok());
+  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(),
+                       &converted)
+                  .ok());
   v1::Job heal;
   const std::string params = absl::StrCat(
-      R"({"teacher": ")", source.id(), R"(", "data": ")", lrkv::testing::StoriesTextPath(),
+      R"({"teacher": ")", source.id(), R"(", "data": ")",
+      lrkv::testing::StoriesTextPath(),
       R"(", "data_range": "0:0.3", "steps": 6, "batch": 4, "seq_len": 128, "warmup": 1,
           "eval_every": 0})");
   ASSERT_TRUE(Submit(v1::HEAL, converted.id(), params, &heal).ok());
@@ -163,7 +178,8 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   EXPECT_EQ(WaitDone(heal.id()).state(), v1::SUCCEEDED);
   // A data file outside the allowed folders is refused at submission.
   v1::Job bad;
-  auto st = Submit(v1::HEAL, converted.id(), R"({"data": "/etc/passwd", "steps": 2})", &bad);
+  auto st = Submit(v1::HEAL, converted.id(),
+                   R"({"data": "/etc/passwd", "steps": 2})", &bad);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
@@ -172,7 +188,8 @@ TEST_F(ServiceTest, PipelineConvertsHealsVerifiesAndBenchmarks) {
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
   const std::string params = absl::StrCat(
       R"({"convert": {"variant": "lrkv", "budget": 0.5, "rope_mode": "plane"},
-          "heal": {"data": ")", lrkv::testing::StoriesTextPath(),
+          "heal": {"data": ")",
+      lrkv::testing::StoriesTextPath(),
       R"(", "data_range": "0:0.3", "steps": 4, "batch": 4, "seq_len": 128, "warmup": 1,
                    "eval_every": 0},
           "verify": {"prompt_tokens": 8, "decode_tokens": 4, "text": ")",
@@ -194,9 +211,42 @@ TEST_F(ServiceTest, PipelineConvertsHealsVerifiesAndBenchmarks) {
   EXPECT_TRUE(json["verify"]["passed"].get<bool>());
   EXPECT_TRUE(json["verify"].contains("fidelity"));
   EXPECT_EQ(json["bench"].size(), 3u);  // expanded, plane, source
+  // Typed sections, read back from SQLite.
+  EXPECT_EQ(report.conversion().config(), "lrkv r=2");
+  EXPECT_EQ(report.conversion().layers_size(), 5);
+  EXPECT_GT(report.conversion().layers(0).k_rel_error(), 0);
+  EXPECT_GT(report.cache_size(), 0);
+  for (const auto& c : report.cache())
+    EXPECT_EQ(c.used_bytes(), c.formula_bytes()) << c.engine();
+  EXPECT_EQ(report.latency_size(), 3);
+  for (const auto& l : report.latency())
+    EXPECT_GT(l.tokens_per_second(), 0) << l.engine();
+  EXPECT_EQ(report.loss_curve_size(), 4);
+  // The same rows are in the database file, which passes an integrity check.
+  server_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((dir_ / "data" / "lrkv.db").c_str(), &db,
+                            SQLITE_OPEN_READONLY, nullptr),
+            SQLITE_OK);
+  for (const char* table :
+       {"conversions", "conversion_layers", "verification_checks",
+        "cache_measurements", "latency_measurements", "loss_curve"}) {
+    const std::string sql =
+        absl::StrCat("SELECT COUNT(*) FROM ", table, " WHERE job_id = ?");
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, job.id().c_str(), -1, SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+    EXPECT_GT(sqlite3_column_int64(stmt, 0), 0) << table;
+    sqlite3_finalize(stmt);
+  }
+  sqlite3_close(db);
+  StartServer();
   // A pipeline whose heal stage has no data is refused at submission.
   v1::Job bad;
-  auto st = Submit(v1::PIPELINE, source.id(), R"({"heal": {"steps": 2}})", &bad);
+  auto st =
+      Submit(v1::PIPELINE, source.id(), R"({"heal": {"steps": 2}})", &bad);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("'data'"));
 }
@@ -214,12 +264,15 @@ TEST_F(ServiceTest, BearerTokenGuardsEveryRpc) {
   };
   EXPECT_EQ(call(""), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(call("Bearer wrong"), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(call("Bearer 0123456789abcdef-secreT"), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(call("Bearer 0123456789abcdef-secret"), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(call("Bearer 0123456789abcdef-secreT"),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("Bearer 0123456789abcdef-secret"),
+            grpc::StatusCode::NOT_FOUND);
 }
 
-// Bounded loopback load: 32 clients x 50 RPCs mixing submit, get, list and watch; no
-// unexpected error and no lost job; GetJob latency percentiles are printed.
+// Bounded loopback load: 32 clients x 50 RPCs mixing submit, get, list and
+// watch; no unexpected error and no lost job; GetJob latency percentiles are
+// printed.
 TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
   v1::Checkpoint ck;
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
@@ -231,12 +284,14 @@ TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
   std::vector<std::thread> threads;
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
-      auto stub = v1::Lrkv::NewStub(grpc::CreateChannel(
-          absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+      auto stub = v1::Lrkv::NewStub(
+          grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                              grpc::InsecureChannelCredentials()));
       std::string mine;
       for (int i = 0; i < kCalls; ++i) {
         grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(30));
         const int op = (c + i) % 10;
         grpc::Status st;
         if (op == 0 || mine.empty()) {
@@ -258,7 +313,8 @@ TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
           const auto t0 = std::chrono::steady_clock::now();
           st = stub->GetJob(&ctx, req, &job);
           const double ms = std::chrono::duration<double, std::milli>(
-                                std::chrono::steady_clock::now() - t0).count();
+                                std::chrono::steady_clock::now() - t0)
+                                .count();
           std::lock_guard<std::mutex> lock(mu);
           get_ms.push_back(ms);
         } else if (op < 9) {
@@ -267,7 +323,8 @@ TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
           v1::ListJobsResponse resp;
           st = stub->ListJobs(&ctx, req, &resp);
         } else {
-          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+          ctx.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::milliseconds(300));
           v1::WatchJobRequest req;
           req.set_job_id(mine);
           auto reader = stub->WatchJob(&ctx, req);
@@ -275,7 +332,8 @@ TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
           while (reader->Read(&p)) {
           }
           st = reader->Finish();
-          if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) st = grpc::Status::OK;
+          if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+            st = grpc::Status::OK;
         }
         if (!st.ok()) {
           ++errors;
@@ -302,19 +360,24 @@ TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
   for (const auto& id : submitted) EXPECT_EQ(listed.count(id), 1u) << id;
   std::sort(get_ms.begin(), get_ms.end());
   ASSERT_FALSE(get_ms.empty());
-  std::printf("load: %d clients x %d RPCs, %zu jobs submitted, GetJob p50 %.2f ms, p99 %.2f ms\n",
-              kClients, kCalls, submitted.size(), get_ms[get_ms.size() / 2],
-              get_ms[get_ms.size() * 99 / 100]);
+  std::printf(
+      "load: %d clients x %d RPCs, %zu jobs submitted, GetJob p50 %.2f ms, p99 "
+      "%.2f ms\n",
+      kClients, kCalls, submitted.size(), get_ms[get_ms.size() / 2],
+      get_ms[get_ms.size() * 99 / 100]);
 }
 
 TEST_F(ServiceTest, BadRequestsGetClearCodes) {
   v1::Checkpoint ck;
-  auto st = Register(lrkv::testing::FixturePath("malformed/st_gap.safetensors"), &ck);
+  auto st =
+      Register(lrkv::testing::FixturePath("malformed/st_gap.safetensors"), &ck);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(st.error_message(), HasSubstr("gap in tensor data"));
   st = Register("/etc/passwd", &ck);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  st = Register(lrkv::testing::SharedPath("models/../reference/lrkv-paper-study-notes.zh.md"), &ck);
+  st = Register(lrkv::testing::SharedPath(
+                    "models/../reference/lrkv-paper-study-notes.zh.md"),
+                &ck);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
   v1::Job job;
@@ -328,7 +391,121 @@ TEST_F(ServiceTest, BadRequestsGetClearCodes) {
   grpc::ClientContext ctx;
   v1::GetJobRequest req;
   req.set_job_id("job-unknown");
-  EXPECT_EQ(stub_->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(stub_->GetJob(&ctx, req, &job).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// One bad request per RPC (uploads are covered in upload_test.cc): each gets
+// its code and a message that names what was wrong.
+TEST_F(ServiceTest, EveryRpcRefusesBadInputClearly) {
+  auto expect = [](const grpc::Status& st, grpc::StatusCode code,
+                   const std::string& phrase) {
+    EXPECT_EQ(st.error_code(), code) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(phrase));
+  };
+  v1::Checkpoint ck;
+  expect(Register("", &ck), grpc::StatusCode::INVALID_ARGUMENT,
+         "path is required");
+  expect(Register(lrkv::testing::SharedPath("models/none.gguf"), &ck),
+         grpc::StatusCode::NOT_FOUND, "none.gguf");
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
+  v1::Job job;
+  expect(Submit(v1::JOB_KIND_UNSPECIFIED, ck.id(), "{}", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "valid: CONVERT");
+  expect(Submit(v1::CONVERT, ck.id(), "[1]", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "JSON object");
+  expect(Submit(v1::CONVERT, ck.id(), R"({"budget": 0.01})", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "budget");
+  expect(Submit(v1::VERIFY, ck.id(), R"({"dtype": 3})", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "'dtype' has the wrong type");
+  expect(Submit(v1::HEAL, ck.id(), R"({"steps": 3})", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "'data'");
+  expect(Submit(v1::BENCH, ck.id(), R"({"rank": 9})", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "'rank' 9 must lie in [0, 8]");
+  expect(Submit(v1::BENCH, ck.id(), R"({"context": [0]})", &job),
+         grpc::StatusCode::INVALID_ARGUMENT, "'context' 0");
+  expect(Submit(v1::CONVERT, ck.id(),
+                R"({"calib": "/etc/passwd", "metric": "activation"})", &job),
+         grpc::StatusCode::PERMISSION_DENIED, "outside the allowed folders");
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_page_size(5000);
+    v1::ListJobsResponse resp;
+    expect(stub_->ListJobs(&ctx, req, &resp),
+           grpc::StatusCode::INVALID_ARGUMENT, "page_size");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsRequest req;
+    req.set_page_token("not-a-token");
+    v1::ListJobsResponse resp;
+    expect(stub_->ListJobs(&ctx, req, &resp),
+           grpc::StatusCode::INVALID_ARGUMENT, "page_token 'not-a-token'");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_job_id("job-unknown");
+    auto reader = stub_->WatchJob(&ctx, req);
+    v1::JobProgress p;
+    while (reader->Read(&p)) {
+    }
+    expect(reader->Finish(), grpc::StatusCode::NOT_FOUND, "job-unknown");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id("job-unknown");
+    expect(stub_->CancelJob(&ctx, req, &job), grpc::StatusCode::NOT_FOUND,
+           "job-unknown");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteJobRequest req;
+    req.set_job_id("job-unknown");
+    v1::DeleteJobResponse resp;
+    expect(stub_->DeleteJob(&ctx, req, &resp), grpc::StatusCode::NOT_FOUND,
+           "job-unknown");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetReportRequest req;
+    req.set_job_id("job-unknown");
+    v1::Report r;
+    expect(stub_->GetReport(&ctx, req, &r), grpc::StatusCode::NOT_FOUND,
+           "job-unknown");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetUploadStatusRequest req;
+    req.set_upload_id("../x");
+    v1::UploadStatus s;
+    expect(stub_->GetUploadStatus(&ctx, req, &s),
+           grpc::StatusCode::INVALID_ARGUMENT, "upload_id");
+  }
+  // A finished job cannot be cancelled; a bench job's report holds its latency
+  // rows.
+  ASSERT_TRUE(Submit(v1::BENCH, ck.id(),
+                     R"({"context": [16], "batch": 1, "iterations": 1})", &job)
+                  .ok());
+  const v1::Job done = WaitDone(job.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(job.id());
+    expect(stub_->CancelJob(&ctx, req, &job),
+           grpc::StatusCode::FAILED_PRECONDITION, "already finished");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetReportRequest req;
+    req.set_job_id(done.id());
+    v1::Report r;
+    ASSERT_TRUE(stub_->GetReport(&ctx, req, &r).ok());
+    EXPECT_GE(r.latency_size(), 4);  // mha, gqa, mla, lrkv modes at one context
+  }
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
-// The service's SQLite store: migrations, checkpoints, the job state machine, ordered
-// paging with filters, crash recovery of running jobs, events and result rows.
+// The service's SQLite store: migrations, checkpoints, the job state machine,
+// ordered paging with filters, crash recovery of running jobs, events and
+// result rows.
+#include "service/store.h"
+
 #include <filesystem>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "service/store.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {
@@ -19,7 +21,8 @@ std::unique_ptr<Store> OpenFresh(const std::string& name) {
   return std::move(*store);
 }
 
-JobRecord Job(const std::string& id, int64_t created, const std::string& kind = "convert") {
+JobRecord Job(const std::string& id, int64_t created,
+              const std::string& kind = "convert") {
   JobRecord j;
   j.id = id;
   j.kind = kind;
@@ -49,7 +52,8 @@ TEST(Store, CheckpointsAndUnknownIds) {
   CheckpointRecord c{"sha", "gguf", "llama", "/data/x.gguf", 1185376, 10};
   ASSERT_TRUE(s->PutCheckpoint(c).ok());
   EXPECT_EQ(s->GetCheckpoint("sha")->bytes, 1185376);
-  EXPECT_EQ(s->GetCheckpoint("nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->GetCheckpoint("nope").status().code(),
+            absl::StatusCode::kNotFound);
   EXPECT_EQ(s->GetJob("nope").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(s->DeleteJob("nope").code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(s->CreateJob(Job("j", 1)).ok());
@@ -91,14 +95,17 @@ TEST(Store, ListsInOrderWithFiltersAndPages) {
     token = page->next_page_token;
   } while (!token.empty());
   // created_at 98: job2, job5; 99: job1, job4; 100: job0, job3, job6.
-  EXPECT_THAT(seen, ::testing::ElementsAre("job2", "job5", "job1", "job4", "job0", "job3", "job6"));
+  EXPECT_THAT(seen, ::testing::ElementsAre("job2", "job5", "job1", "job4",
+                                           "job0", "job3", "job6"));
   JobFilter f;
   f.kind = "verify";
   auto verify = s->ListJobs(f, 10, "");
   ASSERT_TRUE(verify.ok());
   EXPECT_EQ(verify->jobs.size(), 3u);
-  EXPECT_EQ(s->ListJobs({}, 0, "").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s->ListJobs({}, 2, "missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->ListJobs({}, 0, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->ListJobs({}, 2, "missing").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Store, RecoveryRequeuesRunningJobsUntilTheirAttemptsRunOut) {
@@ -139,17 +146,77 @@ TEST(Store, EventsAndResultsFollowTheirJob) {
   ASSERT_TRUE(tail.ok());
   ASSERT_EQ(tail->size(), 2u);
   EXPECT_DOUBLE_EQ(*(*tail)[0].loss, 0.5);
-  ASSERT_TRUE(s->AddVerification("j", {{"plane fp32", true, 6.9e-6, 1e-12, ""},
-                                       {"naive fp32", true, 3.9, 1.4, "control"}})
-                  .ok());
-  ASSERT_TRUE(s->AddLossCurve("j", {{1, "step", 1.1, 1e-3}, {2, "step", 0.9, 2e-3}}).ok());
-  EXPECT_EQ(s->Verification("j")->front().check, "naive fp32");  // ordered by name
+  ASSERT_TRUE(
+      s->AddVerification("j", {{"plane fp32", true, 6.9e-6, 1e-12, ""},
+                               {"naive fp32", true, 3.9, 1.4, "control"}})
+          .ok());
+  ASSERT_TRUE(
+      s->AddLossCurve("j", {{1, "step", 1.1, 1e-3}, {2, "step", 0.9, 2e-3}})
+          .ok());
+  EXPECT_EQ(s->Verification("j")->front().check,
+            "naive fp32");  // ordered by name
   EXPECT_EQ(s->LossCurve("j")->size(), 2u);
   // An event for an unknown job violates the foreign key.
   EXPECT_FALSE(s->AppendEvent("ghost", JobEvent()).ok());
   ASSERT_TRUE(s->DeleteJob("j").ok());
   EXPECT_TRUE(s->Events("j", 0)->empty());
   EXPECT_TRUE(s->LossCurve("j")->empty());
+}
+
+TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
+  auto s = OpenFresh("store_measurements");
+  ASSERT_TRUE(s->CreateJob(Job("p", 1, "pipeline")).ok());
+  ConversionRow c;
+  c.config = "lrkv r=2";
+  c.cache_ratio = 0.5;
+  c.kv_param_ratio = 0.625;
+  c.wall_seconds = 1.5;
+  c.layers = {{1, 0.2, 0.3}, {0, 0.1, 0.4}};
+  ASSERT_TRUE(s->AddConversion("p", c).ok());
+  ASSERT_TRUE(s->AddCache("p", {{"plane", "lrkv r=2", 48, 1920, 1920},
+                                {"expanded", "lrkv r=2", 48, 3840, 3840}})
+                  .ok());
+  ASSERT_TRUE(
+      s->AddLatency("p", {{"source", "expanded", 512, 2.0, 0, 1.0, 500},
+                          {"converted", "plane", 128, 1.0, 0, 0.5, 1000}})
+          .ok());
+  ASSERT_TRUE(s->AddEvaluations("p", {{"before healing", 900, 21.8},
+                                      {"after healing", 900, 5.9}})
+                  .ok());
+  ComparisonRow r;
+  r.model = "stories260K";
+  r.budget = 0.5;
+  r.variant = "mla";
+  r.rope_mode = "reconstruct";
+  r.config = "mla d_c=32";
+  r.ppl_before = 4.3;
+  r.verdict = "n/a";
+  ASSERT_TRUE(s->AddComparison("p", r).ok());
+  r.variant = "lrkv";
+  r.ppl_after = 4.1;
+  r.kl_mean = 0.2;
+  ASSERT_TRUE(s->AddComparison("p", r).ok());
+  auto conv = s->Conversions("p");
+  ASSERT_TRUE(conv.ok());
+  ASSERT_EQ(conv->size(), 1u);
+  ASSERT_EQ(conv->front().layers.size(), 2u);
+  EXPECT_EQ(conv->front().layers[0].layer, 0);  // ordered by layer
+  EXPECT_DOUBLE_EQ(conv->front().layers[0].v_rel, 0.4);
+  EXPECT_EQ(s->Cache("p")->front().engine, "expanded");
+  EXPECT_EQ(s->Latency("p")->front().context, 128);
+  EXPECT_EQ(s->Evaluations("p")->front().label, "after healing");
+  auto cmp = s->Comparison("p");
+  ASSERT_EQ(cmp->size(), 2u);
+  EXPECT_EQ((*cmp)[0].variant, "lrkv");
+  EXPECT_DOUBLE_EQ(*(*cmp)[0].ppl_after, 4.1);
+  EXPECT_FALSE((*cmp)[1].ppl_after.has_value());  // NULL stays absent
+  ASSERT_TRUE(s->DeleteJob("p").ok());
+  EXPECT_TRUE(s->Conversions("p")->empty());
+  EXPECT_TRUE(s->Cache("p")->empty());
+  EXPECT_TRUE(s->Latency("p")->empty());
+  EXPECT_TRUE(s->Evaluations("p")->empty());
+  EXPECT_TRUE(s->Comparison("p")->empty());
+  EXPECT_EQ(*s->IntegrityCheck(), "ok");
 }
 
 }  // namespace

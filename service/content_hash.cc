@@ -1,0 +1,55 @@
+// Content addresses of checkpoints (see content_hash.h).
+#include "service/content_hash.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "model/mapped_file.h"
+
+namespace lrkv::service {
+
+namespace fs = std::filesystem;
+
+absl::StatusOr<std::string> Sha256OfPath(const std::string& path) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      if (e.is_regular_file()) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  for (const auto& f : files) {
+    auto mapped = MappedFile::Open(f.string());
+    if (!mapped.ok()) {
+      EVP_MD_CTX_free(ctx);
+      return mapped.status();
+    }
+    if (files.size() > 1) {
+      const std::string name = f.filename().string();
+      EVP_DigestUpdate(ctx, name.data(), name.size());
+    }
+    EVP_DigestUpdate(ctx, (*mapped)->bytes().data(), (*mapped)->bytes().size());
+  }
+  unsigned char digest[32];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, digest, &len);
+  EVP_MD_CTX_free(ctx);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 15]);
+  }
+  return out;
+}
+
+}  // namespace lrkv::service

@@ -1,0 +1,263 @@
+// The store's measurement tables (see store.h): conversions and their per-layer
+// errors, cache and latency measurements, evaluations and comparison rows.
+// Every write is one IMMEDIATE transaction; every read is ordered.
+#include <mutex>
+
+#include "model/status_macros.h"
+#include "service/store.h"
+
+namespace lrkv::service {
+namespace {
+
+// Steps `s` to the end, handing each row to `read`.
+template <typename Row, typename Read>
+absl::StatusOr<std::vector<Row>> ReadRows(Statement& s, Read read) {
+  std::vector<Row> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return out;
+    out.push_back(read(s));
+  }
+}
+
+std::optional<double> NullableDouble(const Statement& s, int column) {
+  if (s.IsNull(column)) return std::nullopt;
+  return s.Double(column);
+}
+
+}  // namespace
+
+absl::Status Store::AddConversion(const std::string& job_id,
+                                  const ConversionRow& row) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kConversion[] =
+      "INSERT OR REPLACE INTO conversions (job_id, config, cache_ratio, "
+      "kv_param_ratio, "
+      "wall_seconds) VALUES (?, ?, ?, ?, ?)";
+  constexpr char kLayer[] =
+      "INSERT OR REPLACE INTO conversion_layers (job_id, config, layer, k_rel, "
+      "v_rel) "
+      "VALUES (?, ?, ?, ?, ?)";
+  {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kConversion));
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, row.config)
+                        .Bind(3, row.cache_ratio)
+                        .Bind(4, row.kv_param_ratio)
+                        .Bind(5, row.wall_seconds)
+                        .Run());
+  }
+  for (const auto& l : row.layers) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kLayer));
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, row.config)
+                        .Bind(3, l.layer)
+                        .Bind(4, l.k_rel)
+                        .Bind(5, l.v_rel)
+                        .Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<ConversionRow>> Store::Conversions(
+    const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  constexpr char kConversions[] =
+      "SELECT config, cache_ratio, kv_param_ratio, wall_seconds FROM "
+      "conversions "
+      "WHERE job_id = ? ORDER BY config";
+  constexpr char kLayers[] =
+      "SELECT layer, k_rel, v_rel FROM conversion_layers WHERE job_id = ? AND "
+      "config = ? "
+      "ORDER BY layer";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kConversions));
+  s.Bind(1, job_id);
+  ASSIGN_OR_RETURN(auto rows,
+                   ReadRows<ConversionRow>(s, [](const Statement& q) {
+                     ConversionRow r;
+                     r.config = q.Text(0);
+                     r.cache_ratio = q.Double(1);
+                     r.kv_param_ratio = q.Double(2);
+                     r.wall_seconds = q.Double(3);
+                     return r;
+                   }));
+  for (auto& r : rows) {
+    ASSIGN_OR_RETURN(auto l, Statement::Prepare(*db_, kLayers));
+    l.Bind(1, job_id).Bind(2, r.config);
+    ASSIGN_OR_RETURN(
+        r.layers, ReadRows<ConversionRow::Layer>(l, [](const Statement& q) {
+          return ConversionRow::Layer{q.Int64(0), q.Double(1), q.Double(2)};
+        }));
+  }
+  return rows;
+}
+
+absl::Status Store::AddCache(const std::string& job_id,
+                             const std::vector<CacheRow>& rows) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO cache_measurements (job_id, engine, variant, "
+      "tokens, used_bytes, "
+      "formula_bytes) VALUES (?, ?, ?, ?, ?, ?)";
+  for (const auto& r : rows) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, r.engine)
+                        .Bind(3, r.variant)
+                        .Bind(4, r.tokens)
+                        .Bind(5, r.used_bytes)
+                        .Bind(6, r.formula_bytes)
+                        .Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<CacheRow>> Store::Cache(const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  constexpr char kSql[] =
+      "SELECT engine, variant, tokens, used_bytes, formula_bytes FROM "
+      "cache_measurements "
+      "WHERE job_id = ? ORDER BY engine, variant, tokens";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id);
+  return ReadRows<CacheRow>(s, [](const Statement& q) {
+    return CacheRow{q.Text(0), q.Text(1), q.Int64(2), q.Int64(3), q.Int64(4)};
+  });
+}
+
+absl::Status Store::AddLatency(const std::string& job_id,
+                               const std::vector<LatencyRow>& rows) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO latency_measurements (job_id, variant, engine, "
+      "context, "
+      "median_ms, gbps, ratio_to_mha, tokens_per_second) VALUES (?, ?, ?, ?, "
+      "?, ?, ?, ?)";
+  for (const auto& r : rows) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, r.variant)
+                        .Bind(3, r.engine)
+                        .Bind(4, r.context)
+                        .Bind(5, r.median_ms)
+                        .Bind(6, r.gbps)
+                        .Bind(7, r.ratio_to_mha)
+                        .Bind(8, r.tokens_per_second)
+                        .Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<LatencyRow>> Store::Latency(
+    const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  constexpr char kSql[] =
+      "SELECT variant, engine, context, median_ms, gbps, ratio_to_mha, "
+      "tokens_per_second "
+      "FROM latency_measurements WHERE job_id = ? ORDER BY context, variant, "
+      "engine";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id);
+  return ReadRows<LatencyRow>(s, [](const Statement& q) {
+    return LatencyRow{q.Text(0),   q.Text(1),   q.Int64(2), q.Double(3),
+                      q.Double(4), q.Double(5), q.Double(6)};
+  });
+}
+
+absl::Status Store::AddEvaluations(const std::string& job_id,
+                                   const std::vector<EvaluationRow>& rows) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO evaluations (job_id, label, tokens, perplexity) "
+      "VALUES (?, ?, ?, ?)";
+  for (const auto& r : rows) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+    RETURN_IF_ERROR(s.Bind(1, job_id)
+                        .Bind(2, r.label)
+                        .Bind(3, r.tokens)
+                        .Bind(4, r.perplexity)
+                        .Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<EvaluationRow>> Store::Evaluations(
+    const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  constexpr char kSql[] =
+      "SELECT label, tokens, perplexity FROM evaluations WHERE job_id = ? "
+      "ORDER BY label";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id);
+  return ReadRows<EvaluationRow>(s, [](const Statement& q) {
+    return EvaluationRow{q.Text(0), q.Int64(1), q.Double(2)};
+  });
+}
+
+absl::Status Store::AddComparison(const std::string& job_id,
+                                  const ComparisonRow& r) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  constexpr char kSql[] =
+      "INSERT OR REPLACE INTO comparison_rows (job_id, model, budget, variant, "
+      "rope_mode, "
+      "config, cache_ratio, kv_params, ppl_before, ppl_after, kl_mean, "
+      "verdict, step_ms, "
+      "step_ratio_to_mha, madds_per_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+      "?, ?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  RETURN_IF_ERROR(s.Bind(1, job_id)
+                      .Bind(2, r.model)
+                      .Bind(3, r.budget)
+                      .Bind(4, r.variant)
+                      .Bind(5, r.rope_mode)
+                      .Bind(6, r.config)
+                      .Bind(7, r.cache_ratio)
+                      .Bind(8, r.kv_params)
+                      .Bind(9, r.ppl_before)
+                      .Bind(10, r.ppl_after)
+                      .Bind(11, r.kl_mean)
+                      .Bind(12, r.verdict)
+                      .Bind(13, r.step_ms)
+                      .Bind(14, r.step_ratio_to_mha)
+                      .Bind(15, r.madds_per_step)
+                      .Run());
+  return tx->Commit();
+}
+
+absl::StatusOr<std::vector<ComparisonRow>> Store::Comparison(
+    const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  constexpr char kSql[] =
+      "SELECT model, budget, variant, rope_mode, config, cache_ratio, "
+      "kv_params, ppl_before, "
+      "ppl_after, kl_mean, verdict, step_ms, step_ratio_to_mha, madds_per_step "
+      "FROM comparison_rows WHERE job_id = ? ORDER BY model, budget, variant, "
+      "rope_mode";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  s.Bind(1, job_id);
+  return ReadRows<ComparisonRow>(s, [](const Statement& q) {
+    ComparisonRow r;
+    r.model = q.Text(0);
+    r.budget = q.Double(1);
+    r.variant = q.Text(2);
+    r.rope_mode = q.Text(3);
+    r.config = q.Text(4);
+    r.cache_ratio = q.Double(5);
+    r.kv_params = q.Int64(6);
+    r.ppl_before = q.Double(7);
+    r.ppl_after = NullableDouble(q, 8);
+    r.kl_mean = NullableDouble(q, 9);
+    r.verdict = q.Text(10);
+    r.step_ms = q.Double(11);
+    r.step_ratio_to_mha = q.Double(12);
+    r.madds_per_step = q.Int64(13);
+    return r;
+  });
+}
+
+}  // namespace lrkv::service
