@@ -247,6 +247,45 @@ absl::StatusOr<kernels::DecodeBenchOptions> ParseBenchParams(
   return o;
 }
 
+absl::StatusOr<CompareJobOptions> ParseCompareParams(
+    const std::string& text, const std::string& checkpoint,
+    const std::string& work_dir) {
+  ASSIGN_OR_RETURN(
+      json j, ParseObject(text, {"label", "budget", "variants", "rope_mode",
+                                 "calib", "calib_range", "heal_steps", "data",
+                                 "data_range", "heal_batch", "heal_seq_len",
+                                 "heal_lr", "heal_warmup", "eval", "eval_range",
+                                 "kl_tokens", "context", "timed_tokens"}));
+  CompareJobOptions o;
+  o.checkpoint = checkpoint;
+  o.work_dir = work_dir;
+  std::string calib_range = "0:1", data_range = "0:1", eval_range = "0:1";
+  RETURN_IF_ERROR(Read(j, "label", &o.label));
+  RETURN_IF_ERROR(Read(j, "budget", &o.budgets));
+  RETURN_IF_ERROR(Read(j, "variants", &o.variants));
+  RETURN_IF_ERROR(Read(j, "rope_mode", &o.rope_modes));
+  RETURN_IF_ERROR(Read(j, "calib", &o.calib));
+  RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));
+  RETURN_IF_ERROR(Read(j, "heal_steps", &o.heal_steps));
+  RETURN_IF_ERROR(Read(j, "data", &o.data));
+  RETURN_IF_ERROR(Read(j, "data_range", &data_range));
+  RETURN_IF_ERROR(Read(j, "heal_batch", &o.heal_batch));
+  RETURN_IF_ERROR(Read(j, "heal_seq_len", &o.heal_seq_len));
+  RETURN_IF_ERROR(Read(j, "heal_lr", &o.heal_lr));
+  RETURN_IF_ERROR(Read(j, "heal_warmup", &o.heal_warmup));
+  RETURN_IF_ERROR(Read(j, "eval", &o.eval));
+  RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
+  RETURN_IF_ERROR(Read(j, "kl_tokens", &o.kl_tokens));
+  RETURN_IF_ERROR(Read(j, "context", &o.contexts));
+  RETURN_IF_ERROR(Read(j, "timed_tokens", &o.timed_tokens));
+  ASSIGN_OR_RETURN(o.calib_range, ParseDocumentRange(calib_range));
+  ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
+  ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
+  if (o.eval.empty())
+    return Invalid("params_json: 'eval' (held-out text) is required");
+  return o;
+}
+
 absl::StatusOr<std::vector<std::string>> JobInputPaths(
     const std::string& text) {
   json j;

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/decode_bench.h"
 #include "model/config.h"
+#include "study/compare_job.h"
 #include "surgery/convert_job.h"
 #include "train/heal_job.h"
 #include "verify/verify_job.h"
@@ -38,6 +39,13 @@ absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& json);
 // "rank" or at the rank that fills "budget" (default 0.5) of the source cache.
 absl::StatusOr<kernels::DecodeBenchOptions> ParseBenchParams(
     const std::string& json, const ModelConfig& config);
+
+// A compare job, with the names of the `lrkv compare` options ("budget",
+// "variants", "rope_mode" and "context" are arrays); `work_dir` is filled by
+// the server.
+absl::StatusOr<CompareJobOptions> ParseCompareParams(
+    const std::string& json, const std::string& checkpoint,
+    const std::string& work_dir);
 
 // Server-side files a job reads (calib, eval, text, data), to check against the
 // allowed folders.

@@ -197,6 +197,45 @@ absl::StatusOr<nlohmann::json> JobRunner::RunBench(
   return nlohmann::json::parse(r.ToJson());
 }
 
+absl::StatusOr<nlohmann::json> JobRunner::RunCompare(
+    const JobRecord& job, const CheckpointRecord& source) {
+  ASSIGN_OR_RETURN(
+      CompareJobOptions o,
+      ParseCompareParams(job.params_json, source.path, ArtifactPath(job.id)));
+  ASSIGN_OR_RETURN(CompareReport r,
+                   RunCompareJob(o, [&](const std::string& stage, int64_t i,
+                                        int64_t n, const std::string& message) {
+                     Stage(job.id, stage, i, n, message);
+                   }));
+  for (const auto& row : r.rows) {
+    ComparisonRow c;
+    c.model = row.model;
+    c.budget = row.budget;
+    c.variant = row.variant;
+    c.rope_mode = row.rope_mode;
+    c.config = row.config;
+    c.cache_ratio = row.cache_ratio;
+    c.kv_params = row.kv_params;
+    c.ppl_before = row.ppl_before;
+    c.ppl_after = row.ppl_after;
+    c.kl_mean = row.kl_mean;
+    c.verdict = row.verdict;
+    c.step_ms = row.step_ms;
+    c.step_ratio_to_mha = row.step_ratio_to_mha;
+    c.madds_per_step = row.madds_per_step;
+    RETURN_IF_ERROR(store_->AddComparison(job.id, c));
+  }
+  std::vector<LatencyRow> latency;
+  for (const auto& l : r.latency) {
+    latency.push_back({l.config, l.rope_mode, l.context, l.step_ms, 0,
+                       l.ratio_to_mha, 1e3 / l.step_ms});
+  }
+  RETURN_IF_ERROR(store_->AddLatency(job.id, latency));
+  RETURN_IF_ERROR(store_->AddEvaluations(
+      job.id, {{"source", r.eval_tokens, r.source_perplexity}}));
+  return r.ToJson();
+}
+
 absl::Status JobRunner::StoreVerification(const std::string& job_id,
                                           const VerifyReport& r) {
   std::vector<VerificationRow> rows;
@@ -351,6 +390,8 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     report = r.ToJson();
   } else if (job.kind == "bench") {
     ASSIGN_OR_RETURN(report, RunBench(job, ckpt));
+  } else if (job.kind == "compare") {
+    ASSIGN_OR_RETURN(report, RunCompare(job, ckpt));
   } else {
     return absl::UnimplementedError(
         absl::StrCat("job kind '", job.kind,

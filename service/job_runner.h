@@ -64,6 +64,10 @@ class JobRunner {
   // A decode-kernel benchmark at the checkpoint's shape.
   absl::StatusOr<nlohmann::json> RunBench(const JobRecord& job,
                                           const CheckpointRecord& source);
+  // The comparison study; its rows into comparison_rows and
+  // latency_measurements.
+  absl::StatusOr<nlohmann::json> RunCompare(const JobRecord& job,
+                                            const CheckpointRecord& source);
   // Heals, streaming one event per step into the store and keeping the loss
   // curve.
   absl::StatusOr<HealReport> Heal(const std::string& job_id,

@@ -391,10 +391,11 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   absl::Status Submit(const v1::SubmitJobRequest& req, v1::Job* out) {
     const std::string kind = KindName(req.kind());
-    if (kind.empty() || kind == "compare") {
+    if (kind.empty()) {
       return Invalid(absl::StrCat(
           "kind ", v1::JobKind_Name(req.kind()),
-          " is not served; valid: CONVERT, VERIFY, HEAL, BENCH, PIPELINE"));
+          " is not a job; valid: CONVERT, HEAL, VERIFY, BENCH, COMPARE, "
+          "PIPELINE"));
     }
     ASSIGN_OR_RETURN(CheckpointRecord ckpt,
                      store_->GetCheckpoint(req.checkpoint_id()));
@@ -408,6 +409,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
     } else if (kind == "verify") {
       RETURN_IF_ERROR(ParseVerifyParams(req.params_json(), ckpt.path).status());
+    } else if (kind == "compare") {
+      RETURN_IF_ERROR(
+          ParseCompareParams(req.params_json(), ckpt.path, "").status());
     } else if (kind == "bench") {
       ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
       RETURN_IF_ERROR(

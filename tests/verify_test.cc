@@ -1,6 +1,7 @@
-// Verification: factored decoding equals expanded decoding for every exact RoPE mode
-// (fp32 and bf16 caches, with and without QK-norm), the naive latent rotation does not,
-// and every engine's cache holds exactly the bytes the accounting formula says.
+// Verification: factored decoding equals expanded decoding for every exact RoPE
+// mode (fp32 and bf16 caches, with and without QK-norm), the naive latent
+// rotation does not, and every engine's cache holds exactly the bytes the
+// accounting formula says.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
@@ -58,7 +59,8 @@ Model Convert(const Model& m, KvVariant variant, int64_t size, RopeMode mode) {
 EquivalenceOptions Prompt(const Model& m, at::ScalarType dtype) {
   EquivalenceOptions o;
   o.prompt = {1};
-  for (int i = 0; i < 23; ++i) o.prompt.push_back(3 + (i * 37) % (m.config.vocab_size - 3));
+  for (int i = 0; i < 23; ++i)
+    o.prompt.push_back(3 + (i * 37) % (m.config.vocab_size - 3));
   o.decode_tokens = 12;
   o.cache_dtype = dtype;
   return o;
@@ -75,9 +77,10 @@ void ExpectExact(const Model& m, DecodeMode mode) {
     const EquivalenceResult r = Check(m, mode, dtype);
     SCOPED_TRACE(std::string(DecodeModeName(mode)) + " " + r.dtype);
     ASSERT_TRUE(r.applicable) << r.reason;
-    EXPECT_TRUE(r.equivalent) << "worst rel " << r.worst_layer.max_rel << " cos "
-                              << r.worst_layer.cos_dist << " first bad step "
-                              << r.first_bad_step << " layer " << r.first_bad_layer;
+    EXPECT_TRUE(r.equivalent)
+        << "worst rel " << r.worst_layer.max_rel << " cos "
+        << r.worst_layer.cos_dist << " first bad step " << r.first_bad_step
+        << " layer " << r.first_bad_layer;
     EXPECT_TRUE(r.passed());
     EXPECT_EQ(r.steps, 36);
     EXPECT_EQ(r.decode_tokens, 12);
@@ -100,8 +103,18 @@ void ExpectNaiveFails(const Model& m) {
     EXPECT_FALSE(r.equivalent);
     EXPECT_TRUE(r.passed());  // the control is expected to fail
     EXPECT_GE(r.first_bad_step, 0);
-    EXPECT_GT(dtype == at::kFloat ? r.worst_layer.max_rel : r.worst_layer.cos_dist, 1e-3);
+    EXPECT_GT(
+        dtype == at::kFloat ? r.worst_layer.max_rel : r.worst_layer.cos_dist,
+        1e-3);
   }
+}
+
+// r = 0 keeps only the shared projection (no residual, no planes): every engine
+// must still run and agree.
+TEST(Equivalence, RankZeroPlaneModelDecodesExactly) {
+  const Model plane = Convert(Stories(), KvVariant::kLrkv, 0, RopeMode::kPlane);
+  ExpectExact(plane, DecodeMode::kReconstruct);
+  ExpectExact(plane, DecodeMode::kPlane);
 }
 
 TEST(Equivalence, StoriesReconstructAndPlaneAreExactNaiveIsNot) {
@@ -112,13 +125,16 @@ TEST(Equivalence, StoriesReconstructAndPlaneAreExactNaiveIsNot) {
     ExpectExact(plane, DecodeMode::kReconstruct);
     ExpectExact(plane, DecodeMode::kPlane);
     ExpectNaiveFails(plane);
-    // A model converted without the plane constraint cannot use the plane engine.
-    const Model free = Convert(stories, KvVariant::kLrkv, r, RopeMode::kReconstruct);
+    // A model converted without the plane constraint cannot use the plane
+    // engine.
+    const Model free =
+        Convert(stories, KvVariant::kLrkv, r, RopeMode::kReconstruct);
     ExpectExact(free, DecodeMode::kReconstruct);
     ExpectNaiveFails(free);
     const EquivalenceResult na = Check(free, DecodeMode::kPlane, at::kFloat);
     EXPECT_FALSE(na.applicable);
-    EXPECT_THAT(na.reason, ::testing::HasSubstr("not a selection of whole RoPE planes"));
+    EXPECT_THAT(na.reason,
+                ::testing::HasSubstr("not a selection of whole RoPE planes"));
   }
 }
 
@@ -134,7 +150,8 @@ TEST(Equivalence, BiasedModelsStayExact) {
   Model src = RandomQkNorm(32);
   src.config.qkv_bias = true;
   src.weights = RandomLlamaWeights(src.config, 5);
-  ExpectExact(Convert(src, KvVariant::kLrkv, 8, RopeMode::kPlane), DecodeMode::kPlane);
+  ExpectExact(Convert(src, KvVariant::kLrkv, 8, RopeMode::kPlane),
+              DecodeMode::kPlane);
   ExpectExact(Convert(src, KvVariant::kLrkv, 8, RopeMode::kReconstruct),
               DecodeMode::kReconstruct);
   const Model partial = Convert(src, KvVariant::kLrkv, 8, RopeMode::kPartial);
@@ -144,36 +161,43 @@ TEST(Equivalence, BiasedModelsStayExact) {
 
 TEST(Equivalence, PartialModeAndMlaReconstructAreExact) {
   const Model stories = Stories();
-  const Model partial = Convert(stories, KvVariant::kLrkv, 4, RopeMode::kPartial);
+  const Model partial =
+      Convert(stories, KvVariant::kLrkv, 4, RopeMode::kPartial);
   ExpectExact(partial, DecodeMode::kPartial);
   ExpectExact(partial, DecodeMode::kReconstruct);
   ExpectNaiveFails(partial);
-  const Model mla = Convert(stories, KvVariant::kMla, 24, RopeMode::kReconstruct);
+  const Model mla =
+      Convert(stories, KvVariant::kMla, 24, RopeMode::kReconstruct);
   ExpectExact(mla, DecodeMode::kReconstruct);
   EXPECT_FALSE(Check(mla, DecodeMode::kPlane, at::kFloat).applicable);
   EXPECT_FALSE(Check(stories, DecodeMode::kReconstruct, at::kFloat).applicable);
 }
 
-// DESIGN.md §2: with B = e₁ and a 90° rotation, P B = e₂ is not B times any scalar, so
-// no rotation of a 1-d latent can stand in for rotating the key.
+// DESIGN.md §2: with B = e₁ and a 90° rotation, P B = e₂ is not B times any
+// scalar, so no rotation of a 1-d latent can stand in for rotating the key.
 TEST(RopeCounterexample, RotationDoesNotCommuteWithAGeneralB) {
   const at::Tensor b = at::tensor({1.0, 0.0}, at::kDouble);  // e₁
-  const at::Tensor p = at::tensor({0.0, -1.0, 1.0, 0.0}, at::kDouble).view({2, 2});
+  const at::Tensor p =
+      at::tensor({0.0, -1.0, 1.0, 0.0}, at::kDouble).view({2, 2});
   const at::Tensor pb = at::matmul(p, b);
   EXPECT_TRUE(at::allclose(pb, at::tensor({0.0, 1.0}, at::kDouble)));
-  // Best scalar c minimising ‖P B − B c‖: c = Bᵀ P B / BᵀB = 0, residual ‖e₂‖ = 1.
+  // Best scalar c minimising ‖P B − B c‖: c = Bᵀ P B / BᵀB = 0, residual ‖e₂‖
+  // = 1.
   const double c = b.dot(pb).item<double>() / b.dot(b).item<double>();
   EXPECT_DOUBLE_EQ((pb - b * c).norm().item<double>(), 1.0);
-  // The same through the model's RoPE: a 2-d head at the position whose angle is 90°.
+  // The same through the model's RoPE: a 2-d head at the position whose angle
+  // is 90°.
   ModelConfig cfg;
   cfg.head_dim = cfg.rope_dim = 2;
   cfg.rope_theta = 10000;
   cfg.rope_layout = RopeLayout::kAdjacent;
   const Rope rope(cfg);
-  // inv_freq of plane 0 is 1, so position 0 rotates by 0; check a π/2 turn directly
-  // by rotating e₁ at every position and measuring what stays on e₁'s axis.
+  // inv_freq of plane 0 is 1, so position 0 rotates by 0; check a π/2 turn
+  // directly by rotating e₁ at every position and measuring what stays on e₁'s
+  // axis.
   const auto e1 = at::tensor({1.0f, 0.0f}).view({1, 1, 1, 2});
-  const auto rotated = rope.Rotate(e1.expand({1, 8, 1, 2}), at::arange(8, at::kLong));
+  const auto rotated =
+      rope.Rotate(e1.expand({1, 8, 1, 2}), at::arange(8, at::kLong));
   const auto off_axis = rotated.select(-1, 1).abs().max().item<float>();
   EXPECT_GT(off_axis, 0.9f);  // rotated keys leave span(B) = span(e₁)
 }
@@ -203,18 +227,20 @@ TEST(CacheMeasurement, EveryEngineHoldsExactlyTheFormulaBytes) {
         {KvVariant::kLrkv, 4, DecodeMode::kPlane},
     };
     for (const auto& cs : cases) {
-      const Model m = cs.variant == KvVariant::kMha
-                          ? src
-                          : Convert(src, cs.variant, cs.size,
-                                    cs.mode == DecodeMode::kPlane ? RopeMode::kPlane
-                                                                  : RopeMode::kReconstruct);
+      const Model m =
+          cs.variant == KvVariant::kMha
+              ? src
+              : Convert(src, cs.variant, cs.size,
+                        cs.mode == DecodeMode::kPlane ? RopeMode::kPlane
+                                                      : RopeMode::kReconstruct);
       KvConfig kv;
       kv.variant = cs.variant;
       kv.kv_heads = cs.size;
       kv.latent = cs.size;
       kv.rank = cs.size;
       for (int64_t tokens : {1, 17, 1024}) {
-        for (auto [dtype, bytes] : {std::pair{at::kFloat, 4}, {at::kBFloat16, 2}}) {
+        for (auto [dtype, bytes] :
+             {std::pair{at::kFloat, 4}, {at::kBFloat16, 2}}) {
           EngineOptions eo;
           eo.cache_dtype = dtype;
           eo.capacity = tokens;
@@ -256,8 +282,10 @@ TEST(HeadDiversity, TraceIdentityMatchesTheExplicitBilinearForms) {
   const auto g = BilinearGram(wq, wk, h, hkv, dh);
   for (int64_t i = 0; i < h; ++i) {
     for (int64_t j = 0; j < h; ++j) {
-      const auto ai = at::matmul(wq.narrow(0, i * dh, dh).t(), wk.narrow(0, i / 2 * dh, dh));
-      const auto aj = at::matmul(wq.narrow(0, j * dh, dh).t(), wk.narrow(0, j / 2 * dh, dh));
+      const auto ai = at::matmul(wq.narrow(0, i * dh, dh).t(),
+                                 wk.narrow(0, i / 2 * dh, dh));
+      const auto aj = at::matmul(wq.narrow(0, j * dh, dh).t(),
+                                 wk.narrow(0, j / 2 * dh, dh));
       EXPECT_NEAR(g[i][j].item<double>(), (ai * aj).sum().item<double>(), 1e-9);
     }
   }
@@ -267,11 +295,13 @@ TEST(HeadDiversity, CentredRankIsBoundedAndVanishesForIdenticalHeads) {
   for (int64_t h : {2, 6, 12}) {
     const auto wq = at::randn({h * 8, 32}, at::kDouble);
     const auto wk = at::randn({h * 8, 32}, at::kDouble);
-    const HeadDiversity random = MeasureHeadDiversity(BilinearGram(wq, wk, h, h, 8));
+    const HeadDiversity random =
+        MeasureHeadDiversity(BilinearGram(wq, wk, h, h, 8));
     EXPECT_LE(random.centred, h - 1 + 1e-9);
     EXPECT_GT(random.centred, 0.5 * (h - 1));  // random heads are diverse
     EXPECT_LE(random.uncentred, h + 1e-9);
-    const auto one_q = at::randn({8, 32}, at::kDouble), one_k = at::randn({8, 32}, at::kDouble);
+    const auto one_q = at::randn({8, 32}, at::kDouble),
+               one_k = at::randn({8, 32}, at::kDouble);
     const HeadDiversity same = MeasureHeadDiversity(
         BilinearGram(one_q.repeat({h, 1}), one_k.repeat({h, 1}), h, h, 8));
     EXPECT_LT(same.centred, 1e-6);
@@ -292,8 +322,9 @@ class VerifyJobTest : public ::testing::Test {
 };
 
 TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
-  const std::string dir = Save("verify_plane", Convert(Stories(), KvVariant::kLrkv, 2,
-                                                       RopeMode::kPlane));
+  const std::string dir =
+      Save("verify_plane",
+           Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
   VerifyJobOptions o;
   o.checkpoint = dir;
   o.source = testing::StoriesModelPath();
@@ -306,7 +337,8 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->passed()) << r->ToTable();
   ASSERT_EQ(r->equivalence.size(), 8u);  // 4 modes x 2 dtypes
-  EXPECT_FALSE(r->equivalence[2].applicable);  // partial: not a partial-RoPE model
+  EXPECT_FALSE(
+      r->equivalence[2].applicable);  // partial: not a partial-RoPE model
   EXPECT_FALSE(r->equivalence[3].equivalent);  // naive
   ASSERT_TRUE(r->fidelity.has_value());
   EXPECT_EQ(r->fidelity->tokens, 2000);
@@ -324,8 +356,9 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
 }
 
 TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
-  const std::string dir = Save("verify_free", Convert(Stories(), KvVariant::kLrkv, 2,
-                                                      RopeMode::kReconstruct));
+  const std::string dir =
+      Save("verify_free",
+           Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kReconstruct));
   VerifyJobOptions o;
   o.checkpoint = dir;
   o.modes = {"reconstruct", "plane"};
@@ -338,10 +371,12 @@ TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
   EXPECT_FALSE(r->equivalence[1].passed());
   EXPECT_THAT(r->ToJUnit(), ::testing::HasSubstr("failures=\"1\""));
   o.modes = {"sideways"};
-  EXPECT_EQ(RunVerifyJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunVerifyJob(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
   o.modes = {"all"};
   o.dtype = "fp8";
-  EXPECT_EQ(RunVerifyJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunVerifyJob(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -9,26 +9,34 @@ namespace lrkv {
 
 const char* DecodeModeName(DecodeMode mode) {
   switch (mode) {
-    case DecodeMode::kExpanded: return "expanded";
-    case DecodeMode::kReconstruct: return "reconstruct";
-    case DecodeMode::kPlane: return "plane";
-    case DecodeMode::kPartial: return "partial";
-    case DecodeMode::kNaive: return "naive";
+    case DecodeMode::kExpanded:
+      return "expanded";
+    case DecodeMode::kReconstruct:
+      return "reconstruct";
+    case DecodeMode::kPlane:
+      return "plane";
+    case DecodeMode::kPartial:
+      return "partial";
+    case DecodeMode::kNaive:
+      return "naive";
   }
   return "?";
 }
 
 absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name) {
-  for (DecodeMode m : {DecodeMode::kExpanded, DecodeMode::kReconstruct, DecodeMode::kPlane,
-                       DecodeMode::kPartial, DecodeMode::kNaive}) {
+  for (DecodeMode m :
+       {DecodeMode::kExpanded, DecodeMode::kReconstruct, DecodeMode::kPlane,
+        DecodeMode::kPartial, DecodeMode::kNaive}) {
     if (name == DecodeModeName(m)) return m;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown decode mode '", name, "'; valid: reconstruct, plane, partial, naive, all"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown decode mode '", name,
+                   "'; valid: reconstruct, plane, partial, naive, all"));
 }
 
-DecodeEngine::DecodeEngine(const ModelConfig& config, const LlamaWeights& weights,
-                           DecodeMode mode, const EngineOptions& options)
+DecodeEngine::DecodeEngine(const ModelConfig& config,
+                           const LlamaWeights& weights, DecodeMode mode,
+                           const EngineOptions& options)
     : config_(config),
       weights_(weights),
       mode_(mode),
@@ -41,7 +49,8 @@ at::Tensor DecodeEngine::NewCache(std::vector<int64_t> rest) const {
   return at::zeros(rest, at::TensorOptions().dtype(options_.cache_dtype));
 }
 
-void DecodeEngine::Write(at::Tensor& cache, int64_t pos, const at::Tensor& value) const {
+void DecodeEngine::Write(at::Tensor& cache, int64_t pos,
+                         const at::Tensor& value) const {
   cache.select(1, pos).copy_(value);
 }
 
@@ -50,7 +59,9 @@ at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) {
 }
 
 at::Tensor DecodeEngine::Grouped(const at::Tensor& q) const {
-  return q.reshape({q.size(0), config_.num_kv_heads, -1, q.size(-1)});
+  // Explicit group size: q may have zero columns (an LRKV latent of rank 0).
+  const int64_t group = config_.num_heads / config_.num_kv_heads;
+  return q.reshape({q.size(0), config_.num_kv_heads, group, q.size(-1)});
 }
 
 at::Tensor DecodeEngine::RotateAt(const at::Tensor& x, int64_t pos) const {
@@ -85,10 +96,12 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const LayerWeights& l = weights_.layers[i];
     auto h = RmsNorm(x, l.attn_norm, eps);
-    auto q = Linear(h, l.wq, l.bq).view({x.size(0), config_.num_heads, config_.head_dim});
+    auto q = Linear(h, l.wq, l.bq)
+                 .view({x.size(0), config_.num_heads, config_.head_dim});
     if (config_.qk_norm) q = RmsNorm(q, l.q_norm, eps);
     Append(static_cast<int64_t>(i), h, pos);
-    auto attn = Attend(static_cast<int64_t>(i), q, pos).reshape({x.size(0), -1});
+    auto attn =
+        Attend(static_cast<int64_t>(i), q, pos).reshape({x.size(0), -1});
     attention_[i] = attn;
     x = x + at::linear(attn, l.wo);
     x = x + FeedForward(l, RmsNorm(x, l.ffn_norm, eps));
@@ -100,20 +113,24 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
 absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
     const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
     const EngineOptions& options) {
-  if (options.cache_dtype != at::kFloat && options.cache_dtype != at::kBFloat16) {
+  if (options.cache_dtype != at::kFloat &&
+      options.cache_dtype != at::kBFloat16) {
     return absl::InvalidArgumentError("cache dtype must be fp32 or bf16");
   }
-  if (mode == DecodeMode::kExpanded) return MakeExpandedEngine(config, weights, options);
+  if (mode == DecodeMode::kExpanded)
+    return MakeExpandedEngine(config, weights, options);
   switch (config.kv.layout) {
     case KvLayout::kDense:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mode ", DecodeModeName(mode), " needs a factored (LRKV or MLA) model; a dense ",
-          "model decodes with the expanded engine only"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mode ", DecodeModeName(mode),
+                       " needs a factored (LRKV or MLA) model; a dense ",
+                       "model decodes with the expanded engine only"));
     case KvLayout::kMla:
       if (mode != DecodeMode::kReconstruct) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mode ", DecodeModeName(mode), " does not apply to MLA (exact MLA decoding "
-            "with RoPE is reconstruct)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("mode ", DecodeModeName(mode),
+                         " does not apply to MLA (exact MLA decoding "
+                         "with RoPE is reconstruct)"));
       }
       return MakeMlaEngine(config, weights, options);
     case KvLayout::kLrkv:

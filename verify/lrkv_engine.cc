@@ -1,7 +1,7 @@
-// The factored LRKV engine. Cache per token per layer: the shared key (γ-scaled and
-// rotated) and value, each KV head's K and V latents, and σ = 1/rms(k) per KV head
-// when the model has QK-norm; 2(d_h + H_kv·r) (+ H_kv) elements. Attention by
-// associativity (DESIGN.md §2):
+// The factored LRKV engine. Cache per token per layer: the shared key (γ-scaled
+// and rotated) and value, each KV head's K and V latents, and σ = 1/rms(k) per
+// KV head when the model has QK-norm; 2(d_h + H_kv·r) (+ H_kv) elements.
+// Attention by associativity (DESIGN.md §2):
 //   score_h(t) = σ_t [ P_p q̂ · P_t(γ⊙k_s,t) + residual_h(t) ]
 //   out_h      = a V_s + (a Z_hⱽ) B_hⱽᵀ + δ_hⱽ
 // where residual_h depends on the RoPE mode (see decode_engine.h).
@@ -29,13 +29,15 @@ Factors FactorsOf(const LowRankProjection& p, int64_t hkv, int64_t dh) {
                                 : at::zeros({hkv, dh}, at::kFloat)};
 }
 
-// The coordinates each latent of each head selects when B_h picks whole RoPE planes
-// (latent pair m = plane planes[h][m]); InvalidArgument otherwise.
-absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope, int64_t layer,
-                            at::Tensor* coords, at::Tensor* planes) {
+// The coordinates each latent of each head selects when B_h picks whole RoPE
+// planes (latent pair m = plane planes[h][m]); InvalidArgument otherwise.
+absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope,
+                            int64_t layer, at::Tensor* coords,
+                            at::Tensor* planes) {
   const int64_t hkv = up.size(0), dh = up.size(1), r = up.size(2);
   if (r % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("plane mode needs an even rank, got ", r));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plane mode needs an even rank, got ", r));
   }
   *coords = at::zeros({hkv, r}, at::kLong);
   *planes = at::zeros({hkv, r / 2}, at::kLong);
@@ -56,12 +58,15 @@ absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope, int64_t laye
     for (int64_t m = 0; m < r / 2; ++m) {
       int64_t plane = -1;
       for (int64_t p = 0; p < rope.planes() && col[2 * m] >= 0; ++p) {
-        if (rope.PlaneCoordinates(p) == std::make_pair(col[2 * m], col[2 * m + 1])) plane = p;
+        if (rope.PlaneCoordinates(p) ==
+            std::make_pair(col[2 * m], col[2 * m + 1]))
+          plane = p;
       }
       if (plane < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "layer ", layer, " head ", h, ": B_h is not a selection of whole RoPE planes "
-            "(convert with --rope-mode plane)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", layer, " head ", h,
+                         ": B_h is not a selection of whole RoPE planes "
+                         "(convert with --rope-mode plane)"));
       }
       (*coords)[h][2 * m] = col[2 * m];
       (*coords)[h][2 * m + 1] = col[2 * m + 1];
@@ -73,16 +78,19 @@ absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope, int64_t laye
 
 class LrkvEngine : public DecodeEngine {
  public:
-  LrkvEngine(const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
-             const EngineOptions& options)
+  LrkvEngine(const ModelConfig& config, const LlamaWeights& weights,
+             DecodeMode mode, const EngineOptions& options)
       : DecodeEngine(config, weights, mode, options) {}
 
   absl::Status Init() {
-    const int64_t hkv = config_.num_kv_heads, dh = config_.head_dim, r = config_.kv.rank;
+    const int64_t hkv = config_.num_kv_heads, dh = config_.head_dim,
+                  r = config_.kv.rank;
     if (mode_ == DecodeMode::kNaive && config_.rope_dim == 0) {
-      return absl::InvalidArgumentError("naive mode is a RoPE control; the model has no RoPE");
+      return absl::InvalidArgumentError(
+          "naive mode is a RoPE control; the model has no RoPE");
     }
-    if (mode_ == DecodeMode::kPartial && config_.kv.rope_mode != RopeMode::kPartial) {
+    if (mode_ == DecodeMode::kPartial &&
+        config_.kv.rope_mode != RopeMode::kPartial) {
       return absl::InvalidArgumentError(
           "partial mode needs a model converted with --rope-mode partial");
     }
@@ -93,17 +101,21 @@ class LrkvEngine : public DecodeEngine {
       layer.v = FactorsOf(l.v_lr, hkv, dh);
       layer.gamma = config_.qk_norm ? l.k_norm : at::ones({dh}, at::kFloat);
       if (mode_ == DecodeMode::kPlane) {
-        auto st = PlaneStructure(layer.k.up, rope_, static_cast<int64_t>(i), &layer.coords,
-                                 &layer.planes);
+        auto st = PlaneStructure(layer.k.up, rope_, static_cast<int64_t>(i),
+                                 &layer.coords, &layer.planes);
         if (!st.ok()) return st;
-        // Folded into the latent at write time: the bias on the selected coordinates and γ.
+        // Folded into the latent at write time: the bias on the selected
+        // coordinates and γ.
         layer.latent_bias = layer.k.delta.gather(1, layer.coords);
-        layer.latent_gamma = layer.gamma.index_select(0, layer.coords.reshape({-1}))
-                                 .view({hkv, r});
+        layer.latent_gamma =
+            layer.gamma.index_select(0, layer.coords.reshape({-1}))
+                .view({hkv, r});
       } else if (mode_ == DecodeMode::kNaive) {
-        layer.planes = at::arange(r / 2, at::kLong).clamp_max(std::max<int64_t>(
-                                                         rope_.planes() - 1, 0))
-                           .unsqueeze(0).expand({hkv, r / 2}).contiguous();
+        layer.planes = at::arange(r / 2, at::kLong)
+                           .clamp_max(std::max<int64_t>(rope_.planes() - 1, 0))
+                           .unsqueeze(0)
+                           .expand({hkv, r / 2})
+                           .contiguous();
       } else if (mode_ == DecodeMode::kPartial) {
         for (int64_t p = 0; p < rope_.planes(); ++p) {
           if (!rope_.PlaneRotates(p)) continue;
@@ -112,8 +124,8 @@ class LrkvEngine : public DecodeEngine {
             if (layer.k.up.select(1, c).abs().max().item<float>() != 0 ||
                 layer.k.delta.select(1, c).abs().max().item<float>() != 0) {
               return absl::InvalidArgumentError(absl::StrCat(
-                  "layer ", i, ": the K residual touches rotated coordinate ", c,
-                  ", so partial-mode decoding would not be exact"));
+                  "layer ", i, ": the K residual touches rotated coordinate ",
+                  c, ", so partial-mode decoding would not be exact"));
             }
           }
         }
@@ -131,18 +143,23 @@ class LrkvEngine : public DecodeEngine {
  protected:
   void Append(int64_t index, const at::Tensor& x, int64_t pos) override {
     Layer& L = layers_[index];
-    auto ks = Linear(x, L.k.shared, L.k.shared_bias);           // [B, dh]
-    auto zk = at::einsum("bd,hrd->bhr", {x, L.k.down});         // [B, Hkv, r]
+    auto ks = Linear(x, L.k.shared, L.k.shared_bias);    // [B, dh]
+    auto zk = at::einsum("bd,hrd->bhr", {x, L.k.down});  // [B, Hkv, r]
     if (config_.qk_norm) {
       // Rebuild the full key once to get its per-head scale.
-      auto k = ks.unsqueeze(1) + at::einsum("bhr,hdr->bhd", {zk, L.k.up}) + L.k.delta;
-      Write(L.sigma, pos, at::rsqrt(k.pow(2).mean({-1}) + config_.rms_norm_eps));
+      auto k = ks.unsqueeze(1) + at::einsum("bhr,hdr->bhd", {zk, L.k.up}) +
+               L.k.delta;
+      Write(L.sigma, pos,
+            at::rsqrt(k.pow(2).mean({-1}) + config_.rms_norm_eps));
     }
     Write(L.ks, pos, RotateAt((ks * L.gamma).unsqueeze(1), pos).squeeze(1));
     const auto p = at::full({1}, pos, at::kLong);
     if (mode_ == DecodeMode::kPlane) {
-      zk = rope_.RotatePairs(((zk + L.latent_bias) * L.latent_gamma).unsqueeze(1), p,
-                             L.planes).squeeze(1);
+      zk =
+          rope_
+              .RotatePairs(((zk + L.latent_bias) * L.latent_gamma).unsqueeze(1),
+                           p, L.planes)
+              .squeeze(1);
     } else if (mode_ == DecodeMode::kNaive) {
       zk = rope_.RotatePairs(zk.unsqueeze(1), p, L.planes).squeeze(1);
     }
@@ -156,29 +173,32 @@ class LrkvEngine : public DecodeEngine {
     if (mode_ == DecodeMode::kPlane) return AttendWithKernel(index, q, pos);
     Layer& L = layers_[index];
     const int64_t n = pos + 1, dh = config_.head_dim;
-    const auto qg = Grouped(q);                          // q̂ [B, Hkv, g, dh]
-    const auto qr = Grouped(RotateAt(q, pos));           // P_p q̂
-    const auto z = Read(L.zk, n);                        // [B, L, Hkv, r]
+    const auto qg = Grouped(q);                 // q̂ [B, Hkv, g, dh]
+    const auto qr = Grouped(RotateAt(q, pos));  // P_p q̂
+    const auto z = Read(L.zk, n);               // [B, L, Hkv, r]
     auto scores = at::einsum("bhgd,bld->bhgl", {qr, Read(L.ks, n)});
     switch (mode_) {
       case DecodeMode::kReconstruct: {
-        // Rebuild γ⊙(B_h z_t + δ_h) at every position and rotate it: O(L·r·d_h).
-        auto res = (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma;
+        // Rebuild γ⊙(B_h z_t + δ_h) at every position and rotate it:
+        // O(L·r·d_h).
+        auto res =
+            (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma;
         res = rope_.Rotate(res, at::arange(n, at::kLong));
         scores = scores + at::einsum("bhgd,blhd->bhgl", {qr, res});
         break;
       }
       case DecodeMode::kPlane: {
-        // The rotated query's coordinates on each head's planes meet the latents
-        // rotated at write time: O(L·r).
-        const auto idx = L.coords.view({1, L.coords.size(0), 1, -1})
-                             .expand({qr.size(0), -1, qr.size(2), -1});
+        // The rotated query's coordinates on each head's planes meet the
+        // latents rotated at write time: O(L·r).
+        const auto idx =
+            L.coords.view({1, L.coords.size(0), 1, L.coords.size(1)})
+                .expand({qr.size(0), -1, qr.size(2), -1});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {qr.gather(3, idx), z});
         break;
       }
       case DecodeMode::kPartial: {
-        // The residual lives on position-free coordinates: (q̂⊙γ) B_h against raw
-        // latents, plus the per-head bias term.
+        // The residual lives on position-free coordinates: (q̂⊙γ) B_h against
+        // raw latents, plus the per-head bias term.
         const auto qgam = qg * L.gamma;
         auto w = at::einsum("bhgd,hdr->bhgr", {qgam, L.k.up});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {w, z}) +
@@ -186,7 +206,8 @@ class LrkvEngine : public DecodeEngine {
         break;
       }
       case DecodeMode::kNaive: {
-        // The paper's shortcut: (P_p q̂ ⊙ γ) B_h against latents rotated in r-space.
+        // The paper's shortcut: (P_p q̂ ⊙ γ) B_h against latents rotated in
+        // r-space.
         auto w = at::einsum("bhgd,hdr->bhgr", {qr * L.gamma, L.k.up});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {w, z});
         break;
@@ -200,20 +221,24 @@ class LrkvEngine : public DecodeEngine {
     auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
     auto out = at::einsum("bhgl,bld->bhgd", {probs, Read(L.vs, n)});
     auto pooled = at::einsum("bhgl,blhr->bhgr", {probs, Read(L.zv, n)});
-    out = out + at::einsum("bhgr,hdr->bhgd", {pooled, L.v.up}) + L.v.delta.unsqueeze(1);
+    out = out + at::einsum("bhgr,hdr->bhgd", {pooled, L.v.up}) +
+          L.v.delta.unsqueeze(1);
     return out.reshape(q.sizes());
   }
 
-  // Plane mode through the fused CPU kernel (kernels/): the shared key and value are
-  // read once per position for all heads, the latents meet the rotated query's plane
-  // coordinates; the kernel returns a·V_s and a·Z_V, and B_hⱽ is applied here.
+  // Plane mode through the fused CPU kernel (kernels/): the shared key and
+  // value are read once per position for all heads, the latents meet the
+  // rotated query's plane coordinates; the kernel returns a·V_s and a·Z_V, and
+  // B_hⱽ is applied here.
   at::Tensor AttendWithKernel(int64_t index, const at::Tensor& q, int64_t pos) {
     Layer& L = layers_[index];
-    const int64_t b = q.size(0), h = config_.num_heads, hkv = config_.num_kv_heads,
-                  dh = config_.head_dim, r = config_.kv.rank;
+    const int64_t b = q.size(0), h = config_.num_heads,
+                  hkv = config_.num_kv_heads, dh = config_.head_dim,
+                  r = config_.kv.rank;
     const auto qr = RotateAt(q, pos).contiguous();  // [B, H, dh]
     const auto qg = Grouped(qr);
-    const auto idx = L.coords.view({1, hkv, 1, -1}).expand({b, -1, qg.size(2), -1});
+    const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})
+                         .expand({b, -1, qg.size(2), -1});
     const auto q_sel = qg.gather(3, idx).reshape({b, h, r}).contiguous();
     at::Tensor sigma;
     if (config_.qk_norm) sigma = L.sigma.to(at::kFloat).contiguous();
@@ -247,30 +272,38 @@ class LrkvEngine : public DecodeEngine {
     return result.reshape(q.sizes());
   }
 
-  // Standard attention over per-head keys (normalised, rotated, σ applied) and values
-  // rebuilt in fp32 from the stored cache, whatever the mode stored.
-  at::Tensor AttendMaterialized(int64_t index, const at::Tensor& q, int64_t pos) {
+  // Standard attention over per-head keys (normalised, rotated, σ applied) and
+  // values rebuilt in fp32 from the stored cache, whatever the mode stored.
+  at::Tensor AttendMaterialized(int64_t index, const at::Tensor& q,
+                                int64_t pos) {
     Layer& L = layers_[index];
-    const int64_t n = pos + 1, dh = config_.head_dim, hkv = config_.num_kv_heads;
-    const auto z = Read(L.zk, n);                                       // [B, L, Hkv, r]
-    at::Tensor residual;                                                 // [B, L, Hkv, dh]
+    const int64_t n = pos + 1, dh = config_.head_dim,
+                  hkv = config_.num_kv_heads;
+    const auto z = Read(L.zk, n);  // [B, L, Hkv, r]
+    at::Tensor residual;           // [B, L, Hkv, dh]
     if (mode_ == DecodeMode::kPlane) {
-      // Latents were rotated (and γ-scaled) at write time: scatter them into their planes.
+      // Latents were rotated (and γ-scaled) at write time: scatter them into
+      // their planes.
       residual = at::zeros({z.size(0), n, hkv, dh}, at::kFloat);
-      residual.scatter_(3, L.coords.view({1, 1, hkv, -1}).expand({z.size(0), n, -1, -1}), z);
+      residual.scatter_(3,
+                        L.coords.view({1, 1, hkv, L.coords.size(1)})
+                            .expand({z.size(0), n, -1, -1}),
+                        z);
     } else if (mode_ == DecodeMode::kNaive) {
       residual = at::einsum("blhr,hdr->blhd", {z, L.k.up}) * L.gamma;
     } else {
-      residual = rope_.Rotate((at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma,
-                              at::arange(n, at::kLong));
+      residual = rope_.Rotate(
+          (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma,
+          at::arange(n, at::kLong));
     }
     auto k = Read(L.ks, n).unsqueeze(2) + residual;
     if (config_.qk_norm) k = k * Read(L.sigma, n).unsqueeze(-1);
-    auto v = Read(L.vs, n).unsqueeze(2) + at::einsum("blhr,hdr->blhd", {Read(L.zv, n), L.v.up}) +
-             L.v.delta;
+    auto v = Read(L.vs, n).unsqueeze(2) +
+             at::einsum("blhr,hdr->blhd", {Read(L.zv, n), L.v.up}) + L.v.delta;
     const auto qr = Grouped(RotateAt(q, pos));
-    auto probs = at::softmax(
-        at::einsum("bhgd,blhd->bhgl", {qr, k}) / std::sqrt(static_cast<double>(dh)), -1);
+    auto probs = at::softmax(at::einsum("bhgd,blhd->bhgl", {qr, k}) /
+                                 std::sqrt(static_cast<double>(dh)),
+                             -1);
     return at::einsum("bhgl,blhd->bhgd", {probs, v}).reshape(q.sizes());
   }
 
@@ -287,20 +320,19 @@ class LrkvEngine : public DecodeEngine {
  private:
   struct Layer {
     Factors k, v;
-    at::Tensor gamma;                       // k_norm γ, or ones
-    at::Tensor coords, planes;              // plane / naive modes
-    at::Tensor latent_bias, latent_gamma;   // plane mode: [Hkv, r]
-    at::Tensor ks, vs, zk, zv, sigma;       // the cache
+    at::Tensor gamma;                      // k_norm γ, or ones
+    at::Tensor coords, planes;             // plane / naive modes
+    at::Tensor latent_bias, latent_gamma;  // plane mode: [Hkv, r]
+    at::Tensor ks, vs, zk, zv, sigma;      // the cache
   };
   std::vector<Layer> layers_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeLrkvEngine(const ModelConfig& config,
-                                                             const LlamaWeights& weights,
-                                                             DecodeMode mode,
-                                                             const EngineOptions& options) {
+absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeLrkvEngine(
+    const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
+    const EngineOptions& options) {
   auto engine = std::make_unique<LrkvEngine>(config, weights, mode, options);
   if (auto st = engine->Init(); !st.ok()) return st;
   return std::unique_ptr<DecodeEngine>(std::move(engine));

@@ -1,8 +1,11 @@
 // Client commands talking to lrkvd (--server, or the LRKV_SERVER environment
-// variable): `lrkv register`, `lrkv jobs list|get|watch|cancel|delete`, `lrkv report`.
-// Exit codes: 0 ok, 1 a check in the report failed, 2 usage, 3 server or transport error.
+// variable): `lrkv register|upload`, `lrkv submit`, `lrkv pipeline`,
+// `lrkv jobs list|get|watch|cancel|delete`, `lrkv report`.
+// Exit codes: 0 ok, 1 a check in the report failed, 2 usage, 3 server or
+// transport error.
 #include <grpcpp/grpcpp.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -11,69 +14,59 @@
 #include <string>
 
 #include "clients/cli/commands.h"
+#include "clients/cli/grpc_client.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
 
 namespace lrkv::cli {
 namespace {
 
-constexpr int kExitServer = 3;
-
 struct ClientArgs {
-  std::string server;
-  std::string token_file;
+  ConnectionArgs conn;
   std::string job_id, path, state, kind, checkpoint_id, params = "{}";
   bool detach = false;
   int page_size = 50;
   bool json = false;
-  std::string junit;
+  std::string junit, html;
 };
 
-std::string ServerAddress(const ClientArgs& a) {
-  if (!a.server.empty()) return a.server;
-  const char* env = std::getenv("LRKV_SERVER");
-  return env != nullptr ? env : "127.0.0.1:50051";
-}
-
 std::unique_ptr<v1::Lrkv::Stub> Connect(const ClientArgs& a) {
-  return v1::Lrkv::NewStub(
-      grpc::CreateChannel(ServerAddress(a), grpc::InsecureChannelCredentials()));
+  return lrkv::cli::Connect(a.conn);
 }
-
 void Authorize(const ClientArgs& a, grpc::ClientContext* ctx) {
-  std::string path = a.token_file;
-  if (path.empty()) {
-    const char* env = std::getenv("LRKV_TOKEN_FILE");
-    if (env != nullptr) path = env;
-  }
-  if (path.empty()) return;
-  std::ifstream in(path);
-  std::string token;
-  std::getline(in, token);
-  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
-}
-
-int RpcError(const grpc::Status& st) {
-  std::cerr << "lrkv: error: " << st.error_message() << " (gRPC code " << st.error_code()
-            << ")\n";
-  return kExitServer;
+  lrkv::cli::Authorize(a.conn, ctx);
 }
 
 const char* StateName(v1::JobState s) {
   switch (s) {
-    case v1::QUEUED: return "queued";
-    case v1::RUNNING: return "running";
-    case v1::SUCCEEDED: return "succeeded";
-    case v1::FAILED: return "failed";
-    case v1::CANCELLED: return "cancelled";
-    default: return "?";
+    case v1::QUEUED:
+      return "queued";
+    case v1::RUNNING:
+      return "running";
+    case v1::SUCCEEDED:
+      return "succeeded";
+    case v1::FAILED:
+      return "failed";
+    case v1::CANCELLED:
+      return "cancelled";
+    default:
+      return "?";
   }
 }
 
 void PrintJob(const v1::Job& j) {
   std::printf("%-36s %-9s %-10s attempts %lld%s%s\n", j.id().c_str(),
               v1::JobKind_Name(j.kind()).c_str(), StateName(j.state()),
-              static_cast<long long>(j.attempts()), j.error().empty() ? "" : "  error: ",
-              j.error().c_str());
+              static_cast<long long>(j.attempts()),
+              j.error().empty() ? "" : "  error: ", j.error().c_str());
+}
+
+void PrintCheckpoint(const v1::Checkpoint& ck) {
+  std::printf("%s %s %s, %lld layers, %lld heads (%lld KV), head dim %lld\n",
+              ck.id().c_str(), ck.format().c_str(), ck.architecture().c_str(),
+              static_cast<long long>(ck.layers()),
+              static_cast<long long>(ck.heads()),
+              static_cast<long long>(ck.kv_heads()),
+              static_cast<long long>(ck.head_dim()));
 }
 
 int Register(const ClientArgs& a) {
@@ -85,10 +78,16 @@ int Register(const ClientArgs& a) {
   v1::Checkpoint ck;
   const auto st = stub->RegisterCheckpoint(&ctx, req, &ck);
   if (!st.ok()) return RpcError(st);
-  std::printf("%s %s %s, %lld layers, %lld heads (%lld KV), head dim %lld\n", ck.id().c_str(),
-              ck.format().c_str(), ck.architecture().c_str(),
-              static_cast<long long>(ck.layers()), static_cast<long long>(ck.heads()),
-              static_cast<long long>(ck.kv_heads()), static_cast<long long>(ck.head_dim()));
+  PrintCheckpoint(ck);
+  return kExitOk;
+}
+
+int Upload(const ClientArgs& a) {
+  auto stub = Connect(a);
+  v1::Checkpoint ck;
+  const auto st = UploadCheckpointFile(a.conn, *stub, a.path, &ck);
+  if (!st.ok()) return RpcError(st);
+  PrintCheckpoint(ck);
   return kExitOk;
 }
 
@@ -106,8 +105,9 @@ int List(const ClientArgs& a) {
       std::string upper = a.state;
       for (char& c : upper) c = static_cast<char>(std::toupper(c));
       if (!v1::JobState_Parse(upper, &state)) {
-        std::cerr << "lrkv: error: --state '" << a.state
-                  << "' must be queued, running, succeeded, failed or cancelled\n";
+        std::cerr
+            << "lrkv: error: --state '" << a.state
+            << "' must be queued, running, succeeded, failed or cancelled\n";
         return kExitUsage;
       }
       req.set_state(state);
@@ -136,22 +136,11 @@ int Get(const ClientArgs& a) {
 
 int Watch(const ClientArgs& a) {
   auto stub = Connect(a);
-  grpc::ClientContext ctx;
-  Authorize(a, &ctx);
-  v1::WatchJobRequest req;
-  req.set_job_id(a.job_id);
-  auto reader = stub->WatchJob(&ctx, req);
-  v1::JobProgress p;
-  while (reader->Read(&p)) {
-    std::printf("[%lld] %s %lld/%lld %s", static_cast<long long>(p.seq()), p.stage().c_str(),
-                static_cast<long long>(p.step()), static_cast<long long>(p.total()),
-                p.message().c_str());
-    if (p.has_loss()) std::printf(" loss %.4f", p.loss());
-    std::printf("\n");
-    std::fflush(stdout);
-  }
-  const auto st = reader->Finish();
-  return st.ok() ? kExitOk : RpcError(st);
+  v1::Job job;
+  const auto st = FollowJob(a.conn, *stub, a.job_id, &job);
+  if (!st.ok()) return RpcError(st);
+  PrintJob(job);
+  return kExitOk;
 }
 
 int Cancel(const ClientArgs& a) {
@@ -178,42 +167,6 @@ int Delete(const ClientArgs& a) {
   return st.ok() ? kExitOk : RpcError(st);
 }
 
-// Submits a job and, unless --detach, streams its progress until it ends.
-int Submit(const ClientArgs& a) {
-  auto stub = Connect(a);
-  std::string upper = a.kind;
-  for (char& c : upper) c = static_cast<char>(std::toupper(c));
-  v1::JobKind kind;
-  if (!v1::JobKind_Parse(upper, &kind) || kind == v1::JOB_KIND_UNSPECIFIED) {
-    std::cerr << "lrkv: error: job kind '" << a.kind
-              << "' must be convert, heal, verify, bench, compare or pipeline\n";
-    return kExitUsage;
-  }
-  grpc::ClientContext ctx;
-  Authorize(a, &ctx);
-  v1::SubmitJobRequest req;
-  req.set_kind(kind);
-  req.set_checkpoint_id(a.checkpoint_id);
-  req.set_params_json(a.params);
-  v1::Job job;
-  const auto st = stub->SubmitJob(&ctx, req, &job);
-  if (!st.ok()) return RpcError(st);
-  std::printf("%s\n", job.id().c_str());
-  std::fflush(stdout);
-  if (a.detach) return kExitOk;
-  ClientArgs w = a;
-  w.job_id = job.id();
-  if (int rc = Watch(w); rc != kExitOk) return rc;
-  grpc::ClientContext gctx;
-  Authorize(a, &gctx);
-  v1::GetJobRequest greq;
-  greq.set_job_id(job.id());
-  const auto gst = stub->GetJob(&gctx, greq, &job);
-  if (!gst.ok()) return RpcError(gst);
-  PrintJob(job);
-  return job.state() == v1::SUCCEEDED ? kExitOk : kExitFailure;
-}
-
 int Report(const ClientArgs& a) {
   auto stub = Connect(a);
   grpc::ClientContext ctx;
@@ -223,53 +176,84 @@ int Report(const ClientArgs& a) {
   v1::Report r;
   const auto st = stub->GetReport(&ctx, req, &r);
   if (!st.ok()) return RpcError(st);
-  if (a.json) {
-    std::cout << r.json();
-  } else {
-    std::printf("job %s (%s): %s\n", r.job_id().c_str(), v1::JobKind_Name(r.kind()).c_str(),
-                StateName(r.state()));
-    for (const auto& c : r.verification().checks()) {
-      std::printf("  %-28s %s  max rel %.3g  cos %.3g  %s\n", c.name().c_str(),
-                  c.passed() ? "pass" : "FAIL", c.max_rel_error(), c.cos_dist(),
-                  c.detail().c_str());
-    }
+  ReportOutputs out;
+  out.json = a.json;
+  out.junit = a.junit;
+  out.html = a.html;
+  return EmitReport(r, out);
+}
+
+// Submits a job and, unless --detach, follows it and prints its report.
+int Submit(const ClientArgs& a) {
+  auto stub = Connect(a);
+  std::string upper = a.kind;
+  for (char& c : upper) c = static_cast<char>(std::toupper(c));
+  v1::JobKind kind;
+  if (!v1::JobKind_Parse(upper, &kind) || kind == v1::JOB_KIND_UNSPECIFIED) {
+    std::cerr
+        << "lrkv: error: job kind '" << a.kind
+        << "' must be convert, heal, verify, bench, compare or pipeline\n";
+    return kExitUsage;
   }
-  if (!a.junit.empty()) {
-    std::ofstream out(a.junit);
-    int failures = 0;
-    for (const auto& c : r.verification().checks()) failures += !c.passed();
-    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  <testsuite name=\"lrkv "
-        << r.job_id() << "\" tests=\"" << r.verification().checks_size() << "\" failures=\""
-        << failures << "\">\n";
-    for (const auto& c : r.verification().checks()) {
-      out << "    <testcase classname=\"lrkv\" name=\"" << c.name() << "\">";
-      if (!c.passed()) out << "<failure message=\"max rel " << c.max_rel_error() << "\"/>";
-      out << "</testcase>\n";
-    }
-    out << "  </testsuite>\n</testsuites>\n";
+  std::string checkpoint_id = a.checkpoint_id;
+  if (!a.path.empty()) {
+    v1::Checkpoint ck;
+    const auto st = EnsureCheckpoint(a.conn, *stub, a.path, &ck);
+    if (!st.ok()) return RpcError(st);
+    checkpoint_id = ck.id();
   }
-  const bool failed = r.has_verification() && !r.verification().passed();
-  return failed ? kExitFailure : kExitOk;
+  if (checkpoint_id.empty()) {
+    std::cerr << "lrkv: error: give --checkpoint-id or --checkpoint\n";
+    return kExitUsage;
+  }
+  grpc::ClientContext ctx;
+  Authorize(a, &ctx);
+  v1::SubmitJobRequest req;
+  req.set_kind(kind);
+  req.set_checkpoint_id(checkpoint_id);
+  req.set_params_json(a.params);
+  v1::Job job;
+  const auto st = stub->SubmitJob(&ctx, req, &job);
+  if (!st.ok()) return RpcError(st);
+  std::printf("%s\n", job.id().c_str());
+  std::fflush(stdout);
+  if (a.detach) return kExitOk;
+  const auto fst = FollowJob(a.conn, *stub, job.id(), &job);
+  if (!fst.ok()) return RpcError(fst);
+  PrintJob(job);
+  if (job.state() != v1::SUCCEEDED) return kExitServer;
+  ClientArgs r = a;
+  r.job_id = job.id();
+  return Report(r);
 }
 
 }  // namespace
 
 void AddClientCommands(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ClientArgs>();
-  auto add_common = [a](CLI::App* cmd) {
-    cmd->add_option("--server", a->server, "lrkvd address (default $LRKV_SERVER or 127.0.0.1:50051)");
-    cmd->add_option("--token-file", a->token_file, "Bearer token file (or $LRKV_TOKEN_FILE)");
-  };
-  auto* reg = app.add_subcommand("register", "Register a checkpoint on the server (server-side path)");
+  auto add_common = [a](CLI::App* cmd) { AddConnectionOptions(cmd, &a->conn); };
+  auto* reg = app.add_subcommand(
+      "register", "Register a checkpoint on the server (server-side path)");
   add_common(reg);
   reg->add_option("path", a->path, "Path on the server")->required();
   reg->callback([a, exit_code] { *exit_code = Register(*a); });
+  auto* up = app.add_subcommand("upload",
+                                "Upload a checkpoint to the server in 1 MiB "
+                                "chunks (resumes an interrupted upload)");
+  add_common(up);
+  up->add_option(
+        "path", a->path,
+        "A .gguf file, or a folder with model.safetensors and config.json")
+      ->required();
+  up->callback([a, exit_code] { *exit_code = Upload(*a); });
 
-  auto* jobs = app.add_subcommand("jobs", "List, inspect, watch, cancel or delete server jobs");
+  auto* jobs = app.add_subcommand(
+      "jobs", "List, inspect, watch, cancel or delete server jobs");
   jobs->require_subcommand(1);
   auto* list = jobs->add_subcommand("list", "Jobs, oldest first");
   add_common(list);
-  list->add_option("--state", a->state, "queued | running | succeeded | failed | cancelled");
+  list->add_option("--state", a->state,
+                   "queued | running | succeeded | failed | cancelled");
   list->add_option("--page-size", a->page_size, "Jobs per request");
   list->callback([a, exit_code] { *exit_code = List(*a); });
   struct Verb {
@@ -277,7 +261,8 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
     const char* help;
     int (*fn)(const ClientArgs&);
   };
-  for (const Verb& v : {Verb{"get", "One job", Get}, Verb{"watch", "Stream a job's progress", Watch},
+  for (const Verb& v : {Verb{"get", "One job", Get},
+                        Verb{"watch", "Stream a job's progress", Watch},
                         Verb{"cancel", "Cancel a job", Cancel},
                         Verb{"delete", "Delete a finished job", Delete}}) {
     auto* cmd = jobs->add_subcommand(v.name, v.help);
@@ -286,19 +271,64 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
     auto fn = v.fn;
     cmd->callback([a, exit_code, fn] { *exit_code = fn(*a); });
   }
-  auto* submit = app.add_subcommand("submit", "Submit a job to lrkvd and wait for it");
+  auto* submit =
+      app.add_subcommand("submit", "Submit a job to lrkvd and wait for it");
   add_common(submit);
-  submit->add_option("kind", a->kind, "convert | heal | verify | ...")->required();
-  submit->add_option("--checkpoint-id", a->checkpoint_id, "From `lrkv register`")->required();
-  submit->add_option("--params", a->params, "JSON parameters (the lrkv option names)");
+  submit->add_option("kind", a->kind, "convert | heal | verify | ...")
+      ->required();
+  submit->add_option("--checkpoint-id", a->checkpoint_id,
+                     "From `lrkv register` or `lrkv upload`");
+  submit->add_option("--checkpoint", a->path,
+                     "A local checkpoint (registered or uploaded first)");
+  submit->add_option("--params", a->params,
+                     "JSON parameters (the lrkv option names)");
   submit->add_flag("--detach", a->detach, "Print the job id and return");
   submit->callback([a, exit_code] { *exit_code = Submit(*a); });
+
+  // The pipeline runs on lrkvd only: convert -> heal -> verify -> bench.
+  auto pipe = std::make_shared<ClientArgs>();
+  auto stages = std::make_shared<std::array<std::string, 4>>();
+  auto* pipeline = app.add_subcommand("pipeline",
+                                      "Run convert -> heal -> verify -> bench "
+                                      "as one lrkvd job and print its report");
+  AddConnectionOptions(pipeline, &pipe->conn);
+  pipeline
+      ->add_option("--checkpoint", pipe->path,
+                   "Source checkpoint (registered or uploaded)")
+      ->required();
+  pipeline
+      ->add_option("--convert", (*stages)[0],
+                   "Convert parameters, a JSON object")
+      ->required();
+  pipeline->add_option("--heal", (*stages)[1],
+                       "Heal parameters, a JSON object (optional)");
+  pipeline->add_option("--verify", (*stages)[2],
+                       "Verify parameters, a JSON object");
+  pipeline->add_option("--bench", (*stages)[3],
+                       "{\"context\": L, \"tokens\": N}");
+  pipeline->add_flag("--detach", pipe->detach, "Print the job id and return");
+  pipeline->add_flag("--json", pipe->json, "Print the JSON report");
+  pipeline->add_option("--junit", pipe->junit, "Write the checks as JUnit XML");
+  pipeline->callback([pipe, stages, exit_code] {
+    std::string params = "{";
+    const char* names[] = {"convert", "heal", "verify", "bench"};
+    for (int i = 0; i < 4; ++i) {
+      if ((*stages)[i].empty()) continue;
+      if (params.size() > 1) params += ", ";
+      params += "\"" + std::string(names[i]) + "\": " + (*stages)[i];
+    }
+    pipe->params = params + "}";
+    pipe->kind = "pipeline";
+    *exit_code = Submit(*pipe);
+  });
 
   auto* report = app.add_subcommand("report", "A finished job's report");
   add_common(report);
   report->add_option("job", a->job_id, "Job id")->required();
   report->add_flag("--json", a->json, "Print the JSON report");
   report->add_option("--junit", a->junit, "Write the checks as JUnit XML");
+  report->add_option("--html", a->html,
+                     "Write a compare job's page (tables and SVG plots)");
   report->callback([a, exit_code] { *exit_code = Report(*a); });
 }
 

@@ -1,5 +1,5 @@
-// The `lrkv` subcommands. Each Add*Commands registers its subcommands on the app; the
-// chosen one's callback stores its exit code in *exit_code.
+// The `lrkv` subcommands. Each Add*Commands registers its subcommands on the
+// app; the chosen one's callback stores its exit code in *exit_code.
 #ifndef LRKV_CLIENTS_CLI_COMMANDS_H_
 #define LRKV_CLIENTS_CLI_COMMANDS_H_
 
@@ -16,13 +16,16 @@ inline constexpr int kExitUsage = 2;
 // Prints "lrkv: error: <message>" on one line and returns kExitFailure.
 int Fail(const absl::Status& status);
 
-void AddModelCommands(CLI::App& app, int* exit_code);    // eval, generate
-void AddSurgeryCommands(CLI::App& app, int* exit_code);  // cache, convert, bench
-void AddVerifyCommands(CLI::App& app, int* exit_code);   // verify
-void AddHealCommands(CLI::App& app, int* exit_code);     // heal
-void AddClientCommands(CLI::App& app, int* exit_code);   // register, jobs, report (lrkvd)
+void AddModelCommands(CLI::App& app, int* exit_code);  // eval, generate
+void AddSurgeryCommands(CLI::App& app,
+                        int* exit_code);                // cache, convert, bench
+void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify
+void AddHealCommands(CLI::App& app, int* exit_code);    // heal
+void AddClientCommands(
+    CLI::App& app, int* exit_code);  // register, upload, jobs, report, pipeline
+void AddCompareCommands(CLI::App& app, int* exit_code);  // compare
 // After AddSurgeryCommands, which creates `bench`.
-void AddBenchCommands(CLI::App& app, int* exit_code);    // bench decode
+void AddBenchCommands(CLI::App& app, int* exit_code);  // bench decode
 
 }  // namespace lrkv::cli
 

@@ -1,5 +1,6 @@
-// `lrkv heal`: continued training of a converted model (distillation from its source
-// and/or next-token loss), with a progress bar on a TTY and JSON-lines events.
+// `lrkv heal`: continued training of a converted model (distillation from its
+// source and/or next-token loss), with a progress bar on a TTY and JSON-lines
+// events.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -14,7 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/remote.h"
 #include "train/heal_job.h"
+#include "train/model_init.h"
 
 namespace lrkv::cli {
 namespace {
@@ -22,7 +25,8 @@ namespace {
 struct HealArgs {
   HealJobOptions job;
   int nproc = 1;
-  std::string trainable = "kv", loss = "kd", data_range = "0:1", eval_range = "0:1";
+  std::string trainable = "kv", loss = "kd", data_range = "0:1",
+              eval_range = "0:1";
   std::string events_path;
   bool json = false;
 };
@@ -61,15 +65,17 @@ std::vector<std::string> OwnArgs() {
   return out;
 }
 
-// Starts ranks 1..n-1 as child processes of this command; this process is rank 0.
+// Starts ranks 1..n-1 as child processes of this command; this process is rank
+// 0.
 std::vector<pid_t> SpawnRanks(int n, int port) {
   std::vector<pid_t> pids;
   const std::vector<std::string> base = OwnArgs();
   for (int rank = 1; rank < n; ++rank) {
     std::vector<std::string> args = base;
     for (const std::string& extra :
-         {std::string("--rank"), std::to_string(rank), std::string("--world-size"),
-          std::to_string(n), std::string("--master-port"), std::to_string(port)}) {
+         {std::string("--rank"), std::to_string(rank),
+          std::string("--world-size"), std::to_string(n),
+          std::string("--master-port"), std::to_string(port)}) {
       args.push_back(extra);
     }
     const pid_t pid = fork();
@@ -86,6 +92,8 @@ std::vector<pid_t> SpawnRanks(int n, int port) {
 }
 
 int RunHeal(HealArgs a) {
+  if (a.job.out_dir.empty())
+    return Fail(absl::InvalidArgumentError("--out is required"));
   auto trainable = ParseTrainableSet(a.trainable);
   if (!trainable.ok()) return Fail(trainable.status());
   auto loss = ParseHealLoss(a.loss);
@@ -100,7 +108,8 @@ int RunHeal(HealArgs a) {
   a.job.eval_range = *er;
   std::vector<pid_t> children;
   if (a.nproc > 1) {
-    if (a.nproc > 64) return Fail(absl::InvalidArgumentError("--nproc must lie in [1, 64]"));
+    if (a.nproc > 64)
+      return Fail(absl::InvalidArgumentError("--nproc must lie in [1, 64]"));
     a.job.distributed.world_size = a.nproc;
     a.job.distributed.rank = 0;
     a.job.distributed.master_addr = "127.0.0.1";
@@ -112,26 +121,35 @@ int RunHeal(HealArgs a) {
   if (lead && !a.events_path.empty()) {
     events.open(a.events_path);
     if (!events) {
-      return Fail(absl::PermissionDeniedError(absl::StrCat(a.events_path, ": cannot write")));
+      return Fail(absl::PermissionDeniedError(
+          absl::StrCat(a.events_path, ": cannot write")));
     }
   }
-  const bool tty = lead && isatty(STDERR_FILENO) && std::getenv("LRKV_NO_PROGRESS") == nullptr;
+  const bool tty = lead && isatty(STDERR_FILENO) &&
+                   std::getenv("LRKV_NO_PROGRESS") == nullptr;
   const int64_t total = a.job.heal.steps;
   auto report = RunHealJob(a.job, [&](const HealEvent& e) {
     if (events.is_open()) events << e.ToJson().dump() << "\n";
     if (!lead) return;
     if (e.kind == "eval") {
-      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f\n", tty ? "\r\033[K" : "",
-                   static_cast<long long>(e.step), e.eval_loss, e.eval_perplexity);
+      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f\n",
+                   tty ? "\r\033[K" : "", static_cast<long long>(e.step),
+                   e.eval_loss, e.eval_perplexity);
     } else if (tty) {
-      const int width = 30, done = static_cast<int>(width * e.step / std::max<int64_t>(1, total));
-      std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0fs", std::string(done, '#').c_str(),
-                   std::string(width - done, '.').c_str(), static_cast<long long>(e.step),
+      const int width = 30, done = static_cast<int>(
+                                width * e.step / std::max<int64_t>(1, total));
+      std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0fs",
+                   std::string(done, '#').c_str(),
+                   std::string(width - done, '.').c_str(),
+                   static_cast<long long>(e.step),
                    static_cast<long long>(total), e.loss, e.lr, e.wall_seconds);
     } else if (e.step % 10 == 0 || e.step == total) {
-      std::fprintf(stderr, "step %lld/%lld loss %.4f (kd %.4f, lm %.4f) lr %.2e grad %.3f %.1fs\n",
-                   static_cast<long long>(e.step), static_cast<long long>(total), e.loss,
-                   e.kd_loss, e.lm_loss, e.lr, e.grad_norm, e.wall_seconds);
+      std::fprintf(stderr,
+                   "step %lld/%lld loss %.4f (kd %.4f, lm %.4f) lr %.2e grad "
+                   "%.3f %.1fs\n",
+                   static_cast<long long>(e.step),
+                   static_cast<long long>(total), e.loss, e.kd_loss, e.lm_loss,
+                   e.lr, e.grad_norm, e.wall_seconds);
     }
   });
   if (tty) std::fprintf(stderr, "\n");
@@ -147,15 +165,20 @@ int RunHeal(HealArgs a) {
   if (a.json) {
     std::cout << report->ToJson().dump(2) << "\n";
   } else {
-    std::printf("healed %s: %lld steps, %lld tokens, %lld trainable parameters, %.1f s\n",
-                a.job.checkpoint.c_str(), static_cast<long long>(report->steps),
-                static_cast<long long>(report->tokens_seen),
-                static_cast<long long>(report->trainable_parameters), report->wall_seconds);
+    std::printf(
+        "healed %s: %lld steps, %lld tokens, %lld trainable parameters, %.1f "
+        "s\n",
+        a.job.checkpoint.c_str(), static_cast<long long>(report->steps),
+        static_cast<long long>(report->tokens_seen),
+        static_cast<long long>(report->trainable_parameters),
+        report->wall_seconds);
     if (report->perplexity_before && report->perplexity_after) {
-      std::printf("perplexity on --eval: %.4f -> %.4f", *report->perplexity_before,
-                  *report->perplexity_after);
-      if (report->teacher_perplexity) std::printf(" (teacher %.4f)", *report->teacher_perplexity);
-      std::printf(", %lld tokens\n", static_cast<long long>(report->eval_tokens));
+      std::printf("perplexity on --eval: %.4f -> %.4f",
+                  *report->perplexity_before, *report->perplexity_after);
+      if (report->teacher_perplexity)
+        std::printf(" (teacher %.4f)", *report->teacher_perplexity);
+      std::printf(", %lld tokens\n",
+                  static_cast<long long>(report->eval_tokens));
     }
     std::printf("written to %s\n", a.job.out_dir.c_str());
   }
@@ -165,15 +188,56 @@ int RunHeal(HealArgs a) {
 }  // namespace
 
 void AddHealCommands(CLI::App& app, int* exit_code) {
+  auto init = std::make_shared<ModelInitOptions>();
+  auto* icmd = app.add_subcommand("init",
+                                  "A randomly initialised Llama checkpoint to "
+                                  "train from scratch (with lrkv heal "
+                                  "--loss lm --trainable all)");
+  icmd->add_option("--tokenizer-from", init->tokenizer_from,
+                   "Checkpoint whose tokenizer and vocabulary to use")
+      ->required();
+  icmd->add_option("--layers", init->layers, "Decoder layers");
+  icmd->add_option("--hidden", init->hidden, "Model width d");
+  icmd->add_option("--heads", init->heads,
+                   "Query heads (head dim = hidden / heads)");
+  icmd->add_option("--kv-heads", init->kv_heads, "KV heads (0: MHA)");
+  icmd->add_option("--ffn", init->ffn, "SwiGLU width");
+  icmd->add_option("--context", init->context, "max_position_embeddings");
+  icmd->add_option("--seed", init->seed, "Seed of the random weights");
+  icmd->add_option("--out", init->out_dir, "Output folder (must not exist)")
+      ->required();
+  icmd->callback([init, exit_code] {
+    const absl::Status st = WriteInitialCheckpoint(*init);
+    if (!st.ok()) {
+      *exit_code = Fail(st);
+      return;
+    }
+    std::printf(
+        "initialised %lld-layer model (d %lld, %lld heads of %lld) in %s\n",
+        static_cast<long long>(init->layers),
+        static_cast<long long>(init->hidden),
+        static_cast<long long>(init->heads),
+        static_cast<long long>(init->hidden /
+                               std::max<int64_t>(1, init->heads)),
+        init->out_dir.c_str());
+    *exit_code = kExitOk;
+  });
+
   auto h = std::make_shared<HealArgs>();
-  auto* cmd = app.add_subcommand("heal", "Continued training of a converted model");
+  auto* cmd =
+      app.add_subcommand("heal", "Continued training of a converted model");
   HealOptions& o = h->job.heal;
-  cmd->add_option("--checkpoint", h->job.checkpoint, "Converted checkpoint")->required();
+  cmd->add_option("--checkpoint", h->job.checkpoint, "Converted checkpoint")
+      ->required();
   cmd->add_option("--teacher", h->job.teacher, "Source model (for kd losses)");
-  cmd->add_option("--data", h->job.data, "Training text, or a .u16/.u32 token file")->required();
-  cmd->add_option("--data-range", h->data_range, "Documents of --data to use, A:B");
+  cmd->add_option("--data", h->job.data,
+                  "Training text, or a .u16/.u32 token file")
+      ->required();
+  cmd->add_option("--data-range", h->data_range,
+                  "Documents of --data to use, A:B");
   cmd->add_option("--eval", h->job.eval, "Held-out text");
-  cmd->add_option("--eval-range", h->eval_range, "Documents of --eval to use, A:B");
+  cmd->add_option("--eval-range", h->eval_range,
+                  "Documents of --eval to use, A:B");
   cmd->add_option("--steps", o.steps, "Optimiser steps")->required();
   cmd->add_option("--batch", o.batch, "Rows per micro-batch");
   cmd->add_option("--accum", o.grad_accum, "Micro-batches per step");
@@ -186,20 +250,39 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--loss", h->loss, "kd | lm | kd+lm");
   cmd->add_option("--temperature", o.temperature, "Distillation temperature");
   cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps");
-  cmd->add_option("--checkpoint-every", o.checkpoint_every, "Trainer checkpoint every N steps");
-  cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "Where trainer checkpoints go");
-  cmd->add_option("--resume", h->job.resume, "Resume from a trainer checkpoint folder");
+  cmd->add_option("--checkpoint-every", o.checkpoint_every,
+                  "Trainer checkpoint every N steps");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                  "Where trainer checkpoints go");
+  cmd->add_option("--resume", h->job.resume,
+                  "Resume from a trainer checkpoint folder");
   cmd->add_option("--seed", o.seed, "Seed of the data order");
-  cmd->add_option("--device", o.device, "auto | cpu | cuda (bf16 autocast on CUDA)");
-  cmd->add_option("--nproc", h->nproc, "Data-parallel processes on this machine (Gloo)");
-  cmd->add_option("--rank", h->job.distributed.rank, "This process's rank (multi-machine)");
-  cmd->add_option("--world-size", h->job.distributed.world_size, "Processes in the run");
-  cmd->add_option("--master-addr", h->job.distributed.master_addr, "Rendezvous host");
-  cmd->add_option("--master-port", h->job.distributed.master_port, "Rendezvous port");
-  cmd->add_option("--events", h->events_path, "Write one JSON line per step/eval");
-  cmd->add_option("--out", h->job.out_dir, "Output folder (must not exist)")->required();
+  cmd->add_option("--device", o.device,
+                  "auto | cpu | cuda (bf16 autocast on CUDA)");
+  cmd->add_option("--nproc", h->nproc,
+                  "Data-parallel processes on this machine (Gloo)");
+  cmd->add_option("--rank", h->job.distributed.rank,
+                  "This process's rank (multi-machine)");
+  cmd->add_option("--world-size", h->job.distributed.world_size,
+                  "Processes in the run");
+  cmd->add_option("--master-addr", h->job.distributed.master_addr,
+                  "Rendezvous host");
+  cmd->add_option("--master-port", h->job.distributed.master_port,
+                  "Rendezvous port");
+  cmd->add_option("--events", h->events_path,
+                  "Write one JSON line per step/eval");
+  cmd->add_option("--out", h->job.out_dir,
+                  "Output folder (must not exist; local runs)");
   cmd->add_flag("--json", h->json, "Print the report as JSON");
-  cmd->callback([h, exit_code] { *exit_code = RunHeal(*h); });
+  RemoteSpec spec;
+  spec.kind = "heal";
+  spec.skip = {"nproc",          "rank",   "world-size",  "master-addr",
+               "master-port",    "events", "device",      "checkpoint-every",
+               "checkpoint-dir", "resume", "weight-decay"};
+  auto remote = RemoteJob::Attach(cmd, spec);
+  cmd->callback([h, remote, exit_code] {
+    *exit_code = remote->Requested() ? remote->Run() : RunHeal(*h);
+  });
 }
 
 }  // namespace lrkv::cli

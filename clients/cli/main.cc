@@ -1,5 +1,5 @@
-// `lrkv`: the command-line front end. Commands parse arguments and call the core
-// library; errors print one line naming the file and the problem.
+// `lrkv`: the command-line front end. Commands parse arguments and call the
+// core library; errors print one line naming the file and the problem.
 #include <iostream>
 
 #include "clients/cli/commands.h"
@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   lrkv::cli::AddSurgeryCommands(app, &exit_code);
   lrkv::cli::AddVerifyCommands(app, &exit_code);
   lrkv::cli::AddHealCommands(app, &exit_code);
+  lrkv::cli::AddCompareCommands(app, &exit_code);
 #ifdef LRKV_WITH_CLIENT
   lrkv::cli::AddClientCommands(app, &exit_code);
 #endif

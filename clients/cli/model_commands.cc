@@ -1,4 +1,5 @@
-// `lrkv eval` and `lrkv generate`: perplexity and greedy continuation of a checkpoint.
+// `lrkv eval` and `lrkv generate`: perplexity and greedy continuation of a
+// checkpoint.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -30,17 +31,19 @@ int RunEval(const EvalArgs& a) {
   auto r = (*model)->Perplexity(*docs);
   if (!r.ok()) return Fail(r.status());
   if (a.json) {
-    nlohmann::json j = {{"checkpoint", a.checkpoint}, {"text", a.text},
-                        {"stories", r->documents},    {"tokens", r->tokens},
-                        {"mean_nll", r->mean_nll},    {"perplexity", r->perplexity},
-                        {"seconds", r->seconds}};
+    nlohmann::json j = {
+        {"checkpoint", a.checkpoint}, {"text", a.text},
+        {"stories", r->documents},    {"tokens", r->tokens},
+        {"mean_nll", r->mean_nll},    {"perplexity", r->perplexity},
+        {"seconds", r->seconds}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("checkpoint  %s\ntext        %s\nstories     %lld\ntokens      %lld\n"
-                "mean NLL    %.6f nats/token\nperplexity  %.4f\ntime        %.2f s\n",
-                a.checkpoint.c_str(), a.text.c_str(),
-                static_cast<long long>(r->documents), static_cast<long long>(r->tokens),
-                r->mean_nll, r->perplexity, r->seconds);
+    std::printf(
+        "checkpoint  %s\ntext        %s\nstories     %lld\ntokens      %lld\n"
+        "mean NLL    %.6f nats/token\nperplexity  %.4f\ntime        %.2f s\n",
+        a.checkpoint.c_str(), a.text.c_str(),
+        static_cast<long long>(r->documents), static_cast<long long>(r->tokens),
+        r->mean_nll, r->perplexity, r->seconds);
   }
   return kExitOk;
 }
@@ -58,18 +61,22 @@ int RunGenerate(const GenerateArgs& a) {
 
 void AddModelCommands(CLI::App& app, int* exit_code) {
   auto eval_args = std::make_shared<EvalArgs>();
-  auto* eval = app.add_subcommand("eval", "Perplexity of a checkpoint on a text file");
+  auto* eval =
+      app.add_subcommand("eval", "Perplexity of a checkpoint on a text file");
   eval->add_option("--checkpoint", eval_args->checkpoint,
-                   "GGUF file or safetensors directory")->required();
+                   "GGUF file or safetensors directory")
+      ->required();
   eval->add_option("--text", eval_args->text,
-                   "Text file; documents separated by <|endoftext|> lines")->required();
+                   "Text file; documents separated by <|endoftext|> lines")
+      ->required();
   eval->add_flag("--json", eval_args->json, "Print the result as JSON");
   eval->callback([eval_args, exit_code] { *exit_code = RunEval(*eval_args); });
 
   auto gen_args = std::make_shared<GenerateArgs>();
   auto* gen = app.add_subcommand("generate", "Greedy continuation of a prompt");
   gen->add_option("--checkpoint", gen_args->checkpoint,
-                  "GGUF file or safetensors directory")->required();
+                  "GGUF file or safetensors directory")
+      ->required();
   gen->add_option("--prompt", gen_args->prompt, "Prompt text")->required();
   gen->add_option("--max-tokens", gen_args->max_tokens, "New tokens at most")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/remote.h"
 #include "nlohmann/json.hpp"
 #include "surgery/cache_accounting.h"
 #include "surgery/convert_job.h"
@@ -56,26 +57,33 @@ int RunCache(CacheArgs a) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::printf("layers %lld, heads %lld, kv heads %lld, head dim %lld, context %lld, "
-              "batch %lld, %s (%lld bytes/element)\n",
-              static_cast<long long>(a.shape.layers), static_cast<long long>(a.shape.heads),
-              static_cast<long long>(a.shape.source_kv_heads()),
-              static_cast<long long>(a.shape.head_dim),
-              static_cast<long long>(a.query.context), static_cast<long long>(a.query.batch),
-              a.dtype.c_str(), static_cast<long long>(a.query.bytes_per_element));
+  std::printf(
+      "layers %lld, heads %lld, kv heads %lld, head dim %lld, context %lld, "
+      "batch %lld, %s (%lld bytes/element)\n",
+      static_cast<long long>(a.shape.layers),
+      static_cast<long long>(a.shape.heads),
+      static_cast<long long>(a.shape.source_kv_heads()),
+      static_cast<long long>(a.shape.head_dim),
+      static_cast<long long>(a.query.context),
+      static_cast<long long>(a.query.batch), a.dtype.c_str(),
+      static_cast<long long>(a.query.bytes_per_element));
   std::printf("%-8s %-18s %14s %12s %10s %10s %16s\n", "variant", "config",
-              "elem/tok/layer", "MiB", "vs source", "vs MHA", "K/V params/layer");
+              "elem/tok/layer", "MiB", "vs source", "vs MHA",
+              "K/V params/layer");
   for (const auto& r : *rows) {
     std::printf("%-8s %-18s %14lld %12.2f %9.2f%% %9.2f%% %16lld\n",
                 KvVariantName(r.config.variant), r.config.ToString().c_str(),
-                static_cast<long long>(r.elements_per_token_layer), r.bytes / (1 << 20),
-                100 * r.ratio_to_source, 100 * r.ratio_to_mha,
+                static_cast<long long>(r.elements_per_token_layer),
+                r.bytes / (1 << 20), 100 * r.ratio_to_source,
+                100 * r.ratio_to_mha,
                 static_cast<long long>(r.kv_params_per_layer));
   }
   return kExitOk;
 }
 
 int RunConvert(ConvertArgs a) {
+  if (a.job.out_dir.empty())
+    return Fail(absl::InvalidArgumentError("--out is required"));
   auto variant = ParseKvVariant(a.variant);
   if (!variant.ok()) return Fail(variant.status());
   auto metric = ParseSurgeryMetric(a.metric);
@@ -119,10 +127,11 @@ int RunBenchConvert(BenchConvertArgs a) {
   if (a.json) {
     std::cout << report->ToJson().dump(2) << "\n";
   } else {
-    std::printf("%s -> %s, weight metric, %d iterations at most, %d threads\n"
-                "wall time %.2f s\n",
-                report->source.c_str(), report->target.ToString().c_str(),
-                a.bench.conversion.max_iters, report->threads, report->wall_seconds);
+    std::printf(
+        "%s -> %s, weight metric, %d iterations at most, %d threads\n"
+        "wall time %.2f s\n",
+        report->source.c_str(), report->target.ToString().c_str(),
+        a.bench.conversion.max_iters, report->threads, report->wall_seconds);
   }
   return kExitOk;
 }
@@ -132,59 +141,85 @@ int RunBenchConvert(BenchConvertArgs a) {
 void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   auto c = std::make_shared<CacheArgs>();
   auto* cache = app.add_subcommand(
-      "cache", "KV-cache size of MHA, GQA, MQA, MLA and LRKV for an attention shape");
+      "cache",
+      "KV-cache size of MHA, GQA, MQA, MLA and LRKV for an attention shape");
   cache->add_option("--layers", c->shape.layers, "Layers N")->required();
   cache->add_option("--heads", c->shape.heads, "Query heads H")->required();
-  cache->add_option("--kv-heads", c->shape.kv_heads, "Source KV heads (default H: MHA)");
-  cache->add_option("--head-dim", c->shape.head_dim, "Head dim d_h")->required();
-  cache->add_option("--hidden", c->shape.hidden, "Model width d (default H*d_h)");
-  cache->add_flag("--qk-norm", c->shape.qk_norm, "LRKV caches one QK-norm scale per KV head");
-  auto* rank = cache->add_option("--rank", c->query.rank, "LRKV rank r (MLA matched)");
-  auto* latent = cache->add_option("--latent", c->query.latent, "MLA latent d_c (LRKV matched)");
-  auto* budget = cache->add_option("--budget", c->query.budget,
-                                   "Fraction of the source cache: every variant's largest "
-                                   "config within it");
+  cache->add_option("--kv-heads", c->shape.kv_heads,
+                    "Source KV heads (default H: MHA)");
+  cache->add_option("--head-dim", c->shape.head_dim, "Head dim d_h")
+      ->required();
+  cache->add_option("--hidden", c->shape.hidden,
+                    "Model width d (default H*d_h)");
+  cache->add_flag("--qk-norm", c->shape.qk_norm,
+                  "LRKV caches one QK-norm scale per KV head");
+  auto* rank =
+      cache->add_option("--rank", c->query.rank, "LRKV rank r (MLA matched)");
+  auto* latent = cache->add_option("--latent", c->query.latent,
+                                   "MLA latent d_c (LRKV matched)");
+  auto* budget =
+      cache->add_option("--budget", c->query.budget,
+                        "Fraction of the source cache: every variant's largest "
+                        "config within it");
   rank->excludes(latent)->excludes(budget);
   latent->excludes(budget);
-  cache->add_option("--context", c->query.context, "Tokens L")->check(CLI::PositiveNumber);
-  cache->add_option("--batch", c->query.batch, "Batch b")->check(CLI::PositiveNumber);
+  cache->add_option("--context", c->query.context, "Tokens L")
+      ->check(CLI::PositiveNumber);
+  cache->add_option("--batch", c->query.batch, "Batch b")
+      ->check(CLI::PositiveNumber);
   cache->add_option("--dtype", c->dtype, "bf16 | fp16 | fp32 | fp8");
   cache->add_flag("--json", c->json, "Print JSON");
   cache->callback([c, exit_code] { *exit_code = RunCache(*c); });
 
   auto v = std::make_shared<ConvertArgs>();
   auto* conv = app.add_subcommand(
-      "convert", "Convert a checkpoint's K/V projections to LRKV, GQA, MQA or MLA");
+      "convert",
+      "Convert a checkpoint's K/V projections to LRKV, GQA, MQA or MLA");
   ConversionOptions& o = v->job.conversion;
-  conv->add_option("--checkpoint", v->job.checkpoint, "Source checkpoint")->required();
-  conv->add_option("--variant", v->variant, "lrkv | gqa | mqa | mla")->required();
+  conv->add_option("--checkpoint", v->job.checkpoint, "Source checkpoint")
+      ->required();
+  conv->add_option("--variant", v->variant, "lrkv | gqa | mqa | mla")
+      ->required();
   conv->add_option("--rank", o.rank, "LRKV rank r");
   conv->add_option("--kv-heads", o.kv_heads, "GQA KV heads");
   conv->add_option("--latent", o.latent, "MLA latent d_c");
-  conv->add_option("--budget", o.budget, "Cache budget as a fraction of the source cache");
+  conv->add_option("--budget", o.budget,
+                   "Cache budget as a fraction of the source cache");
   conv->add_option("--metric", v->metric, "weight | activation");
-  conv->add_option("--calib", v->job.calib_path, "Calibration text (activation metric)");
-  conv->add_option("--calib-tokens", v->job.calib_tokens, "Calibration tokens at most");
-  conv->add_option("--calib-range", v->calib_range,
-                   "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
-  conv->add_option("--rope-mode", v->rope_mode, "reconstruct | plane | partial");
+  conv->add_option("--calib", v->job.calib_path,
+                   "Calibration text (activation metric)");
+  conv->add_option("--calib-tokens", v->job.calib_tokens,
+                   "Calibration tokens at most");
+  conv->add_option(
+      "--calib-range", v->calib_range,
+      "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
+  conv->add_option("--rope-mode", v->rope_mode,
+                   "reconstruct | plane | partial");
   conv->add_option("--rope-planes", o.rope_planes_kept,
                    "Partial mode: RoPE planes kept (default a quarter)");
   conv->add_option("--iters", o.max_iters, "Alternating iterations at most");
   conv->add_option("--damping", o.damping, "Whitening damping (relative)");
-  conv->add_option("--eval", v->job.eval_path, "Text for perplexity before/after");
-  conv->add_option("--eval-range", v->eval_range, "Documents of --eval to use, A:B");
-  conv->add_flag("--expand", v->job.expand,
-                 "Write a plain Llama checkpoint with materialised per-head K/V");
-  conv->add_option("--out", v->job.out_dir, "Output folder (must not exist)")->required();
+  conv->add_option("--eval", v->job.eval_path,
+                   "Text for perplexity before/after");
+  conv->add_option("--eval-range", v->eval_range,
+                   "Documents of --eval to use, A:B");
+  conv->add_flag(
+      "--expand", v->job.expand,
+      "Write a plain Llama checkpoint with materialised per-head K/V");
+  conv->add_option("--out", v->job.out_dir,
+                   "Output folder (must not exist; local runs)");
   conv->add_flag("--json", v->json, "Print the report as JSON");
-  conv->callback([v, exit_code] { *exit_code = RunConvert(*v); });
+  auto remote = RemoteJob::Attach(conv, {"convert", {}, {}, {}});
+  conv->callback([v, remote, exit_code] {
+    *exit_code = remote->Requested() ? remote->Run() : RunConvert(*v);
+  });
 
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   auto b = std::make_shared<BenchConvertArgs>();
   auto* bconv = bench->add_subcommand(
-      "convert", "Time the K/V surgery of a random model of a given attention shape");
+      "convert",
+      "Time the K/V surgery of a random model of a given attention shape");
   bconv->add_option("--layers", b->bench.layers, "Layers");
   bconv->add_option("--hidden", b->bench.hidden, "Model width d");
   bconv->add_option("--heads", b->bench.heads, "Query heads H");
@@ -192,11 +227,14 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   bconv->add_option("--head-dim", b->bench.head_dim, "Head dim d_h");
   bconv->add_option("--variant", b->variant, "lrkv | gqa | mqa | mla");
   bconv->add_option("--rank", b->bench.conversion.rank, "LRKV rank r");
-  bconv->add_option("--kv-heads-target", b->bench.conversion.kv_heads, "GQA KV heads");
+  bconv->add_option("--kv-heads-target", b->bench.conversion.kv_heads,
+                    "GQA KV heads");
   bconv->add_option("--latent", b->bench.conversion.latent, "MLA latent d_c");
   bconv->add_option("--budget", b->bench.conversion.budget, "Cache budget");
-  bconv->add_option("--rope-mode", b->rope_mode, "reconstruct | plane | partial");
-  bconv->add_option("--iters", b->bench.conversion.max_iters, "Iterations at most");
+  bconv->add_option("--rope-mode", b->rope_mode,
+                    "reconstruct | plane | partial");
+  bconv->add_option("--iters", b->bench.conversion.max_iters,
+                    "Iterations at most");
   bconv->add_option("--seed", b->bench.seed, "Random seed");
   bconv->add_flag("--json", b->json, "Print the report as JSON");
   bconv->callback([b, exit_code] { *exit_code = RunBenchConvert(*b); });

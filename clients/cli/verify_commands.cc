@@ -1,6 +1,6 @@
 // `lrkv verify`: factored vs expanded decoding, cache bytes, fidelity and head
-// diversity of a checkpoint, with JSON and JUnit outputs for CI gates. Exit 0 when
-// every required check passes, 1 when one fails.
+// diversity of a checkpoint, with JSON and JUnit outputs for CI gates. Exit 0
+// when every required check passes, 1 when one fails.
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/remote.h"
 #include "verify/verify_job.h"
 
 namespace lrkv::cli {
@@ -24,7 +25,8 @@ absl::Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.flush();
-  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  if (!out)
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
   return absl::OkStatus();
 }
 
@@ -34,12 +36,14 @@ int RunVerify(VerifyArgs a) {
   if (!report.ok()) return Fail(report.status());
   std::cout << report->ToTable();
   if (!a.json_path.empty()) {
-    if (auto st = WriteText(a.json_path, report->ToJson().dump(2) + "\n"); !st.ok()) {
+    if (auto st = WriteText(a.json_path, report->ToJson().dump(2) + "\n");
+        !st.ok()) {
       return Fail(st);
     }
   }
   if (!a.junit_path.empty()) {
-    if (auto st = WriteText(a.junit_path, report->ToJUnit()); !st.ok()) return Fail(st);
+    if (auto st = WriteText(a.junit_path, report->ToJUnit()); !st.ok())
+      return Fail(st);
   }
   return report->passed() ? kExitOk : kExitFailure;
 }
@@ -48,20 +52,33 @@ int RunVerify(VerifyArgs a) {
 
 void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto v = std::make_shared<VerifyArgs>();
-  auto* cmd = app.add_subcommand(
-      "verify", "Prove factored decoding equals expanded decoding; fidelity to the source");
-  cmd->add_option("--checkpoint", v->job.checkpoint, "Checkpoint to verify")->required();
+  auto* cmd = app.add_subcommand("verify",
+                                 "Prove factored decoding equals expanded "
+                                 "decoding; fidelity to the source");
+  cmd->add_option("--checkpoint", v->job.checkpoint, "Checkpoint to verify")
+      ->required();
   cmd->add_option("--source", v->job.source, "The model it was converted from");
-  cmd->add_option("--rope-mode", v->modes,
-                  "reconstruct | plane | partial | naive | all (comma-separated)");
-  cmd->add_option("--prompt-tokens", v->job.prompt_tokens, "Teacher-forced prompt tokens");
-  cmd->add_option("--decode-tokens", v->job.decode_tokens, "Greedy steps after the prompt");
+  cmd->add_option(
+      "--rope-mode", v->modes,
+      "reconstruct | plane | partial | naive | all (comma-separated)");
+  cmd->add_option("--prompt-tokens", v->job.prompt_tokens,
+                  "Teacher-forced prompt tokens");
+  cmd->add_option("--decode-tokens", v->job.decode_tokens,
+                  "Greedy steps after the prompt");
   cmd->add_option("--dtype", v->job.dtype, "Cache storage: fp32 | bf16 | both");
-  cmd->add_option("--text", v->job.text, "Text for the prompt and for fidelity");
-  cmd->add_option("--fidelity-tokens", v->job.fidelity_tokens, "Positions for fidelity");
-  cmd->add_option("--json", v->json_path, "Write the report as JSON to this file");
-  cmd->add_option("--junit", v->junit_path, "Write JUnit XML (one testcase per check)");
-  cmd->callback([v, exit_code] { *exit_code = RunVerify(*v); });
+  cmd->add_option("--text", v->job.text,
+                  "Text for the prompt and for fidelity");
+  cmd->add_option("--fidelity-tokens", v->job.fidelity_tokens,
+                  "Positions for fidelity");
+  cmd->add_option("--json", v->json_path,
+                  "Write the report as JSON to this file");
+  cmd->add_option("--junit", v->junit_path,
+                  "Write JUnit XML (one testcase per check)");
+  auto remote = RemoteJob::Attach(
+      cmd, {"verify", {}, {{"rope-mode", "rope_modes"}}, {"rope-mode"}});
+  cmd->callback([v, remote, exit_code] {
+    *exit_code = remote->Requested() ? remote->Run() : RunVerify(*v);
+  });
 }
 
 }  // namespace lrkv::cli

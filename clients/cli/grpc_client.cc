@@ -1,0 +1,321 @@
+// The shared lrkvd client pieces of `lrkv` (see grpc_client.h).
+#include "clients/cli/grpc_client.h"
+
+#include <openssl/evp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "clients/cli/commands.h"
+#include "nlohmann/json.hpp"
+#include "study/compare_html.h"
+
+namespace lrkv::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kChunkBytes = int64_t{1} << 20;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+bool ReadWholeFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return true;
+}
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char digest[32];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
+  std::string out;
+  for (unsigned i = 0; i < len; ++i)
+    absl::StrAppendFormat(&out, "%02x", digest[i]);
+  return out;
+}
+
+bool ShowBar() {
+  return isatty(STDERR_FILENO) && Env("LRKV_NO_PROGRESS").empty();
+}
+
+void PrintProgress(const v1::JobProgress& p, bool bar) {
+  if (bar) {
+    const int width = 24;
+    const int done =
+        p.total() > 0 ? static_cast<int>(width * p.step() / p.total()) : 0;
+    std::fprintf(stderr, "\r\033[K[%s%s] %s %lld/%lld %s",
+                 std::string(done, '#').c_str(),
+                 std::string(width - std::min(done, width), '.').c_str(),
+                 p.stage().c_str(), static_cast<long long>(p.step()),
+                 static_cast<long long>(p.total()), p.message().c_str());
+    if (p.has_loss()) std::fprintf(stderr, " loss %.4f", p.loss());
+  } else {
+    std::fprintf(stderr, "[%lld] %s %lld/%lld %s",
+                 static_cast<long long>(p.seq()), p.stage().c_str(),
+                 static_cast<long long>(p.step()),
+                 static_cast<long long>(p.total()), p.message().c_str());
+    if (p.has_loss()) std::fprintf(stderr, " loss %.4f", p.loss());
+    std::fprintf(stderr, "\n");
+  }
+  std::fflush(stderr);
+}
+
+void WriteJUnit(const v1::Report& r, const std::string& path) {
+  std::ofstream out(path);
+  int failures = 0;
+  for (const auto& c : r.verification().checks()) failures += !c.passed();
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  "
+         "<testsuite name=\"lrkv "
+      << r.job_id() << "\" tests=\"" << r.verification().checks_size()
+      << "\" failures=\"" << failures << "\">\n";
+  for (const auto& c : r.verification().checks()) {
+    out << "    <testcase classname=\"lrkv\" name=\"" << c.name() << "\">";
+    if (!c.passed()) {
+      out << "<failure message=\"max rel " << c.max_rel_error() << ", cos "
+          << c.cos_dist() << "\"/>";
+    }
+    out << "</testcase>\n";
+  }
+  out << "  </testsuite>\n</testsuites>\n";
+}
+
+void PrintSummary(const v1::Report& r) {
+  std::printf("job %s (%s)\n", r.job_id().c_str(),
+              v1::JobKind_Name(r.kind()).c_str());
+  if (r.has_conversion()) {
+    const auto& c = r.conversion();
+    std::printf(
+        "conversion  %s: cache %.2f%% of the source, K/V params %.2f%%, %.2f "
+        "s\n",
+        c.config().c_str(), 100 * c.cache_ratio_to_source(),
+        100 * c.kv_param_ratio_to_source(), c.wall_seconds());
+  }
+  for (const auto& e : r.evaluations()) {
+    std::printf("perplexity  %-16s %.4f (%lld tokens)\n", e.label().c_str(),
+                e.perplexity(), static_cast<long long>(e.tokens()));
+  }
+  if (r.loss_curve_size() > 0) {
+    const auto& last = r.loss_curve(r.loss_curve_size() - 1);
+    std::printf("training    %d points, last %s step %lld loss %.4f\n",
+                r.loss_curve_size(), last.kind().c_str(),
+                static_cast<long long>(last.step()), last.loss());
+  }
+  for (const auto& c : r.verification().checks()) {
+    std::printf("check       %-28s %s  max rel %.3g  cos %.3g  %s\n",
+                c.name().c_str(), c.passed() ? "pass" : "FAIL",
+                c.max_rel_error(), c.cos_dist(), c.detail().c_str());
+  }
+  for (const auto& l : r.latency()) {
+    std::printf("latency     %-18s %-16s L=%-6lld %8.3f ms %7.2f GB/s  %.3fx\n",
+                l.variant().c_str(), l.engine().c_str(),
+                static_cast<long long>(l.context()), l.median_ms(), l.gbps(),
+                l.ratio_to_mha());
+  }
+  if (r.comparison_size() > 0) {
+    auto study =
+        CompareReportFromJson(nlohmann::json::parse(r.json(), nullptr, false));
+    if (study.ok()) std::printf("\n%s", study->ToTable().c_str());
+  }
+  if (r.has_verification()) {
+    std::printf("verification: %s\n",
+                r.verification().passed() ? "PASS" : "FAIL");
+  }
+}
+
+}  // namespace
+
+std::string ServerAddress(const ConnectionArgs& a) {
+  if (!a.server.empty()) return a.server;
+  const std::string env = Env("LRKV_SERVER");
+  return env.empty() ? "127.0.0.1:50051" : env;
+}
+
+std::unique_ptr<v1::Lrkv::Stub> Connect(const ConnectionArgs& a) {
+  std::string ca_path = a.tls_ca.empty() ? Env("LRKV_TLS_CA") : a.tls_ca;
+  std::shared_ptr<grpc::ChannelCredentials> creds =
+      grpc::InsecureChannelCredentials();
+  if (!ca_path.empty()) {
+    grpc::SslCredentialsOptions ssl;
+    if (!ReadWholeFile(ca_path, &ssl.pem_root_certs)) {
+      std::cerr << "lrkv: error: --tls-ca " << ca_path << ": cannot read\n";
+    }
+    creds = grpc::SslCredentials(ssl);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(2 << 20);
+  return v1::Lrkv::NewStub(
+      grpc::CreateCustomChannel(ServerAddress(a), creds, args));
+}
+
+void Authorize(const ConnectionArgs& a, grpc::ClientContext* ctx) {
+  const std::string path =
+      a.token_file.empty() ? Env("LRKV_TOKEN_FILE") : a.token_file;
+  if (path.empty()) return;
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+}
+
+int RpcError(const grpc::Status& st) {
+  std::cerr << "lrkv: error: " << st.error_message() << " (gRPC code "
+            << st.error_code() << ")\n";
+  return kExitServer;
+}
+
+grpc::Status UploadCheckpointFile(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                                  const std::string& path,
+                                  v1::Checkpoint* out) {
+  std::error_code ec;
+  std::string file = path, config, tokenizer;
+  if (fs::is_directory(path, ec)) {
+    file = (fs::path(path) / "model.safetensors").string();
+    if (!fs::exists(file, ec)) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          path +
+              ": uploads take a .gguf file or a folder with one "
+              "model.safetensors (sharded checkpoints: register them)");
+    }
+    if (!ReadWholeFile((fs::path(path) / "config.json").string(), &config)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          path + ": no config.json");
+    }
+    ReadWholeFile((fs::path(path) / "tokenizer.lrkv.json").string(),
+                  &tokenizer);
+  }
+  std::string data;
+  if (!ReadWholeFile(file, &data)) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, file + ": cannot read");
+  }
+  const std::string sha = Sha256Hex(data);
+  // The same file (and config) always gets the same upload id, so a rerun
+  // resumes.
+  const std::string upload_id =
+      "up-" + Sha256Hex(sha + config + tokenizer).substr(0, 40);
+  int64_t committed = 0;
+  {
+    grpc::ClientContext ctx;
+    Authorize(a, &ctx);
+    v1::GetUploadStatusRequest req;
+    req.set_upload_id(upload_id);
+    v1::UploadStatus st;
+    if (stub.GetUploadStatus(&ctx, req, &st).ok() &&
+        st.total_bytes() == static_cast<int64_t>(data.size())) {
+      committed = st.committed_bytes();
+    }
+  }
+  if (committed > 0) {
+    std::fprintf(stderr, "resuming upload of %s at byte %lld\n", file.c_str(),
+                 static_cast<long long>(committed));
+  }
+  grpc::ClientContext ctx;
+  Authorize(a, &ctx);
+  auto writer = stub.UploadCheckpoint(&ctx, out);
+  v1::UploadCheckpointRequest msg;
+  auto* h = msg.mutable_header();
+  h->set_upload_id(upload_id);
+  h->set_file_name(fs::path(file).filename().string());
+  h->set_total_bytes(static_cast<int64_t>(data.size()));
+  h->set_config_json(config);
+  h->set_tokenizer_json(tokenizer);
+  bool open = writer->Write(msg);
+  for (int64_t off = committed; open && off < static_cast<int64_t>(data.size());
+       off += kChunkBytes) {
+    v1::UploadCheckpointRequest c;
+    c.mutable_chunk()->set_offset(off);
+    c.mutable_chunk()->set_data(data.substr(off, kChunkBytes));
+    open = writer->Write(c);
+  }
+  if (open) {
+    v1::UploadCheckpointRequest t;
+    t.mutable_trailer()->set_sha256(sha);
+    writer->Write(t);
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
+grpc::Status EnsureCheckpoint(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                              const std::string& path, v1::Checkpoint* out) {
+  std::error_code ec;
+  const std::string absolute =
+      fs::absolute(path, ec).lexically_normal().string();
+  grpc::ClientContext ctx;
+  Authorize(a, &ctx);
+  v1::RegisterCheckpointRequest req;
+  req.set_path(absolute);
+  const grpc::Status st = stub.RegisterCheckpoint(&ctx, req, out);
+  // The server cannot read it (another machine, or outside its folders): send
+  // it.
+  if (st.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+      (st.error_code() == grpc::StatusCode::NOT_FOUND &&
+       fs::exists(path, ec))) {
+    return UploadCheckpointFile(a, stub, path, out);
+  }
+  return st;
+}
+
+grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                       const std::string& job_id, v1::Job* job) {
+  const bool bar = ShowBar();
+  {
+    grpc::ClientContext ctx;
+    Authorize(a, &ctx);
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    auto reader = stub.WatchJob(&ctx, req);
+    v1::JobProgress p;
+    while (reader->Read(&p)) PrintProgress(p, bar);
+    if (bar) std::fprintf(stderr, "\n");
+    const grpc::Status st = reader->Finish();
+    if (!st.ok()) return st;
+  }
+  grpc::ClientContext ctx;
+  Authorize(a, &ctx);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  return stub.GetJob(&ctx, req, job);
+}
+
+int EmitReport(const v1::Report& r, const ReportOutputs& out) {
+  if (out.json) {
+    std::cout << r.json();
+  } else {
+    PrintSummary(r);
+  }
+  if (!out.junit.empty()) WriteJUnit(r, out.junit);
+  if (!out.html.empty()) {
+    auto study =
+        CompareReportFromJson(nlohmann::json::parse(r.json(), nullptr, false));
+    if (!study.ok()) {
+      std::cerr << "lrkv: error: --html: job " << r.job_id()
+                << " is not a compare job (no comparison rows)\n";
+      return kExitUsage;
+    }
+    std::ofstream html(out.html);
+    html << CompareReportHtml(*study, absl::StrCat("lrkvd job ", r.job_id()));
+    if (!html) {
+      std::cerr << "lrkv: error: " << out.html << ": cannot write\n";
+      return kExitFailure;
+    }
+  }
+  return r.has_verification() && !r.verification().passed() ? kExitFailure
+                                                            : kExitOk;
+}
+
+}  // namespace lrkv::cli

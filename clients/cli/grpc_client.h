@@ -1,0 +1,50 @@
+// The pieces of the lrkvd client the `lrkv` commands share: a stub with
+// credentials (TLS when a CA file is given), bearer-token metadata, one-line
+// RPC errors, checkpoint registration or resumable chunked upload, following a
+// job's progress, and printing or writing its report (summary, JSON, JUnit,
+// HTML).
+#ifndef LRKV_CLIENTS_CLI_GRPC_CLIENT_H_
+#define LRKV_CLIENTS_CLI_GRPC_CLIENT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "clients/cli/remote.h"
+#include "lrkv/v1/lrkv.grpc.pb.h"
+
+namespace lrkv::cli {
+
+std::string ServerAddress(const ConnectionArgs& a);
+std::unique_ptr<v1::Lrkv::Stub> Connect(const ConnectionArgs& a);
+void Authorize(const ConnectionArgs& a, grpc::ClientContext* ctx);
+// Prints "lrkv: error: <message> (gRPC code N)"; returns kExitServer.
+int RpcError(const grpc::Status& st);
+
+// The id of `path` on the server: registered when the server can read it (a
+// path in its allowed folders), uploaded otherwise (a .gguf file, or a
+// safetensors folder with one model.safetensors), resuming an interrupted
+// upload of the same file.
+grpc::Status EnsureCheckpoint(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                              const std::string& path, v1::Checkpoint* out);
+grpc::Status UploadCheckpointFile(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                                  const std::string& path, v1::Checkpoint* out);
+
+// Streams the job's progress to stderr until it ends (a bar on a TTY unless
+// LRKV_NO_PROGRESS=1), then returns its final state in *job.
+grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                       const std::string& job_id, v1::Job* job);
+
+struct ReportOutputs {
+  bool json = false;  // print the JSON report instead of the summary
+  std::string junit;  // write the checks as JUnit XML
+  std::string html;   // write the comparison page (compare jobs)
+};
+// Prints/writes the report; returns kExitFailure when a verification check
+// failed.
+int EmitReport(const v1::Report& report, const ReportOutputs& out);
+
+}  // namespace lrkv::cli
+
+#endif  // LRKV_CLIENTS_CLI_GRPC_CLIENT_H_

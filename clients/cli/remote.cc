@@ -1,0 +1,177 @@
+// Local commands submitted to lrkvd as jobs (see remote.h).
+#include "clients/cli/remote.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "clients/cli/commands.h"
+#include "clients/cli/grpc_client.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Never parameters: connection, output and mode options.
+const std::set<std::string> kNotParams = {
+    "server", "token-file", "tls-ca", "detach", "local", "checkpoint",
+    "out",    "json",       "junit",  "html",   "help"};
+// Parameters naming files the server reads: sent as absolute paths.
+const std::set<std::string> kPathParams = {"calib", "eval", "text", "data",
+                                           "source"};
+
+nlohmann::json Value(const std::string& s) {
+  int64_t i;
+  double d;
+  if (absl::SimpleAtoi(s, &i)) return i;
+  if (absl::SimpleAtod(s, &d)) return d;
+  if (s == "true") return true;
+  if (s == "false") return false;
+  return s;
+}
+
+std::string Underscored(std::string name) {
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+CLI::Option* Find(CLI::App* cmd, const std::string& name) {
+  for (CLI::Option* o : cmd->get_options()) {
+    if (o->get_single_name() == name) return o;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+void AddConnectionOptions(CLI::App* cmd, ConnectionArgs* a) {
+  cmd->add_option("--server", a->server,
+                  "lrkvd address (default $LRKV_SERVER or 127.0.0.1:50051)");
+  cmd->add_option("--token-file", a->token_file,
+                  "Bearer token file (or $LRKV_TOKEN_FILE)");
+  cmd->add_option("--tls-ca", a->tls_ca,
+                  "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)");
+}
+
+std::shared_ptr<RemoteJob> RemoteJob::Attach(CLI::App* cmd, RemoteSpec spec) {
+  auto job = std::shared_ptr<RemoteJob>(new RemoteJob());
+  job->cmd_ = cmd;
+  job->spec_ = std::move(spec);
+  AddConnectionOptions(cmd, &job->conn_);
+  cmd->add_flag("--detach", job->detach_,
+                "With a server: print the job id and return");
+  cmd->add_flag("--local", job->local_,
+                "Run here even when $LRKV_SERVER is set");
+  return job;
+}
+
+bool RemoteJob::Requested() const {
+  if (local_) return false;
+  const char* env = std::getenv("LRKV_SERVER");
+  return !conn_.server.empty() || (env != nullptr && *env != '\0');
+}
+
+int RemoteJob::Run() const {
+  auto stub = Connect(conn_);
+  // The checkpoint (and a heal teacher) become server checkpoint ids.
+  CLI::Option* ckpt_opt = Find(cmd_, "checkpoint");
+  if (ckpt_opt == nullptr || ckpt_opt->count() == 0) {
+    std::cerr << "lrkv: error: --checkpoint is required to run " << spec_.kind
+              << " on a server\n";
+    return kExitUsage;
+  }
+  v1::Checkpoint checkpoint;
+  grpc::Status st =
+      EnsureCheckpoint(conn_, *stub, ckpt_opt->results()[0], &checkpoint);
+  if (!st.ok()) return RpcError(st);
+  nlohmann::json params = nlohmann::json::object();
+  std::error_code ec;
+  for (CLI::Option* o : cmd_->get_options()) {
+    const std::string name = o->get_single_name();
+    if (o->count() == 0 || kNotParams.count(name) || spec_.skip.count(name))
+      continue;
+    const auto renamed = spec_.rename.find(name);
+    const std::string key =
+        renamed != spec_.rename.end() ? renamed->second : Underscored(name);
+    const std::vector<std::string>& results = o->results();
+    if (o->get_expected_min() == 0) {  // a flag
+      params[key] = true;
+    } else if (name == "teacher") {
+      v1::Checkpoint teacher;
+      st = EnsureCheckpoint(conn_, *stub, results[0], &teacher);
+      if (!st.ok()) return RpcError(st);
+      params[key] = teacher.id();
+    } else if (kPathParams.count(name)) {
+      params[key] = fs::absolute(results[0], ec).lexically_normal().string();
+    } else if (spec_.lists.count(name)) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& r : results) {
+        for (absl::string_view part :
+             absl::StrSplit(r, ',', absl::SkipEmpty())) {
+          list.push_back(Value(std::string(part)));
+        }
+      }
+      params[key] = list;
+    } else {
+      params[key] = Value(results[0]);
+    }
+  }
+  v1::JobKind kind;
+  std::string upper = spec_.kind;
+  for (char& c : upper) c = static_cast<char>(std::toupper(c));
+  v1::JobKind_Parse(upper, &kind);
+  v1::Job job;
+  {
+    grpc::ClientContext ctx;
+    Authorize(conn_, &ctx);
+    v1::SubmitJobRequest req;
+    req.set_kind(kind);
+    req.set_checkpoint_id(checkpoint.id());
+    req.set_params_json(params.dump());
+    st = stub->SubmitJob(&ctx, req, &job);
+    if (!st.ok()) return RpcError(st);
+  }
+  std::printf("%s\n", job.id().c_str());
+  std::fflush(stdout);
+  if (detach_) return kExitOk;
+  st = FollowJob(conn_, *stub, job.id(), &job);
+  if (!st.ok()) return RpcError(st);
+  if (job.state() != v1::SUCCEEDED) {
+    std::cerr << "lrkv: error: job " << job.id() << " ended "
+              << v1::JobState_Name(job.state())
+              << (job.error().empty() ? "" : ": " + job.error()) << "\n";
+    return kExitServer;
+  }
+  grpc::ClientContext ctx;
+  Authorize(conn_, &ctx);
+  v1::GetReportRequest req;
+  req.set_job_id(job.id());
+  v1::Report report;
+  st = stub->GetReport(&ctx, req, &report);
+  if (!st.ok()) return RpcError(st);
+  ReportOutputs out;
+  if (CLI::Option* j = Find(cmd_, "json"); j != nullptr && j->count() > 0) {
+    if (j->get_expected_min() == 0) {
+      out.json = true;
+    } else {
+      std::ofstream(j->results()[0]) << report.json();
+    }
+  }
+  if (CLI::Option* j = Find(cmd_, "junit"); j != nullptr && j->count() > 0) {
+    out.junit = j->results()[0];
+  }
+  if (CLI::Option* h = Find(cmd_, "html"); h != nullptr && h->count() > 0) {
+    out.html = h->results()[0];
+  }
+  return EmitReport(report, out);
+}
+
+}  // namespace lrkv::cli

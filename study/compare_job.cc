@@ -1,0 +1,401 @@
+// The comparison study (see compare_job.h).
+#include "study/compare_job.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/checkpoint.h"
+#include "model/language_model.h"
+#include "model/status_macros.h"
+#include "model/text_corpus.h"
+#include "surgery/conversion_options.h"
+#include "train/heal_job.h"
+#include "verify/generate_bench.h"
+#include "verify/verify_job.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+absl::Status Invalid(const std::string& m) {
+  return absl::InvalidArgumentError(m);
+}
+
+// One conversion to run: a variant at a budget with its RoPE handling.
+struct Plan {
+  double budget = 0;
+  KvVariant variant = KvVariant::kLrkv;
+  std::string rope_mode;  // reconstruct | plane (LRKV), reconstruct (MLA),
+                          // expanded (dense)
+  KvConfig target;
+};
+
+absl::Status Validate(const CompareJobOptions& o) {
+  if (o.checkpoint.empty()) return Invalid("--checkpoint is required");
+  if (o.eval.empty()) return Invalid("--eval (held-out text) is required");
+  if (o.work_dir.empty())
+    return Invalid("a work folder is required (--work-dir)");
+  if (o.budgets.empty()) return Invalid("--budget needs at least one value");
+  for (double b : o.budgets) {
+    if (!(b > 0 && b <= 1))
+      return Invalid(absl::StrCat("--budget ", b, " must lie in (0, 1]"));
+  }
+  if (o.variants.empty())
+    return Invalid("--variants needs at least one of gqa, mqa, mla, lrkv");
+  for (const auto& v : o.variants) {
+    if (v != "gqa" && v != "mqa" && v != "mla" && v != "lrkv") {
+      return Invalid(
+          absl::StrCat("--variants: '", v, "' must be gqa, mqa, mla or lrkv"));
+    }
+  }
+  for (const auto& m : o.rope_modes) {
+    if (m != "plane" && m != "reconstruct") {
+      return Invalid(
+          absl::StrCat("--rope-mode: '", m, "' must be plane or reconstruct"));
+    }
+  }
+  if (o.heal_steps < 0 || o.heal_steps > 1000000) {
+    return Invalid(absl::StrCat("--heal-steps ", o.heal_steps,
+                                " must lie in [0, 1000000]"));
+  }
+  if (o.heal_steps > 0 && o.data.empty())
+    return Invalid("--heal-steps needs --data");
+  if (o.contexts.empty()) return Invalid("--context needs at least one length");
+  for (int64_t l : o.contexts) {
+    if (l < 1 || l > 65536)
+      return Invalid(absl::StrCat("--context ", l, " must lie in [1, 65536]"));
+  }
+  if (o.timed_tokens < 1 || o.timed_tokens > 10000) {
+    return Invalid(absl::StrCat("--timed-tokens ", o.timed_tokens,
+                                " must lie in [1, 10000]"));
+  }
+  return absl::OkStatus();
+}
+
+// Every conversion the options ask for, in budget order, with duplicates
+// removed.
+absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
+                                            const ModelConfig& config,
+                                            std::vector<std::string>* notes) {
+  std::vector<double> budgets = o.budgets;
+  std::sort(budgets.begin(), budgets.end());
+  const std::set<std::string> variants(o.variants.begin(), o.variants.end());
+  std::vector<Plan> plans;
+  std::set<std::string> seen;
+  auto add = [&](double budget, KvVariant v, const std::string& mode,
+                 RopeMode rope) -> absl::Status {
+    ConversionOptions c;
+    c.variant = v;
+    c.budget = budget;
+    c.rope_mode = rope;
+    auto target = ResolveTarget(config, c);
+    if (!target.ok()) {
+      notes->push_back(absl::StrCat(KvVariantName(v), " ", mode, " at budget ",
+                                    budget, ": skipped (",
+                                    target.status().message(), ")"));
+      return absl::OkStatus();
+    }
+    const std::string key = absl::StrCat(target->ToString(), "/", mode);
+    if (!seen.insert(key).second) return absl::OkStatus();
+    plans.push_back({budget, v, mode, *target});
+    return absl::OkStatus();
+  };
+  const bool mqa = variants.count("mqa") > 0;
+  const double mqa_ratio = 1.0 / static_cast<double>(config.num_kv_heads);
+  bool mqa_done = false;
+  for (double b : budgets) {
+    if (mqa && !mqa_done && mqa_ratio <= b + 1e-12) {
+      RETURN_IF_ERROR(
+          add(b, KvVariant::kMqa, "expanded", RopeMode::kReconstruct));
+      seen.insert("gqa n_kv=1/expanded");
+      mqa_done = true;
+    }
+    if (variants.count("gqa")) {
+      ConversionOptions c;
+      c.variant = KvVariant::kGqa;
+      c.budget = b;
+      auto t = ResolveTarget(config, c);
+      // GQA pooled to one head is MQA: keep it only when MQA is not in the
+      // study.
+      if (!(t.ok() && t->kv_heads == 1 && mqa)) {
+        RETURN_IF_ERROR(
+            add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
+      }
+    }
+    if (variants.count("mla")) {
+      RETURN_IF_ERROR(
+          add(b, KvVariant::kMla, "reconstruct", RopeMode::kReconstruct));
+    }
+    if (variants.count("lrkv")) {
+      for (const auto& m : o.rope_modes) {
+        RETURN_IF_ERROR(
+            add(b, KvVariant::kLrkv, m,
+                m == "plane" ? RopeMode::kPlane : RopeMode::kReconstruct));
+      }
+    }
+  }
+  if (mqa && !mqa_done) {
+    notes->push_back(absl::StrCat("mqa: its cache ratio ", mqa_ratio,
+                                  " exceeds every budget"));
+  }
+  return plans;
+}
+
+std::string RowDir(const CompareJobOptions& o, const Plan& p) {
+  std::string name = absl::StrCat(p.target.ToString(), "-", p.rope_mode);
+  for (char& c : name) {
+    if (c == ' ' || c == '=') c = '_';
+  }
+  return (fs::path(o.work_dir) / name).string();
+}
+
+absl::StatusOr<double> Perplexity(const std::string& checkpoint,
+                                  const std::vector<std::string>& docs,
+                                  int64_t* tokens) {
+  ASSIGN_OR_RETURN(auto model, LanguageModel::Load(checkpoint));
+  ASSIGN_OR_RETURN(auto r, model->Perplexity(docs));
+  if (tokens != nullptr) *tokens = r.tokens;
+  return r.perplexity;
+}
+
+// Median-free whole-model step time: timed_tokens greedy steps after `context`
+// cached.
+absl::StatusOr<double> StepMs(const std::string& checkpoint,
+                              const std::string& mode, int64_t context,
+                              int64_t tokens) {
+  GenerateBenchOptions g;
+  g.checkpoint = checkpoint;
+  g.mode = mode == "expanded" ? "reconstruct" : mode;
+  g.context = context;
+  g.tokens = tokens;
+  ASSIGN_OR_RETURN(auto rows, RunGenerateBench(g));
+  // Dense checkpoints have only the expanded row; factored ones time their mode
+  // last.
+  return 1e3 / rows.back().tokens_per_second;
+}
+
+}  // namespace
+
+int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
+                          const std::string& mode, int64_t L) {
+  const int64_t H = s.heads, dh = s.head_dim;
+  switch (c.variant) {
+    case KvVariant::kLrkv: {
+      const int64_t r = c.rank, hkv = s.source_kv_heads();
+      // Shared key/value dots for every head, latent dots, and the per-step
+      // latent projections of q and of the output.
+      int64_t macs = 2 * L * H * (dh + r) + 2 * H * r * dh;
+      // reconstruct: every cached key is rebuilt (up-projection) and rotated.
+      if (mode == "reconstruct")
+        macs += L * hkv * (r * dh + 2 * dh) + H * L * dh;
+      return macs;
+    }
+    case KvVariant::kMla:
+      // Exact RoPE: keys and values are materialised per head from the latent.
+      return 2 * L * H * c.latent * dh + 2 * H * L * dh;
+    default:
+      return 2 * H * L * dh;
+  }
+}
+
+absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
+                                            const CompareProgress& progress) {
+  RETURN_IF_ERROR(Validate(o));
+  auto report_progress = [&](const std::string& stage, int64_t i, int64_t n,
+                             const std::string& m) {
+    if (progress) progress(stage, i, n, m);
+  };
+  ASSIGN_OR_RETURN(auto source, Checkpoint::Open(o.checkpoint));
+  const ModelConfig config = source->config();
+  if (config.kv.layout != KvLayout::kDense) {
+    return Invalid(absl::StrCat(
+        o.checkpoint, ": the study converts a dense (MHA/GQA) source"));
+  }
+  const AttentionShape shape = ShapeOf(config);
+  CompareReport report;
+  report.model =
+      o.label.empty() ? fs::path(o.checkpoint).filename().string() : o.label;
+  ASSIGN_OR_RETURN(auto eval_docs_all, ReadDocuments(o.eval));
+  const std::vector<std::string> eval_docs = o.eval_range.Slice(eval_docs_all);
+  if (eval_docs.empty()) return Invalid("--eval-range selects no document");
+  ASSIGN_OR_RETURN(std::vector<Plan> plans,
+                   MakePlans(o, config, &report.notes));
+  std::error_code ec;
+  fs::create_directories(o.work_dir, ec);
+  if (ec)
+    return absl::PermissionDeniedError(
+        absl::StrCat(o.work_dir, ": ", ec.message()));
+
+  report_progress("source", 0, static_cast<int64_t>(plans.size()),
+                  "measuring the source");
+  ASSIGN_OR_RETURN(report.source_perplexity,
+                   Perplexity(o.checkpoint, eval_docs, &report.eval_tokens));
+  std::map<int64_t, double> mha_ms;
+  for (int64_t L : o.contexts) {
+    ASSIGN_OR_RETURN(mha_ms[L],
+                     StepMs(o.checkpoint, "expanded", L, o.timed_tokens));
+    report.latency.push_back(
+        {report.model, "mha (source)", "expanded", L, mha_ms[L], 1.0});
+  }
+  // The held-out text as written for the verifier's KL (it reads the file's
+  // start).
+  const std::string kl_text = (fs::path(o.work_dir) / "heldout.txt").string();
+  {
+    std::string joined;
+    for (const auto& d : eval_docs)
+      absl::StrAppend(&joined, d, "\n<|endoftext|>\n");
+    RETURN_IF_ERROR(WriteFileAtomically(kl_text, joined));
+  }
+  const int64_t n = static_cast<int64_t>(plans.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const Plan& p = plans[i];
+    const std::string name =
+        absl::StrCat(p.target.ToString(), " ", p.rope_mode);
+    const std::string dir = RowDir(o, p);
+    fs::remove_all(dir, ec);
+    fs::create_directories(dir, ec);
+    CompareRow row;
+    row.model = report.model;
+    row.budget = p.budget;
+    row.variant = KvVariantName(p.variant);
+    row.rope_mode = p.rope_mode;
+    row.config = p.target.ToString();
+
+    report_progress("convert", i + 1, n, name);
+    ConvertJobOptions co;
+    co.checkpoint = o.checkpoint;
+    co.out_dir = dir + "/converted";
+    co.conversion.variant = p.variant;
+    co.conversion.budget = p.budget;
+    co.conversion.rope_mode =
+        p.rope_mode == "plane" ? RopeMode::kPlane : RopeMode::kReconstruct;
+    if (!o.calib.empty()) {
+      co.conversion.metric = SurgeryMetric::kActivation;
+      co.calib_path = o.calib;
+      co.calib_range = o.calib_range;
+    }
+    ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
+    row.cache_ratio = cr.footprint.ratio_to_source;
+    row.kv_params = cr.footprint.kv_params_per_layer;
+    ASSIGN_OR_RETURN(row.ppl_before,
+                     Perplexity(co.out_dir, eval_docs, nullptr));
+    std::string model = co.out_dir;
+
+    if (o.heal_steps > 0) {
+      report_progress("heal", i + 1, n, name);
+      HealJobOptions ho;
+      ho.checkpoint = co.out_dir;
+      ho.teacher = o.checkpoint;
+      ho.data = o.data;
+      ho.data_range = o.data_range;
+      ho.seq_len = o.heal_seq_len;
+      ho.heal.steps = o.heal_steps;
+      ho.heal.batch = o.heal_batch;
+      ho.heal.lr = o.heal_lr;
+      ho.heal.warmup = std::min(o.heal_warmup, o.heal_steps);
+      ho.heal.eval_every = 0;
+      ho.heal.trainable = TrainableSet::kKv;
+      ho.heal.loss = HealLoss::kKd;
+      ho.out_dir = dir + "/healed";
+      ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, nullptr));
+      model = ho.out_dir;
+      ASSIGN_OR_RETURN(double after, Perplexity(model, eval_docs, nullptr));
+      row.ppl_after = after;
+    }
+
+    report_progress("verify", i + 1, n, name);
+    VerifyJobOptions vo;
+    vo.checkpoint = model;
+    vo.source = o.checkpoint;
+    vo.modes = {p.rope_mode == "expanded" ? "all" : p.rope_mode};
+    vo.prompt_tokens = 16;
+    vo.decode_tokens = 8;
+    vo.text = kl_text;
+    vo.fidelity_tokens = o.kl_tokens;
+    ASSIGN_OR_RETURN(VerifyReport vr, RunVerifyJob(vo));
+    row.verdict = "n/a (dense cache)";
+    for (const auto& e : vr.equivalence) {
+      if (e.mode == p.rope_mode && e.dtype == "fp32" && e.applicable) {
+        row.verdict = e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
+      }
+    }
+    if (vr.fidelity) row.kl_mean = vr.fidelity->kl_mean;
+
+    report_progress("bench", i + 1, n, name);
+    for (int64_t L : o.contexts) {
+      ASSIGN_OR_RETURN(double ms,
+                       StepMs(model, p.rope_mode, L, o.timed_tokens));
+      report.latency.push_back(
+          {report.model, row.config, p.rope_mode, L, ms, ms / mha_ms[L]});
+      row.step_ms = ms;
+      row.step_ratio_to_mha = ms / mha_ms[L];
+      row.madds_per_step = DecodeMacsPerStep(shape, p.target, p.rope_mode, L);
+    }
+    report.rows.push_back(row);
+  }
+  return report;
+}
+
+nlohmann::json CompareReport::ToJson() const {
+  nlohmann::json rows_json = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json j = {{"model", r.model},
+                        {"budget", r.budget},
+                        {"variant", r.variant},
+                        {"rope_mode", r.rope_mode},
+                        {"config", r.config},
+                        {"cache_ratio", r.cache_ratio},
+                        {"kv_params_per_layer", r.kv_params},
+                        {"ppl_before_healing", r.ppl_before},
+                        {"verdict", r.verdict},
+                        {"step_ms", r.step_ms},
+                        {"step_ratio_to_mha", r.step_ratio_to_mha},
+                        {"attention_madds_per_step_layer", r.madds_per_step}};
+    if (r.ppl_after) j["ppl_after_healing"] = *r.ppl_after;
+    if (r.kl_mean) j["kl_mean"] = *r.kl_mean;
+    rows_json.push_back(j);
+  }
+  nlohmann::json lat = nlohmann::json::array();
+  for (const auto& l : latency) {
+    lat.push_back({{"config", l.config},
+                   {"rope_mode", l.rope_mode},
+                   {"context", l.context},
+                   {"step_ms", l.step_ms},
+                   {"ratio_to_mha", l.ratio_to_mha}});
+  }
+  return {{"model", model},
+          {"source_perplexity", source_perplexity},
+          {"eval_tokens", eval_tokens},
+          {"rows", rows_json},
+          {"latency", lat},
+          {"notes", notes}};
+}
+
+std::string CompareReport::ToTable() const {
+  std::string out = absl::StrFormat(
+      "model %s: source perplexity %.4f on %d held-out tokens\n\n"
+      "| budget | config | RoPE | cache | K/V params | ppl before | ppl after "
+      "| KL | verdict | "
+      "step vs MHA | MACs/step/layer |\n"
+      "|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n",
+      model, source_perplexity, eval_tokens);
+  for (const auto& r : rows) {
+    absl::StrAppendFormat(
+        &out,
+        "| %.2f | %s | %s | %.1f%% | %d | %.3f | %s | %s | %s | %.2fx | %d |\n",
+        r.budget, r.config, r.rope_mode, 100 * r.cache_ratio, r.kv_params,
+        r.ppl_before, r.ppl_after ? absl::StrFormat("%.3f", *r.ppl_after) : "-",
+        r.kl_mean ? absl::StrFormat("%.3f", *r.kl_mean) : "-", r.verdict,
+        r.step_ratio_to_mha, r.madds_per_step);
+  }
+  for (const auto& n : notes) absl::StrAppend(&out, "\nnote: ", n);
+  if (!notes.empty()) out += "\n";
+  return out;
+}
+
+}  // namespace lrkv

@@ -1,0 +1,38 @@
+// Small self-contained SVG line/scatter plots for the comparison report: axes
+// with ticks (linear or logarithmic), a grid, one polyline with markers per
+// series, and a legend. No JavaScript and no external files, so the report
+// opens anywhere.
+#ifndef LRKV_STUDY_SVG_PLOT_H_
+#define LRKV_STUDY_SVG_PLOT_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lrkv {
+
+struct PlotSeries {
+  std::string name;
+  std::vector<std::pair<double, double>>
+      points;  // (x, y), drawn in the order given
+  bool dashed = false;
+  bool line = true;  // false: markers only
+};
+
+struct PlotOptions {
+  std::string title, x_label, y_label;
+  bool log_x = false, log_y = false;
+  int width = 680, height = 420;
+};
+
+// Points with non-finite coordinates (or non-positive ones on a log axis) are
+// skipped.
+std::string RenderSvgPlot(const PlotOptions& options,
+                          const std::vector<PlotSeries>& series);
+
+// Escapes &, <, >, " for HTML/SVG text and attributes.
+std::string EscapeXml(const std::string& text);
+
+}  // namespace lrkv
+
+#endif  // LRKV_STUDY_SVG_PLOT_H_
