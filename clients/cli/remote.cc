@@ -124,6 +124,11 @@ int RemoteJob::Run() const {
       params[key] = Value(results[0]);
     }
   }
+  // Uploaded checkpoints are stored under their hash: keep the user's name on
+  // reports.
+  if (Find(cmd_, "label") != nullptr && !params.contains("label")) {
+    params["label"] = fs::path(ckpt_opt->results()[0]).filename().string();
+  }
   v1::JobKind kind;
   std::string upper = spec_.kind;
   for (char& c : upper) c = static_cast<char>(std::toupper(c));
