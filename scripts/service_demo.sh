@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The whole pipeline through the service on stories260K: start lrkvd on a free port with
-# a temporary data folder, register the model, run a pipeline job (LRKV at budget 0.5,
+# a temporary data folder, upload the model (1 MiB chunks, sha256-checked), run a pipeline job (LRKV at budget 0.5,
 # plane RoPE, 40 healing steps, verification, decode benchmark), watch it, print the
 # report, stop the server. Needs build/bin/lrkv and build/bin/lrkvd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=$(realpath "${LRKV_SHARED_DIR:-../shared}")
 source clients/lrkvd_local.sh
-start_lrkvd "$SHARED"
+# The server reads the text (calibration, healing, verification) from the shared data
+# folder; the model itself is uploaded.
+start_lrkvd "$SHARED/data"
 echo "lrkvd on $LRKV_SERVER, data in $LRKVD_DATA"
-id=$(./build/bin/lrkv register "$SHARED/models/stories260K.gguf" | cut -d' ' -f1)
+id=$(./build/bin/lrkv upload "$SHARED/models/stories260K.gguf" | cut -d' ' -f1)
+echo "uploaded stories260K.gguf as checkpoint $id"
 text="$SHARED/data/tinystories-valid-excerpt.txt"
 params=$(cat <<JSON
 {"convert": {"variant": "lrkv", "budget": 0.5, "rope_mode": "plane", "metric": "activation",
@@ -22,7 +25,7 @@ JSON
 )
 job=$(./build/bin/lrkv submit pipeline --checkpoint-id "$id" --params "$params" --detach)
 echo "pipeline job $job"
-./build/bin/lrkv jobs watch "$job"
+LRKV_NO_PROGRESS=1 ./build/bin/lrkv jobs watch "$job"
 ./build/bin/lrkv report "$job" || true  # exit 1 means a check failed; show the summary anyway
 ./build/bin/lrkv report "$job" --json >"$LRKVD_DATA/report.json" || true
 python3 - "$LRKVD_DATA/report.json" <<'PY'

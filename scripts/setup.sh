@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev sqlite3 libssl-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgloo-dev
-  python3-grpcio python3-protobuf
+  python3-grpcio python3-protobuf openssl chromium bible-kjv bible-kjv-text
   clang libclang-rt-14-dev
 )
 

@@ -14,6 +14,27 @@ namespace lrkv::service {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+std::string Hex(const unsigned char* digest, unsigned int len) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < len; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 15]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Sha256OfBytes(const std::string& bytes) {
+  unsigned char digest[32];
+  unsigned int len = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &len, EVP_sha256(), nullptr);
+  return Hex(digest, len);
+}
+
 absl::StatusOr<std::string> Sha256OfPath(const std::string& path) {
   std::vector<fs::path> files;
   std::error_code ec;
@@ -43,13 +64,7 @@ absl::StatusOr<std::string> Sha256OfPath(const std::string& path) {
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, digest, &len);
   EVP_MD_CTX_free(ctx);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out.push_back(hex[digest[i] >> 4]);
-    out.push_back(hex[digest[i] & 15]);
-  }
-  return out;
+  return Hex(digest, len);
 }
 
 }  // namespace lrkv::service

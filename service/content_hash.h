@@ -11,6 +11,7 @@ namespace lrkv::service {
 
 // Lowercase hex.
 absl::StatusOr<std::string> Sha256OfPath(const std::string& path);
+std::string Sha256OfBytes(const std::string& bytes);
 
 }  // namespace lrkv::service
 

@@ -77,9 +77,19 @@ std::string CompareReportHtml(const CompareReport& r,
       after[name].points.push_back({100 * row.cache_ratio, *row.ppl_after});
     }
   }
+  // One colour per variant, shared by its converted and healed lines.
+  std::map<std::string, int> colors;
+  for (const auto& [name, s] : before)
+    colors.emplace(name, static_cast<int>(colors.size()));
   std::vector<PlotSeries> quality;
-  for (auto& [name, s] : after) quality.push_back(s);
-  for (auto& [name, s] : before) quality.push_back(s);
+  for (auto& [name, s] : after) {
+    s.color = colors[name];
+    quality.push_back(s);
+  }
+  for (auto& [name, s] : before) {
+    s.color = colors[name];
+    quality.push_back(s);
+  }
   quality.push_back(
       {"source (MHA)", {{100.0, r.source_perplexity}}, false, false});
   PlotOptions q;
@@ -97,7 +107,10 @@ std::string CompareReportHtml(const CompareReport& r,
     trade[name].points.push_back({row.step_ratio_to_mha, BestPerplexity(row)});
   }
   std::vector<PlotSeries> trade_series;
-  for (auto& [name, s] : trade) trade_series.push_back(s);
+  for (auto& [name, s] : trade) {
+    s.color = colors[name];
+    trade_series.push_back(s);
+  }
   trade_series.push_back(
       {"source (MHA)", {{1.0, r.source_perplexity}}, false, false});
   PlotOptions t;

@@ -101,7 +101,14 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
       return absl::OkStatus();
     }
     const std::string key = absl::StrCat(target->ToString(), "/", mode);
-    if (!seen.insert(key).second) return absl::OkStatus();
+    if (!seen.insert(key).second) {
+      notes->push_back(absl::StrCat(
+          KvVariantName(v), " ", mode, " at budget ", budget, ": ",
+          target->ToString(),
+          " is the largest that fits, already measured at a smaller "
+          "budget; not repeated"));
+      return absl::OkStatus();
+    }
     plans.push_back({budget, v, mode, *target});
     return absl::OkStatus();
   };
@@ -122,7 +129,10 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
       auto t = ResolveTarget(config, c);
       // GQA pooled to one head is MQA: keep it only when MQA is not in the
       // study.
-      if (!(t.ok() && t->kv_heads == 1 && mqa)) {
+      if (t.ok() && t->kv_heads == 1 && mqa) {
+        notes->push_back(absl::StrCat(
+            "gqa at budget ", b, " pools to one KV head: that is the mqa row"));
+      } else {
         RETURN_IF_ERROR(
             add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
       }

@@ -11,9 +11,12 @@
 namespace lrkv {
 namespace {
 
-// Colour-blind-safe palette (Okabe-Ito).
+// Colour-blind-safe palettes (Okabe-Ito, then Tol's muted), 16 colours.
 constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
-                                   "#E69F00", "#56B4E9", "#000000", "#F0E442"};
+                                   "#E69F00", "#56B4E9", "#000000", "#882255",
+                                   "#44AA99", "#999933", "#332288", "#AA4499",
+                                   "#117733", "#DDCC77", "#88CCEE", "#661100"};
+constexpr int kNumColors = 16;
 
 struct Axis {
   bool log = false;
@@ -114,7 +117,7 @@ std::string RenderSvgPlot(const PlotOptions& o,
   }
   Fit(x, xs);
   Fit(y, ys);
-  const double left = 70, right = 190, top = 36, bottom = 52;
+  const double left = 70, right = 250, top = 36, bottom = 52;
   const double pw = o.width - left - right, ph = o.height - top - bottom;
   auto sx = [&](double v) {
     return left + (x.T(v) - x.lo) / (x.hi - x.lo) * pw;
@@ -159,7 +162,7 @@ std::string RenderSvgPlot(const PlotOptions& o,
       top + ph / 2, EscapeXml(o.y_label));
   int index = 0;
   for (const auto& s : series) {
-    const char* color = kColors[index % 8];
+    const char* color = kColors[(s.color >= 0 ? s.color : index) % kNumColors];
     std::string pts;
     std::string marks;
     for (const auto& [px, py] : s.points) {

@@ -17,12 +17,15 @@ struct PlotSeries {
       points;  // (x, y), drawn in the order given
   bool dashed = false;
   bool line = true;  // false: markers only
+  // Palette index; series that belong together (a variant before and after
+  // healing) share one. -1: the series' own position.
+  int color = -1;
 };
 
 struct PlotOptions {
   std::string title, x_label, y_label;
   bool log_x = false, log_y = false;
-  int width = 680, height = 420;
+  int width = 760, height = 420;
 };
 
 // Points with non-finite coordinates (or non-positive ones on a log axis) are

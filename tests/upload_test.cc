@@ -4,7 +4,6 @@
 // an oversized file, an oversized chunk and every file of the malformed corpus
 // are refused with the right code and leave nothing behind.
 #include <grpcpp/grpcpp.h>
-#include <openssl/evp.h>
 
 #include <filesystem>
 #include <fstream>
@@ -30,18 +29,7 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-std::string Sha256Hex(const std::string& data) {
-  unsigned char digest[32];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < len; ++i) {
-    out.push_back(hex[digest[i] >> 4]);
-    out.push_back(hex[digest[i] & 15]);
-  }
-  return out;
-}
+std::string Sha256Hex(const std::string& data) { return Sha256OfBytes(data); }
 
 class UploadTest : public ::testing::Test {
  protected:

@@ -120,10 +120,14 @@ void PrintSummary(const v1::Report& r) {
                 c.max_rel_error(), c.cos_dist(), c.detail().c_str());
   }
   for (const auto& l : r.latency()) {
-    std::printf("latency     %-18s %-16s L=%-6lld %8.3f ms %7.2f GB/s  %.3fx\n",
+    // Whole-model rows have no bandwidth figure (they move more than the
+    // cache).
+    const std::string gbps =
+        l.gbps() > 0 ? absl::StrFormat("%7.2f GB/s", l.gbps()) : "";
+    std::printf("latency     %-18s %-16s L=%-6lld %8.3f ms  %.3fx vs MHA %s\n",
                 l.variant().c_str(), l.engine().c_str(),
-                static_cast<long long>(l.context()), l.median_ms(), l.gbps(),
-                l.ratio_to_mha());
+                static_cast<long long>(l.context()), l.median_ms(),
+                l.ratio_to_mha(), gbps.c_str());
   }
   if (r.comparison_size() > 0) {
     auto study =

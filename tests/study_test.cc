@@ -1,0 +1,140 @@
+// The comparison study's pieces: option checks, the multiply-add model, the
+// JSON round trip behind `lrkv report --html`, and the SVG plots; plus one
+// small real study on stories260K (no healing) whose rows must be internally
+// consistent.
+#include <regex>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "study/compare_html.h"
+#include "study/compare_job.h"
+#include "study/svg_plot.h"
+#include "tests/test_paths.h"
+
+namespace lrkv {
+namespace {
+
+using ::testing::HasSubstr;
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos;
+       p = text.find(what, p + 1))
+    ++n;
+  return n;
+}
+
+TEST(Study, BadOptionsAreRefusedWithTheirName) {
+  CompareJobOptions o;
+  o.checkpoint = lrkv::testing::StoriesModelPath();
+  o.eval = lrkv::testing::StoriesTextPath();
+  o.work_dir = lrkv::testing::FreshTempDir("study_bad").string();
+  auto expect = [&](CompareJobOptions bad, const std::string& phrase) {
+    auto r = RunCompareJob(bad);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << phrase;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(phrase));
+  };
+  CompareJobOptions b = o;
+  b.budgets = {0};
+  expect(b, "--budget 0 must lie in (0, 1]");
+  b = o;
+  b.variants = {"lrkv", "mha2"};
+  expect(b, "'mha2' must be gqa, mqa, mla or lrkv");
+  b = o;
+  b.rope_modes = {"partial"};
+  expect(b, "'partial' must be plane or reconstruct");
+  b = o;
+  b.heal_steps = 5;
+  expect(b, "--heal-steps needs --data");
+  b = o;
+  b.eval.clear();
+  expect(b, "--eval");
+}
+
+TEST(Study, MultiplyAddsFollowEachDecodePath) {
+  AttentionShape s;
+  s.heads = 12;
+  s.head_dim = 128;
+  KvConfig mha;
+  const int64_t L = 1000;
+  EXPECT_EQ(DecodeMacsPerStep(s, mha, "expanded", L), 2 * 12 * L * 128);
+  KvConfig lrkv;
+  lrkv.variant = KvVariant::kLrkv;
+  lrkv.rank = 51;
+  const int64_t plane = DecodeMacsPerStep(s, lrkv, "plane", L);
+  EXPECT_EQ(plane, 2 * L * 12 * (128 + 51) + 2 * 12 * 51 * 128);
+  // Reconstruction rebuilds and rotates every cached key at every step.
+  EXPECT_EQ(DecodeMacsPerStep(s, lrkv, "reconstruct", L) - plane,
+            L * 12 * (51 * 128 + 2 * 128) + 12 * L * 128);
+  KvConfig mla;
+  mla.variant = KvVariant::kMla;
+  mla.latent = 256;
+  EXPECT_EQ(DecodeMacsPerStep(s, mla, "reconstruct", L),
+            2 * L * 12 * 256 * 128 + 2 * 12 * L * 128);
+}
+
+TEST(Study, SvgPlotsDrawEverySeriesAndEscapeNames) {
+  PlotOptions o;
+  o.title = "a <b> & c";
+  o.log_y = true;
+  const std::string svg = RenderSvgPlot(
+      o, {{"lrkv \"plane\"", {{25, 30}, {50, 14}, {75, 4.5}}},
+          {"mla",
+           {{25, 5.4}, {50, 3.7}, {75, 0}}},  // y = 0 cannot sit on a log axis
+          {"source", {{100, 3.47}}, false, false}});
+  EXPECT_EQ(Count(svg, "<svg"), 1);
+  EXPECT_EQ(Count(svg, "<polyline"), 2);  // the markers-only series has none
+  EXPECT_EQ(Count(svg, "<circle cx") - 3, 3 + 2 + 1);  // 3 legend markers
+  EXPECT_THAT(svg, HasSubstr("a &lt;b&gt; &amp; c"));
+  EXPECT_THAT(svg, HasSubstr("lrkv &quot;plane&quot;"));
+  EXPECT_EQ(svg.find("nan"), std::string::npos);
+  EXPECT_EQ(svg.find("inf"), std::string::npos);
+}
+
+// A real study, small: stories260K at one budget, GQA and LRKV plane, no
+// healing.
+TEST(Study, SmallStudyRowsAreConsistentAndRoundTrip) {
+  CompareJobOptions o;
+  o.checkpoint = lrkv::testing::StoriesModelPath();
+  o.label = "stories260K";
+  o.budgets = {0.5};
+  o.variants = {"gqa", "lrkv"};
+  o.rope_modes = {"plane"};
+  o.eval = lrkv::testing::StoriesTextPath();
+  o.eval_range = {0.9, 1.0};
+  o.kl_tokens = 300;
+  o.contexts = {16, 32};
+  o.timed_tokens = 2;
+  o.work_dir = lrkv::testing::FreshTempDir("study_small").string();
+  auto r = RunCompareJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 2u);
+  EXPECT_GT(r->source_perplexity, 1.0);
+  for (const auto& row : r->rows) {
+    SCOPED_TRACE(row.config);
+    EXPECT_DOUBLE_EQ(row.cache_ratio, 0.5);
+    EXPECT_GT(row.ppl_before,
+              r->source_perplexity);          // conversion loses something
+    EXPECT_FALSE(row.ppl_after.has_value());  // no healing asked for
+    ASSERT_TRUE(row.kl_mean.has_value());
+    EXPECT_GT(*row.kl_mean, 0.0);
+    EXPECT_GT(row.step_ms, 0.0);
+    EXPECT_GT(row.madds_per_step, 0);
+  }
+  EXPECT_EQ(r->rows[0].config, "gqa n_kv=2");
+  EXPECT_EQ(r->rows[0].verdict, "n/a (dense cache)");
+  EXPECT_EQ(r->rows[1].config, "lrkv r=2");
+  EXPECT_EQ(r->rows[1].verdict, "EQUIVALENT");
+  EXPECT_EQ(r->latency.size(), 2u * 3u);  // source + two rows, at two contexts
+  auto back = CompareReportFromJson(r->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToTable(), r->ToTable());
+  const std::string html = CompareReportHtml(*back, "test");
+  EXPECT_EQ(Count(html, "<svg"), 3);
+  EXPECT_THAT(html, HasSubstr("lrkv r=2"));
+  EXPECT_EQ(CompareReportFromJson(nlohmann::json::object()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lrkv
