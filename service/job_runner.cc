@@ -41,6 +41,7 @@ std::string JobRunner::ArtifactPath(const std::string& id) const {
 absl::Status JobRunner::Start() {
   std::error_code ec;
   fs::create_directories(fs::path(options_.data_dir) / "reports", ec);
+  fs::create_directories(fs::path(options_.data_dir) / "logs", ec);
   fs::create_directories(fs::path(options_.data_dir) / "artifacts", ec);
   if (ec)
     return absl::PermissionDeniedError(
@@ -86,6 +87,24 @@ absl::Status JobRunner::Cancel(const std::string& id) {
   return absl::OkStatus();
 }
 
+bool JobRunner::StopRequested(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_ || cancelled_.count(id) > 0;
+}
+
+std::function<bool()> JobRunner::StopCheck(const std::string& id) {
+  return [this, id] { return StopRequested(id); };
+}
+
+void JobRunner::Log(const std::string& job_id, const std::string& line) {
+  std::ofstream log(LogPath(job_id), std::ios::app);
+  log << Now() << " " << line << "\n";
+}
+
+std::string JobRunner::LogPath(const std::string& id) const {
+  return (fs::path(options_.data_dir) / "logs" / (id + ".log")).string();
+}
+
 void JobRunner::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -112,17 +131,33 @@ void JobRunner::Work() {
     if (!job.ok() || job->state != JobState::kQueued)
       continue;  // cancelled or deleted
     if (!store_->TransitionJob(id, JobState::kRunning, Now()).ok()) continue;
+    Log(id, absl::StrCat("start: ", job->kind, " attempt ", job->attempts + 1,
+                         " params ", job->params_json));
     JobEvent start;
     start.at = Now();
     start.stage = job->kind;
     start.message = "started";
     (void)store_->AppendEvent(id, start);
     const absl::Status result = Execute(*job);
-    bool cancelled;
+    bool cancelled, shutting_down;
     {
       std::lock_guard<std::mutex> lock(mu_);
       cancelled = cancelled_.erase(id) > 0;
+      shutting_down = stopping_;
     }
+    // Stopped by a shutdown, not by its user: back to the queue for the next
+    // start.
+    if (absl::IsCancelled(result) && shutting_down && !cancelled) {
+      Log(id, "re-queued: the server is shutting down");
+      Stage(id, job->kind, 0, 1, "re-queued: the server is shutting down");
+      (void)store_->TransitionJob(id, JobState::kQueued, Now());
+      continue;
+    }
+    Log(id, absl::StrCat("end: ",
+                         cancelled     ? "cancelled"
+                         : result.ok() ? "succeeded"
+                                       : "failed: ",
+                         result.ok() ? "" : std::string(result.message())));
     JobEvent end;
     end.at = Now();
     end.stage = job->kind;
@@ -140,8 +175,10 @@ void JobRunner::Work() {
   }
 }
 
-void JobRunner::Stage(const std::string& job_id, const std::string& stage,
-                      int64_t step, int64_t total, const std::string& message) {
+absl::Status JobRunner::Stage(const std::string& job_id,
+                              const std::string& stage, int64_t step,
+                              int64_t total, const std::string& message) {
+  Log(job_id, absl::StrCat(stage, " ", step, "/", total, " ", message));
   JobEvent e;
   e.at = Now();
   e.stage = stage;
@@ -149,6 +186,10 @@ void JobRunner::Stage(const std::string& job_id, const std::string& stage,
   e.total = total;
   e.message = message;
   (void)store_->AppendEvent(job_id, e);
+  if (StopRequested(job_id)) {
+    return absl::CancelledError(absl::StrCat("job stopped before ", stage));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobRunner::StoreConversion(const std::string& job_id,
@@ -186,7 +227,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunBench(
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(source.path));
   ASSIGN_OR_RETURN(kernels::DecodeBenchOptions o,
                    ParseBenchParams(job.params_json, ckpt->config()));
-  Stage(job.id, "bench", 1, 1, "timing decode kernels");
+  RETURN_IF_ERROR(Stage(job.id, "bench", 1, 1, "timing decode kernels"));
   ASSIGN_OR_RETURN(kernels::DecodeBenchReport r, kernels::RunDecodeBench(o));
   std::vector<LatencyRow> rows;
   for (const auto& b : r.rows) {
@@ -202,10 +243,11 @@ absl::StatusOr<nlohmann::json> JobRunner::RunCompare(
   ASSIGN_OR_RETURN(
       CompareJobOptions o,
       ParseCompareParams(job.params_json, source.path, ArtifactPath(job.id)));
+  o.should_stop = StopCheck(job.id);
   ASSIGN_OR_RETURN(CompareReport r,
                    RunCompareJob(o, [&](const std::string& stage, int64_t i,
                                         int64_t n, const std::string& message) {
-                     Stage(job.id, stage, i, n, message);
+                     (void)Stage(job.id, stage, i, n, message);
                    }));
   for (const auto& row : r.rows) {
     ComparisonRow c;
@@ -262,8 +304,10 @@ absl::Status JobRunner::StoreVerification(const std::string& job_id,
 absl::StatusOr<HealReport> JobRunner::Heal(const std::string& job_id,
                                            const HealJobOptions& options) {
   std::vector<LossRow> curve;
+  HealJobOptions stoppable = options;
+  stoppable.heal.should_stop = StopCheck(job_id);
   ASSIGN_OR_RETURN(
-      HealReport report, RunHealJob(options, [&](const HealEvent& e) {
+      HealReport report, RunHealJob(stoppable, [&](const HealEvent& e) {
         const double loss = e.kind == "step" ? e.loss : e.eval_loss;
         JobEvent ev;
         ev.at = Now();
@@ -289,7 +333,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   const int64_t stages = pp.heal_json.empty() ? 3 : 4;
   int64_t stage = 0;
   // 1. Convert.
-  Stage(job.id, "convert", ++stage, stages, "converting");
+  RETURN_IF_ERROR(Stage(job.id, "convert", ++stage, stages, "converting"));
   ASSIGN_OR_RETURN(
       ConvertJobOptions co,
       ParseConvertParams(pp.convert_json, source.path, base + "/converted"));
@@ -299,7 +343,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   std::string model = base + "/converted";
   // 2. Heal, distilling from the source.
   if (!pp.heal_json.empty()) {
-    Stage(job.id, "heal", ++stage, stages, "healing");
+    RETURN_IF_ERROR(Stage(job.id, "heal", ++stage, stages, "healing"));
     ASSIGN_OR_RETURN(HealJobOptions ho,
                      ParseHealParams(pp.heal_json, model, base + "/healed"));
     ho.teacher = source.path;
@@ -310,7 +354,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   }
   // 3. Verify the final model against itself (equivalence) and the source
   // (fidelity).
-  Stage(job.id, "verify", ++stage, stages, "verifying");
+  RETURN_IF_ERROR(Stage(job.id, "verify", ++stage, stages, "verifying"));
   ASSIGN_OR_RETURN(VerifyJobOptions vo,
                    ParseVerifyParams(pp.verify_json, model));
   if (vo.source.empty()) vo.source = source.path;
@@ -318,7 +362,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   RETURN_IF_ERROR(StoreVerification(job.id, vr));
   report["verify"] = vr.ToJson();
   // 4. Decode throughput of the final model beside the source.
-  Stage(job.id, "bench", ++stage, stages, "benchmarking");
+  RETURN_IF_ERROR(Stage(job.id, "bench", ++stage, stages, "benchmarking"));
   GenerateBenchOptions bo;
   bo.checkpoint = model;
   const std::string mode = co.conversion.rope_mode == RopeMode::kPlane ? "plane"

@@ -1,7 +1,8 @@
 // Runs queued jobs on worker threads by calling the core library: a bounded
-// queue, N workers, results and events into the store, reports under the data
-// directory, best-effort cancellation (queued jobs never start; running ones
-// end CANCELLED when they return), and re-queued jobs picked up at start.
+// queue, N workers, results and events into the store, reports and per-job logs
+// under the data directory, cancellation (queued jobs never start; running ones
+// stop at their next step or stage and end CANCELLED), shutdown that puts the
+// jobs it interrupts back in the queue, and re-queued jobs picked up at start.
 #ifndef LRKV_SERVICE_JOB_RUNNER_H_
 #define LRKV_SERVICE_JOB_RUNNER_H_
 
@@ -42,10 +43,15 @@ class JobRunner {
   // Marks a job cancelled: a queued job ends CANCELLED now, a running one when
   // it returns.
   absl::Status Cancel(const std::string& job_id);
+  // Asks running jobs to stop (heal steps, study and pipeline stages check
+  // between steps); a job stopped this way goes back to the queue for the next
+  // start. Then joins the workers.
   void Stop();
 
   std::string ReportPath(const std::string& job_id) const;
   std::string ArtifactPath(const std::string& job_id) const;
+  // The job's log: one line per stage, event and outcome.
+  std::string LogPath(const std::string& job_id) const;
 
  private:
   void Work();
@@ -53,8 +59,15 @@ class JobRunner {
   // convert → heal (when asked) → verify → bench, one artifact folder per job.
   absl::StatusOr<nlohmann::json> RunPipeline(const JobRecord& job,
                                              const CheckpointRecord& source);
-  void Stage(const std::string& job_id, const std::string& stage, int64_t step,
-             int64_t total, const std::string& message);
+  // Records a progress event (and a log line); Cancelled when the job should
+  // stop.
+  absl::Status Stage(const std::string& job_id, const std::string& stage,
+                     int64_t step, int64_t total, const std::string& message);
+  // Cancellation (CancelJob) or shutdown asked for: checked between stages and
+  // before every training step.
+  bool StopRequested(const std::string& job_id);
+  std::function<bool()> StopCheck(const std::string& job_id);
+  void Log(const std::string& job_id, const std::string& line);
   // Results into the store's measurement tables.
   absl::Status StoreConversion(const std::string& job_id,
                                const ConversionReport& r);

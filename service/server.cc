@@ -241,6 +241,7 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     }
     std::error_code ec;
     fs::remove(runner_->ReportPath(req->job_id()), ec);
+    fs::remove(runner_->LogPath(req->job_id()), ec);
     fs::remove_all(runner_->ArtifactPath(req->job_id()), ec);
     return ToGrpc(store_->DeleteJob(req->job_id()));
   }

@@ -216,10 +216,16 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
 absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
                                             const CompareProgress& progress) {
   RETURN_IF_ERROR(Validate(o));
+  // Progress is reported at every stage boundary, which is also where a stop
+  // request is honoured.
+  bool stopped = false;
   auto report_progress = [&](const std::string& stage, int64_t i, int64_t n,
                              const std::string& m) {
     if (progress) progress(stage, i, n, m);
+    stopped = stopped || (o.should_stop && o.should_stop());
   };
+  const absl::Status kStopped =
+      absl::CancelledError("the study was stopped on request");
   ASSIGN_OR_RETURN(auto source, Checkpoint::Open(o.checkpoint));
   const ModelConfig config = source->config();
   if (config.kv.layout != KvLayout::kDense) {
@@ -277,6 +283,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     row.config = p.target.ToString();
 
     report_progress("convert", i + 1, n, name);
+    if (stopped) return kStopped;
     ConvertJobOptions co;
     co.checkpoint = o.checkpoint;
     co.out_dir = dir + "/converted";
@@ -298,6 +305,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
 
     if (o.heal_steps > 0) {
       report_progress("heal", i + 1, n, name);
+      if (stopped) return kStopped;
       HealJobOptions ho;
       ho.checkpoint = co.out_dir;
       ho.teacher = o.checkpoint;
@@ -312,6 +320,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
       ho.heal.trainable = TrainableSet::kKv;
       ho.heal.loss = HealLoss::kKd;
       ho.out_dir = dir + "/healed";
+      ho.heal.should_stop = o.should_stop;
       ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, nullptr));
       model = ho.out_dir;
       ASSIGN_OR_RETURN(double after, Perplexity(model, eval_docs, nullptr));
@@ -319,6 +328,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     }
 
     report_progress("verify", i + 1, n, name);
+    if (stopped) return kStopped;
     VerifyJobOptions vo;
     vo.checkpoint = model;
     vo.source = o.checkpoint;
@@ -337,6 +347,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     if (vr.fidelity) row.kl_mean = vr.fidelity->kl_mean;
 
     report_progress("bench", i + 1, n, name);
+    if (stopped) return kStopped;
     for (int64_t L : o.contexts) {
       ASSIGN_OR_RETURN(double ms,
                        StepMs(model, p.rope_mode, L, o.timed_tokens));

@@ -60,6 +60,9 @@ struct CompareJobOptions {
   int64_t timed_tokens = 16;
   /// Converted and healed checkpoints go here (one folder per row).
   std::string work_dir;
+  /// Asked between stages and before every healing step; true ends the study
+  /// with kCancelled. Empty: never.
+  std::function<bool()> should_stop;
 };
 
 struct CompareRow {

@@ -10,14 +10,17 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "service/content_hash.h"
 #include "service/server.h"
 #include "tests/test_paths.h"
 
@@ -68,6 +71,32 @@ class ServiceTest : public ::testing::Test {
     v1::RegisterCheckpointRequest req;
     req.set_path(path);
     return stub_->RegisterCheckpoint(&ctx, req, out);
+  }
+
+  // Uploads a file in 1 MiB chunks (header, chunks, sha256 trailer).
+  grpc::Status Upload(const std::string& path, v1::Checkpoint* out) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const std::string data = ss.str();
+    grpc::ClientContext ctx;
+    auto writer = stub_->UploadCheckpoint(&ctx, out);
+    v1::UploadCheckpointRequest msg;
+    msg.mutable_header()->set_upload_id("test-upload");
+    msg.mutable_header()->set_file_name(fs::path(path).filename().string());
+    msg.mutable_header()->set_total_bytes(static_cast<int64_t>(data.size()));
+    writer->Write(msg);
+    for (size_t off = 0; off < data.size(); off += 1 << 20) {
+      v1::UploadCheckpointRequest c;
+      c.mutable_chunk()->set_offset(static_cast<int64_t>(off));
+      c.mutable_chunk()->set_data(data.substr(off, 1 << 20));
+      writer->Write(c);
+    }
+    v1::UploadCheckpointRequest t;
+    t.mutable_trailer()->set_sha256(Sha256OfBytes(data));
+    writer->Write(t);
+    writer->WritesDone();
+    return writer->Finish();
   }
 
   grpc::Status Submit(v1::JobKind kind, const std::string& ckpt,
@@ -147,6 +176,68 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
   EXPECT_FALSE(page.next_page_token().empty());
 }
 
+// A long heal job: cancelled while it trains, it stops at its next step;
+// interrupted by a shutdown, it goes back to the queue and completes after the
+// restart.
+TEST_F(ServiceTest, RunningJobsStopBetweenStepsOnCancelAndShutdown) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  v1::Job convert;
+  ASSERT_TRUE(Submit(v1::CONVERT, source.id(),
+                     R"({"variant": "lrkv", "rank": 2})", &convert)
+                  .ok());
+  ASSERT_EQ(WaitDone(convert.id()).state(), v1::SUCCEEDED);
+  v1::Checkpoint converted;
+  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(),
+                       &converted)
+                  .ok());
+  auto heal_params = [&](int steps) {
+    return absl::StrCat(
+        R"({"loss": "lm", "data": ")", lrkv::testing::StoriesTextPath(),
+        R"(", "data_range": "0:0.3", "steps": )", steps,
+        R"(, "batch": 2, "seq_len": 64, "warmup": 1, "eval_every": 0})");
+  };
+  // Waits until the job has logged `n` training steps.
+  auto wait_steps = [&](const std::string& id, int n) {
+    for (int i = 0; i < 600; ++i) {
+      grpc::ClientContext ctx;
+      v1::GetJobRequest req;
+      req.set_job_id(id);
+      v1::Job job;
+      EXPECT_TRUE(stub_->GetJob(&ctx, req, &job).ok());
+      if (job.progress().stage() == "heal" &&
+          job.progress().message() == "step" && job.progress().seq() > n) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    FAIL() << "no training progress";
+  };
+  v1::Job heal;
+  ASSERT_TRUE(
+      Submit(v1::HEAL, converted.id(), heal_params(100000), &heal).ok());
+  wait_steps(heal.id(), 3);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(heal.id());
+    v1::Job j;
+    ASSERT_TRUE(stub_->CancelJob(&ctx, req, &j).ok());
+  }
+  const v1::Job cancelled = WaitDone(heal.id());
+  EXPECT_EQ(cancelled.state(), v1::CANCELLED);
+  EXPECT_TRUE(fs::exists(dir_ / "data" / "logs" / (heal.id() + ".log")));
+
+  v1::Job second;
+  ASSERT_TRUE(Submit(v1::HEAL, converted.id(), heal_params(40), &second).ok());
+  wait_steps(second.id(), 3);
+  server_.reset();  // shutdown while it trains
+  StartServer();
+  const v1::Job done = WaitDone(second.id());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  EXPECT_EQ(done.attempts(), 2);
+}
+
 TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   v1::Checkpoint source;
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
@@ -185,7 +276,7 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
 
 TEST_F(ServiceTest, PipelineConvertsHealsVerifiesAndBenchmarks) {
   v1::Checkpoint source;
-  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  ASSERT_TRUE(Upload(lrkv::testing::StoriesModelPath(), &source).ok());
   const std::string params = absl::StrCat(
       R"({"convert": {"variant": "lrkv", "budget": 0.5, "rope_mode": "plane"},
           "heal": {"data": ")",

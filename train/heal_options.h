@@ -1,8 +1,10 @@
-// Options and progress events of healing (no LibTorch; the CLI and the service use them).
+// Options and progress events of healing (no LibTorch; the CLI and the service
+// use them).
 #ifndef LRKV_TRAIN_HEAL_OPTIONS_H_
 #define LRKV_TRAIN_HEAL_OPTIONS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -45,17 +47,21 @@ struct HealOptions {
   std::string checkpoint_dir;
   /// Seeds the order in which rows are visited (the only randomness).
   uint64_t seed = 1;
-  /// "auto" (CUDA when LibTorch has a device, else CPU), "cpu" or "cuda". On CUDA the
-  /// forward passes run under bf16 autocast.
+  /// "auto" (CUDA when LibTorch has a device, else CPU), "cpu" or "cuda". On
+  /// CUDA the forward passes run under bf16 autocast.
   std::string device = "auto";
+  /// Asked before every step; true ends the run with kCancelled (a service job
+  /// being cancelled or its server shutting down). Empty: never.
+  std::function<bool()> should_stop;
 
   // InvalidArgument naming the option and its valid range.
   absl::Status Validate() const;
 };
 
-// Data-parallel training across processes (c10d ProcessGroupGloo with a TCPStore
-// rendezvous): each rank computes its share of every global batch and gradients are
-// all-reduced, so the run follows the one-process run with the same global batch.
+// Data-parallel training across processes (c10d ProcessGroupGloo with a
+// TCPStore rendezvous): each rank computes its share of every global batch and
+// gradients are all-reduced, so the run follows the one-process run with the
+// same global batch.
 struct DistributedOptions {
   int rank = 0;
   int world_size = 1;

@@ -1,8 +1,6 @@
 // Healing by distillation and next-token loss (see healer.h).
 #include "train/healer.h"
 
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -12,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "model/safetensors.h"
@@ -24,12 +24,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+absl::Status Invalid(const std::string& m) {
+  return absl::InvalidArgumentError(m);
+}
 
-// The tensors `set` trains, in a fixed order (checkpoints rely on it). In plane and
-// partial RoPE modes B_hᴷ and the per-head key biases stay frozen: the factored decode
-// is exact only while B_hᴷ selects whole planes (plane) or avoids the rotated planes
-// (partial), and gradient steps would break that.
+// The tensors `set` trains, in a fixed order (checkpoints rely on it). In plane
+// and partial RoPE modes B_hᴷ and the per-head key biases stay frozen: the
+// factored decode is exact only while B_hᴷ selects whole planes (plane) or
+// avoids the rotated planes (partial), and gradient steps would break that.
 std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
                                           TrainableSet set) {
   const bool frozen_k_up = c.kv.rope_mode == RopeMode::kPlane ||
@@ -49,11 +51,15 @@ std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
         add(p->head_bias);
       }
     }
-    for (at::Tensor* t : {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up}) add(*t);
+    for (at::Tensor* t :
+         {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up})
+      add(*t);
     if (set == TrainableSet::kKv) continue;
     for (at::Tensor* t : {&l.wq, &l.bq, &l.wo, &l.q_norm, &l.k_norm}) add(*t);
     if (set == TrainableSet::kAttn) continue;
-    for (at::Tensor* t : {&l.attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down}) add(*t);
+    for (at::Tensor* t :
+         {&l.attn_norm, &l.ffn_norm, &l.w_gate, &l.w_up, &l.w_down})
+      add(*t);
   }
   if (set == TrainableSet::kAll) {
     add(w.embed);
@@ -68,7 +74,8 @@ class AutocastScope {
  public:
   explicit AutocastScope(bool on) : on_(on) {
     if (!on_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
 #else
@@ -78,7 +85,8 @@ class AutocastScope {
   }
   ~AutocastScope() {
     if (!on_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_enabled(at::kCUDA, false);
 #else
     at::autocast::set_enabled(false);
@@ -94,9 +102,11 @@ struct Batch {
   at::Tensor inputs, targets, positions, segments, predict;  // [B, T] each
 };
 
-Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows, at::Device device) {
+Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows,
+                at::Device device) {
   const int64_t b = static_cast<int64_t>(rows.size()), t = data.seq_len();
-  auto tokens = at::empty({b, t + 1}, at::kLong), pos = at::empty({b, t + 1}, at::kLong),
+  auto tokens = at::empty({b, t + 1}, at::kLong),
+       pos = at::empty({b, t + 1}, at::kLong),
        seg = at::empty({b, t + 1}, at::kLong);
   auto ta = tokens.accessor<int64_t, 2>(), pa = pos.accessor<int64_t, 2>(),
        sa = seg.accessor<int64_t, 2>();
@@ -117,7 +127,8 @@ Batch MakeBatch(const TokenDataset& data, const std::vector<int64_t>& rows, at::
   batch.positions = pos.narrow(1, 0, t);
   batch.segments = seg.narrow(1, 0, t);
   // A target is predicted when it continues the same (non-padding) segment.
-  batch.predict = (seg.narrow(1, 1, t) == batch.segments) & (batch.segments >= 0);
+  batch.predict =
+      (seg.narrow(1, 1, t) == batch.segments) & (batch.segments >= 0);
   return batch;
 }
 
@@ -140,9 +151,9 @@ struct Healer::State {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;  // null in a single process
   at::Device device = at::kCPU;
 
-  // Sums `tensors` (in place) over every process, as one flat buffer of their common
-  // dtype (Gloo reduces a list of same-shaped tensors, one per device); no-op in a
-  // single process.
+  // Sums `tensors` (in place) over every process, as one flat buffer of their
+  // common dtype (Gloo reduces a list of same-shaped tensors, one per device);
+  // no-op in a single process.
   void AllReduce(std::vector<at::Tensor>& tensors) const {
     if (!group) return;
     std::vector<at::Tensor> flat;
@@ -156,8 +167,8 @@ struct Healer::State {
     }
   }
 
-  // Row `i` of the visiting order: each epoch is a seeded permutation, built once per
-  // epoch (not per row).
+  // Row `i` of the visiting order: each epoch is a seeded permutation, built
+  // once per epoch (not per row).
   int64_t cached_epoch = -1;
   std::vector<int64_t> epoch_order;
   int64_t RowAt(int64_t i) {
@@ -165,7 +176,8 @@ struct Healer::State {
     if (epoch != cached_epoch) {
       epoch_order.resize(n);
       for (int64_t k = 0; k < n; ++k) epoch_order[k] = k;
-      std::mt19937_64 rng(options.seed * 1000003 + static_cast<uint64_t>(epoch));
+      std::mt19937_64 rng(options.seed * 1000003 +
+                          static_cast<uint64_t>(epoch));
       std::shuffle(epoch_order.begin(), epoch_order.end(), rng);
       cached_epoch = epoch;
     }
@@ -174,9 +186,11 @@ struct Healer::State {
 
   double LearningRate(int64_t s) const {
     const HealOptions& o = options;
-    if (o.warmup > 0 && s < o.warmup) return o.lr * static_cast<double>(s + 1) / o.warmup;
+    if (o.warmup > 0 && s < o.warmup)
+      return o.lr * static_cast<double>(s + 1) / o.warmup;
     const double span = std::max<int64_t>(1, o.steps - o.warmup);
-    const double progress = std::min(1.0, static_cast<double>(s - o.warmup) / span);
+    const double progress =
+        std::min(1.0, static_cast<double>(s - o.warmup) / span);
     const double cosine = 0.5 * (1 + std::cos(M_PI * progress));
     return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * cosine);
   }
@@ -196,8 +210,9 @@ int64_t Healer::trainable_parameters() const {
 
 absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     const ModelConfig& student_config, LlamaWeights student,
-    std::optional<std::pair<ModelConfig, LlamaWeights>> teacher, TokenDataset train,
-    std::optional<TokenDataset> eval, HealOptions options, DistributedOptions distributed) {
+    std::optional<std::pair<ModelConfig, LlamaWeights>> teacher,
+    TokenDataset train, std::optional<TokenDataset> eval, HealOptions options,
+    DistributedOptions distributed) {
   RETURN_IF_ERROR(options.Validate());
   RETURN_IF_ERROR(distributed.Validate(options.batch));
   if (options.loss != HealLoss::kLm && !teacher) {
@@ -207,18 +222,21 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     const ModelConfig& t = teacher->first;
     if (t.vocab_size != student_config.vocab_size) {
       return Invalid(absl::StrCat("teacher vocabulary (", t.vocab_size,
-                                  ") differs from the student's (", student_config.vocab_size,
-                                  ")"));
+                                  ") differs from the student's (",
+                                  student_config.vocab_size, ")"));
     }
-    if (t.num_layers != student_config.num_layers || t.hidden_size != student_config.hidden_size) {
-      return Invalid(absl::StrCat("teacher has ", t.num_layers, " layers of width ",
-                                  t.hidden_size, "; the student ", student_config.num_layers,
-                                  " of width ", student_config.hidden_size,
-                                  ": distill from the model it was converted from"));
+    if (t.num_layers != student_config.num_layers ||
+        t.hidden_size != student_config.hidden_size) {
+      return Invalid(absl::StrCat(
+          "teacher has ", t.num_layers, " layers of width ", t.hidden_size,
+          "; the student ", student_config.num_layers, " of width ",
+          student_config.hidden_size,
+          ": distill from the model it was converted from"));
     }
   }
   if (train.seq_len() > student_config.max_position_embeddings) {
-    return Invalid(absl::StrCat("--seq-len ", train.seq_len(), " exceeds the model's context of ",
+    return Invalid(absl::StrCat("--seq-len ", train.seq_len(),
+                                " exceeds the model's context of ",
                                 student_config.max_position_embeddings));
   }
   auto s = std::make_unique<State>();
@@ -233,7 +251,8 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     return Invalid("--device cuda: this LibTorch has no CUDA device");
   }
   if (cuda && options.device != "cpu") {
-    s->device = at::Device(at::kCUDA, distributed.world_size > 1 ? distributed.rank : 0);
+    s->device = at::Device(at::kCUDA,
+                           distributed.world_size > 1 ? distributed.rank : 0);
   }
   try {
     if (!s->device.is_cpu()) {
@@ -246,26 +265,30 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
       store_options.isServer = distributed.rank == 0;
       store_options.numWorkers = distributed.world_size;
       store_options.timeout = std::chrono::seconds(120);
-      auto store = c10::make_intrusive<c10d::TCPStore>(distributed.master_addr, store_options);
+      auto store = c10::make_intrusive<c10d::TCPStore>(distributed.master_addr,
+                                                       store_options);
       auto gloo = c10d::ProcessGroupGloo::Options::create();
-      gloo->devices.push_back(
-          c10d::ProcessGroupGloo::createDeviceForHostname(distributed.master_addr));
-      s->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, distributed.rank,
-                                                             distributed.world_size, gloo);
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
+          distributed.master_addr));
+      s->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          store, distributed.rank, distributed.world_size, gloo);
     }
-    for (at::Tensor* t : TrainableTensors(s->config, s->weights, options.trainable)) {
+    for (at::Tensor* t :
+         TrainableTensors(s->config, s->weights, options.trainable)) {
       t->requires_grad_(true);
       s->params.push_back(*t);
     }
-    if (s->params.empty()) return Invalid("no trainable parameters in this set");
+    if (s->params.empty())
+      return Invalid("no trainable parameters in this set");
     ASSIGN_OR_RETURN(s->student, Transformer::Create(s->config, s->weights));
     if (teacher) {
-      ASSIGN_OR_RETURN(s->teacher,
-                       Transformer::Create(teacher->first, std::move(teacher->second)));
+      ASSIGN_OR_RETURN(
+          s->teacher,
+          Transformer::Create(teacher->first, std::move(teacher->second)));
     }
     s->optimizer = std::make_unique<torch::optim::AdamW>(
-        s->params,
-        torch::optim::AdamWOptions(options.lr).weight_decay(options.weight_decay));
+        s->params, torch::optim::AdamWOptions(options.lr)
+                       .weight_decay(options.weight_decay));
   } catch (const c10::Error& e) {
     return absl::InternalError(e.what_without_backtrace());
   }
@@ -279,12 +302,15 @@ absl::StatusOr<double> Healer::EvalLoss(const TokenDataset& data) const {
   const int64_t rows = std::min(data.rows(), s_->options.eval_rows);
   for (int64_t start = 0; start < rows; start += s_->options.batch) {
     std::vector<int64_t> ids;
-    for (int64_t i = start; i < std::min(rows, start + s_->options.batch); ++i) ids.push_back(i);
+    for (int64_t i = start; i < std::min(rows, start + s_->options.batch); ++i)
+      ids.push_back(i);
     const Batch b = MakeBatch(data, ids, s_->device);
     AutocastScope autocast(s_->device.is_cuda());
-    auto logits = s_->student->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat);
+    auto logits = s_->student->ForwardPacked(b.inputs, b.positions, b.segments)
+                      .to(at::kFloat);
     auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                      b.targets.reshape({-1}), {}, at::Reduction::None);
+                                      b.targets.reshape({-1}), {},
+                                      at::Reduction::None);
     const auto mask = b.predict.reshape({-1}).to(at::kFloat);
     total += (nll * mask).sum().item<double>();
     count += mask.sum().item<int64_t>();
@@ -300,10 +326,16 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
   const int64_t last = stop_at >= 0 ? std::min(stop_at, o.steps) : o.steps;
   const auto t0 = std::chrono::steady_clock::now();
   auto wall = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+        .count();
   };
   try {
     while (s.step < last) {
+      if (o.should_stop && o.should_stop()) {
+        return absl::CancelledError(absl::StrCat("training stopped at step ",
+                                                 s.step, " of ", o.steps,
+                                                 " on request"));
+      }
       const double lr = s.LearningRate(s.step);
       for (auto& group : s.optimizer->param_groups()) {
         static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -312,7 +344,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
       double loss_sum = 0, kd_sum = 0, lm_sum = 0;
       const int64_t world = s.distributed.world_size, share = o.batch / world;
       for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-        // Every process walks the same global order and takes its share of the rows.
+        // Every process walks the same global order and takes its share of the
+        // rows.
         std::vector<int64_t> ids;
         for (int64_t i = 0; i < o.batch; ++i) {
           const int64_t row = s.RowAt(s.position++);
@@ -321,16 +354,19 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
         const Batch b = MakeBatch(s.train, ids, s.device);
         AutocastScope autocast(s.device.is_cuda());
         const auto mask = b.predict.to(at::kFloat);
-        // Normalise by the global batch's predicted tokens, so that summed gradients
-        // equal the one-process gradient.
+        // Normalise by the global batch's predicted tokens, so that summed
+        // gradients equal the one-process gradient.
         std::vector<at::Tensor> count = {mask.sum().reshape({1})};
         s.AllReduce(count);
         const double predicted = std::max(1.0, count[0].item<double>());
-        auto logits = s.student->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat);
+        auto logits =
+            s.student->ForwardPacked(b.inputs, b.positions, b.segments)
+                .to(at::kFloat);
         at::Tensor loss = at::zeros({}, logits.options());
         if (o.loss != HealLoss::kKd) {
-          auto nll = at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
-                                            b.targets.reshape({-1}), {}, at::Reduction::None)
+          auto nll = at::cross_entropy_loss(
+                         logits.reshape({-1, logits.size(-1)}),
+                         b.targets.reshape({-1}), {}, at::Reduction::None)
                          .view(mask.sizes());
           auto lm = (nll * mask).sum() / predicted;
           lm_sum += lm.item<double>();  // this process's share; summed below
@@ -341,13 +377,16 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
           {
             at::NoGradGuard no_grad;
             teacher_logp = at::log_softmax(
-                s.teacher->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat) /
+                s.teacher->ForwardPacked(b.inputs, b.positions, b.segments)
+                        .to(at::kFloat) /
                     o.temperature,
                 -1);
           }
           auto student_logp = at::log_softmax(logits / o.temperature, -1);
-          auto kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1);
-          auto kd = (kl * mask).sum() / predicted * (o.temperature * o.temperature);
+          auto kl =
+              (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1);
+          auto kd =
+              (kl * mask).sum() / predicted * (o.temperature * o.temperature);
           kd_sum += kd.item<double>();
           loss = loss + (o.loss == HealLoss::kKdLm ? o.kd_weight : 1.0) * kd;
         }
@@ -374,7 +413,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
         grad_norm = torch::nn::utils::clip_grad_norm_(s.params, o.clip);
       } else {
         for (const auto& p : s.params) {
-          if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
+          if (p.grad().defined())
+            grad_norm += p.grad().pow(2).sum().item<double>();
         }
         grad_norm = std::sqrt(grad_norm);
       }
@@ -391,7 +431,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
       ev.grad_norm = grad_norm;
       ev.wall_seconds = wall();
       if (on_event) on_event(ev);
-      if (s.eval && ((o.eval_every > 0 && s.step % o.eval_every == 0) || s.step == o.steps)) {
+      if (s.eval && ((o.eval_every > 0 && s.step % o.eval_every == 0) ||
+                     s.step == o.steps)) {
         ASSIGN_OR_RETURN(double eval_loss, EvalLoss(*s.eval));
         HealEvent e;
         e.kind = "eval";
@@ -408,7 +449,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
       }
     }
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("healing failed: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("healing failed: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
@@ -416,9 +458,11 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
 absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
+  if (ec)
+    return absl::PermissionDeniedError(absl::StrCat(dir, ": ", ec.message()));
   try {
-    // Written under temporary names, then renamed, so a crash leaves the last one whole.
+    // Written under temporary names, then renamed, so a crash leaves the last
+    // one whole.
     torch::serialize::OutputArchive params;
     for (size_t i = 0; i < s_->params.size(); ++i) {
       params.write(absl::StrCat("p", i), s_->params[i].detach());
@@ -426,7 +470,8 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
     params.save_to((fs::path(dir) / "params.pt.tmp").string());
     torch::save(*s_->optimizer, (fs::path(dir) / "optimizer.pt.tmp").string());
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(dir, ": ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat(dir, ": ", e.what_without_backtrace()));
   }
   nlohmann::json state = {{"step", s_->step},
                           {"position", s_->position},
@@ -434,10 +479,11 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
                           {"seed", s_->options.seed},
                           {"world_size", s_->distributed.world_size},
                           {"parameters", s_->params.size()}};
-  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "state.json").string() + ".tmp",
-                                      state.dump(2) + "\n"));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      (fs::path(dir) / "state.json").string() + ".tmp", state.dump(2) + "\n"));
   for (const char* f : {"params.pt", "optimizer.pt", "state.json"}) {
-    fs::rename(fs::path(dir) / (std::string(f) + ".tmp"), fs::path(dir) / f, ec);
+    fs::rename(fs::path(dir) / (std::string(f) + ".tmp"), fs::path(dir) / f,
+               ec);
     if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
   }
   return absl::OkStatus();
@@ -446,14 +492,18 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
 absl::Status Healer::LoadCheckpoint(const std::string& dir) {
   const fs::path state_path = fs::path(dir) / "state.json";
   std::ifstream in(state_path);
-  if (!in) return absl::NotFoundError(absl::StrCat(state_path.string(), ": no checkpoint"));
+  if (!in)
+    return absl::NotFoundError(
+        absl::StrCat(state_path.string(), ": no checkpoint"));
   nlohmann::json state;
   try {
     in >> state;
     if (state.at("parameters").get<size_t>() != s_->params.size() ||
         state.at("seed").get<uint64_t>() != s_->options.seed) {
-      return Invalid(absl::StrCat(dir, ": checkpoint was written for another trainable set "
-                                       "or seed"));
+      return Invalid(
+          absl::StrCat(dir,
+                       ": checkpoint was written for another trainable set "
+                       "or seed"));
     }
     torch::serialize::InputArchive params;
     params.load_from((fs::path(dir) / "params.pt").string());
@@ -462,7 +512,8 @@ absl::Status Healer::LoadCheckpoint(const std::string& dir) {
       at::Tensor t;
       params.read(absl::StrCat("p", i), t);
       if (!t.sizes().equals(s_->params[i].sizes())) {
-        return Invalid(absl::StrCat(dir, ": parameter ", i, " has the wrong shape"));
+        return Invalid(
+            absl::StrCat(dir, ": parameter ", i, " has the wrong shape"));
       }
       s_->params[i].copy_(t);
     }
