@@ -1,4 +1,5 @@
-// Llama weights as ATen tensors: load, random init, RoPE layout permutation, save.
+// Llama weights as ATen tensors: load, random init, RoPE layout permutation,
+// save.
 #include "model/llama_weights.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -46,18 +47,24 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
         const int64_t r = c.kv.rank, hkv = c.num_kv_heads, dh = c.head_dim;
         for (auto [p, lr] : {std::pair{"k", &l.k_lr}, {"v", &l.v_lr}}) {
           const std::string base = absl::StrCat("self_attn.", p);
-          fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared, {dh, d});
-          fn(LayerName(i, (base + "_down.weight").c_str()), &lr->down, {hkv * r, d});
-          fn(LayerName(i, (base + "_up.weight").c_str()), &lr->up, {hkv, dh, r});
+          fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared,
+             {dh, d});
+          fn(LayerName(i, (base + "_down.weight").c_str()), &lr->down,
+             {hkv * r, d});
+          fn(LayerName(i, (base + "_up.weight").c_str()), &lr->up,
+             {hkv, dh, r});
           if (c.qkv_bias) {
-            fn(LayerName(i, (base + "_shared.bias").c_str()), &lr->shared_bias, {dh});
-            fn(LayerName(i, (base + "_head_bias").c_str()), &lr->head_bias, {kv});
+            fn(LayerName(i, (base + "_shared.bias").c_str()), &lr->shared_bias,
+               {dh});
+            fn(LayerName(i, (base + "_head_bias").c_str()), &lr->head_bias,
+               {kv});
           }
         }
         break;
       }
       case KvLayout::kMla:
-        fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down, {c.kv.latent, d});
+        fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down,
+           {c.kv.latent, d});
         fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.latent});
         fn(LayerName(i, "self_attn.v_up.weight"), &l.v_up, {kv, c.kv.latent});
         if (c.qkv_bias) {
@@ -77,7 +84,8 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
     fn(LayerName(i, "mlp.down_proj.weight"), &l.w_down, {d, ff});
   }
   fn("model.norm.weight", &w->final_norm, {d});
-  if (!c.tie_word_embeddings) fn("lm_head.weight", &w->lm_head, {c.vocab_size, d});
+  if (!c.tie_word_embeddings)
+    fn("lm_head.weight", &w->lm_head, {c.vocab_size, d});
 }
 
 bool IsIgnorableExtra(const std::string& name) {
@@ -87,8 +95,8 @@ bool IsIgnorableExtra(const std::string& name) {
 }
 
 // Source index (in layout `from`) of each destination dim (in layout `to`).
-std::vector<int64_t> RopePermutation(int64_t head_dim, int64_t rope_dim, RopeLayout from,
-                                     RopeLayout to) {
+std::vector<int64_t> RopePermutation(int64_t head_dim, int64_t rope_dim,
+                                     RopeLayout from, RopeLayout to) {
   std::vector<int64_t> perm(head_dim);
   const int64_t half = rope_dim / 2;
   for (int64_t j = 0; j < head_dim; ++j) perm[j] = j;
@@ -120,40 +128,43 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
   LlamaWeights w;
   absl::Status status;
   std::set<std::string> used;
-  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot,
-                         std::vector<int64_t> shape) {
-    if (!status.ok()) return;
-    const TensorView* t = ckpt.Find(name);
-    if (t == nullptr) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat(ckpt.path(), ": missing tensor '", name, "'"));
-      return;
-    }
-    used.insert(name);
-    if (t->shape != shape) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          ckpt.path(), ": tensor '", name, "' has shape ", ShapeString(t->shape),
-          ", expected ", ShapeString(shape), " from the config"));
-      return;
-    }
-    if (!IsFloatWeightDType(t->dtype)) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          ckpt.path(), ": tensor '", name, "' has dtype ", DTypeName(t->dtype),
-          "; weights must be F32, F16 or BF16"));
-      return;
-    }
-    at::Tensor out = at::empty(shape, at::kFloat);
-    ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
-                     out.data_ptr<float>());
-    *slot = out;
-  });
+  ForEachSlot(
+      c, &w,
+      [&](const std::string& name, at::Tensor* slot,
+          std::vector<int64_t> shape) {
+        if (!status.ok()) return;
+        const TensorView* t = ckpt.Find(name);
+        if (t == nullptr) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat(ckpt.path(), ": missing tensor '", name, "'"));
+          return;
+        }
+        used.insert(name);
+        if (t->shape != shape) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat(ckpt.path(), ": tensor '", name, "' has shape ",
+                           ShapeString(t->shape), ", expected ",
+                           ShapeString(shape), " from the config"));
+          return;
+        }
+        if (!IsFloatWeightDType(t->dtype)) {
+          status = absl::InvalidArgumentError(absl::StrCat(
+              ckpt.path(), ": tensor '", name, "' has dtype ",
+              DTypeName(t->dtype), "; weights must be F32, F16 or BF16"));
+          return;
+        }
+        at::Tensor out = at::empty(shape, at::kFloat);
+        ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
+                         out.data_ptr<float>());
+        *slot = out;
+      });
   RETURN_IF_ERROR(status);
   for (const auto& t : ckpt.tensors()) {
     if (used.count(t.name) == 0 && !IsIgnorableExtra(t.name) &&
         !(c.tie_word_embeddings && t.name == "lm_head.weight")) {
       return absl::InvalidArgumentError(absl::StrCat(
-          ckpt.path(), ": unexpected tensor '", t.name,
-          "' (not part of a ", c.model_type, " model with this config)"));
+          ckpt.path(), ": unexpected tensor '", t.name, "' (not part of a ",
+          c.model_type, " model with this config)"));
     }
   }
   if (c.tie_word_embeddings) w.lm_head = w.embed;
@@ -163,25 +174,27 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
 LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   LlamaWeights w;
-  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot,
-                         std::vector<int64_t> shape) {
-    const bool is_norm = name.find("norm") != std::string::npos;
-    const bool is_bias = name.find(".bias") != std::string::npos;
-    if (is_norm) {
-      *slot = 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
-    } else if (is_bias) {
-      *slot = 0.1 * at::randn(shape, gen, at::kFloat);
-    } else {
-      *slot = 0.02 * at::randn(shape, gen, at::kFloat);
-    }
-  });
+  ForEachSlot(c, &w,
+              [&](const std::string& name, at::Tensor* slot,
+                  std::vector<int64_t> shape) {
+                const bool is_norm = name.find("norm") != std::string::npos;
+                const bool is_bias = name.find(".bias") != std::string::npos;
+                if (is_norm) {
+                  *slot = 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
+                } else if (is_bias) {
+                  *slot = 0.1 * at::randn(shape, gen, at::kFloat);
+                } else {
+                  *slot = 0.02 * at::randn(shape, gen, at::kFloat);
+                }
+              });
   if (c.tie_word_embeddings) w.lm_head = w.embed;
   return w;
 }
 
 void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
   if (c->rope_layout == to) return;
-  const auto perm = RopePermutation(c->head_dim, c->rope_dim, c->rope_layout, to);
+  const auto perm =
+      RopePermutation(c->head_dim, c->rope_dim, c->rope_layout, to);
   const at::Tensor index = at::tensor(perm, at::kLong);
   for (auto& l : w->layers) {
     l.wq = PermuteHeads(l.wq, c->num_heads, c->head_dim, index);
@@ -191,12 +204,16 @@ void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
     l.k_up = PermuteHeads(l.k_up, c->num_kv_heads, c->head_dim, index);
     if (l.k_lr.shared.defined()) {
       l.k_lr.shared = PermuteHeads(l.k_lr.shared, 1, c->head_dim, index);
-      l.k_lr.shared_bias = PermuteHeads(l.k_lr.shared_bias, 1, c->head_dim, index);
+      l.k_lr.shared_bias =
+          PermuteHeads(l.k_lr.shared_bias, 1, c->head_dim, index);
       l.k_lr.up = PermuteHeads(l.k_lr.up, c->num_kv_heads, c->head_dim, index);
-      l.k_lr.head_bias = PermuteHeads(l.k_lr.head_bias, c->num_kv_heads, c->head_dim, index);
+      l.k_lr.head_bias =
+          PermuteHeads(l.k_lr.head_bias, c->num_kv_heads, c->head_dim, index);
     }
-    if (l.q_norm.defined()) l.q_norm = l.q_norm.index_select(0, index).contiguous();
-    if (l.k_norm.defined()) l.k_norm = l.k_norm.index_select(0, index).contiguous();
+    if (l.q_norm.defined())
+      l.q_norm = l.q_norm.index_select(0, index).contiguous();
+    if (l.k_norm.defined())
+      l.k_norm = l.k_norm.index_select(0, index).contiguous();
   }
   c->rope_layout = to;
 }
@@ -211,12 +228,23 @@ LlamaWeights ToDevice(const LlamaWeights& w, at::Device device) {
   out.lm_head = w.lm_head.is_same(w.embed) ? out.embed : move(w.lm_head);
   for (const auto& l : w.layers) {
     LayerWeights m;
-    for (auto [dst, src] : {std::pair{&m.attn_norm, &l.attn_norm}, {&m.wq, &l.wq}, {&m.wo, &l.wo},
-                            {&m.wk, &l.wk}, {&m.wv, &l.wv}, {&m.bq, &l.bq}, {&m.bk, &l.bk},
-                            {&m.bv, &l.bv}, {&m.q_norm, &l.q_norm}, {&m.k_norm, &l.k_norm},
-                            {&m.ffn_norm, &l.ffn_norm}, {&m.w_gate, &l.w_gate},
-                            {&m.w_up, &l.w_up}, {&m.w_down, &l.w_down},
-                            {&m.kv_down, &l.kv_down}, {&m.k_up, &l.k_up}, {&m.v_up, &l.v_up}}) {
+    for (auto [dst, src] : {std::pair{&m.attn_norm, &l.attn_norm},
+                            {&m.wq, &l.wq},
+                            {&m.wo, &l.wo},
+                            {&m.wk, &l.wk},
+                            {&m.wv, &l.wv},
+                            {&m.bq, &l.bq},
+                            {&m.bk, &l.bk},
+                            {&m.bv, &l.bv},
+                            {&m.q_norm, &l.q_norm},
+                            {&m.k_norm, &l.k_norm},
+                            {&m.ffn_norm, &l.ffn_norm},
+                            {&m.w_gate, &l.w_gate},
+                            {&m.w_up, &l.w_up},
+                            {&m.w_down, &l.w_down},
+                            {&m.kv_down, &l.kv_down},
+                            {&m.k_up, &l.k_up},
+                            {&m.v_up, &l.v_up}}) {
       *dst = move(*src);
     }
     for (auto [dst, src] : {std::pair{&m.k_lr, &l.k_lr}, {&m.v_lr, &l.v_lr}}) {
@@ -239,13 +267,22 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
       out = {l.wk, l.bk, l.wv, l.bv};
       break;
     case KvLayout::kLrkv: {
-      auto expand = [&](const LowRankProjection& p, at::Tensor* w, at::Tensor* b) {
+      auto expand = [&](const LowRankProjection& p, at::Tensor* w,
+                        at::Tensor* b) {
         const int64_t d = p.shared.size(1), r = p.up.size(2);
-        // W_hᵀ = Sᵀ + B_h U_hᵀ for every head at once: [Hkv, dh, r] @ [Hkv, r, d].
-        auto residual = at::matmul(p.up, p.down.view({hkv, r, d}));
-        *w = (p.shared.unsqueeze(0) + residual).reshape({hkv * dh, d});
+        // W_hᵀ = Sᵀ + B_h U_hᵀ for every head at once: [Hkv, dh, r] @ [Hkv, r,
+        // d], in float64 and rounded once: the shared and residual parts can be
+        // large and cancel (healing grows both), and the expanded weights are
+        // the reference the factored engines are checked against.
+        const auto f64 = at::kDouble;
+        auto residual =
+            at::matmul(p.up.to(f64), p.down.view({hkv, r, d}).to(f64));
+        *w = (p.shared.to(f64).unsqueeze(0) + residual)
+                 .reshape({hkv * dh, d})
+                 .to(p.shared.scalar_type());
         if (p.shared_bias.defined()) {
-          *b = (p.shared_bias.unsqueeze(0) + p.head_bias.view({hkv, dh})).reshape({-1});
+          *b = (p.shared_bias.unsqueeze(0) + p.head_bias.view({hkv, dh}))
+                   .reshape({-1});
         }
       };
       expand(l.k_lr, &out.wk, &out.bk);
@@ -262,7 +299,8 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
   return out;
 }
 
-absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig& config,
+absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
+                                       const ModelConfig& config,
                                        const LlamaWeights& weights,
                                        const Tokenizer* tokenizer) {
   RETURN_IF_ERROR(config.Validate());
@@ -272,36 +310,40 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    return absl::PermissionDeniedError(absl::StrCat(dir, ": cannot create: ", ec.message()));
+    return absl::PermissionDeniedError(
+        absl::StrCat(dir, ": cannot create: ", ec.message()));
   }
   std::vector<TensorView> views;
   std::vector<at::Tensor> keep;
   absl::Status status;
-  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot,
-                         std::vector<int64_t> shape) {
-    if (!slot->defined() || slot->sizes().vec() != shape) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' is missing or has the wrong shape"));
-      return;
-    }
-    at::Tensor t = slot->detach().to(at::kCPU).to(at::kFloat).contiguous();
-    keep.push_back(t);
-    TensorView v;
-    v.name = name;
-    v.dtype = DType::kF32;
-    v.shape = shape;
-    v.data = static_cast<const uint8_t*>(t.data_ptr());
-    v.nbytes = t.numel() * sizeof(float);
-    views.push_back(std::move(v));
-  });
+  ForEachSlot(c, &w,
+              [&](const std::string& name, at::Tensor* slot,
+                  std::vector<int64_t> shape) {
+                if (!slot->defined() || slot->sizes().vec() != shape) {
+                  status = absl::InvalidArgumentError(absl::StrCat(
+                      "tensor '", name, "' is missing or has the wrong shape"));
+                  return;
+                }
+                at::Tensor t =
+                    slot->detach().to(at::kCPU).to(at::kFloat).contiguous();
+                keep.push_back(t);
+                TensorView v;
+                v.name = name;
+                v.dtype = DType::kF32;
+                v.shape = shape;
+                v.data = static_cast<const uint8_t*>(t.data_ptr());
+                v.nbytes = t.numel() * sizeof(float);
+                views.push_back(std::move(v));
+              });
   RETURN_IF_ERROR(status);
-  RETURN_IF_ERROR(WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views,
-                                   {{"format", "pt"}}));
   RETURN_IF_ERROR(
-      WriteFileAtomically((fs::path(dir) / kConfigFileName).string(), ConfigToHfJson(c)));
+      WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views,
+                       {{"format", "pt"}}));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      (fs::path(dir) / kConfigFileName).string(), ConfigToHfJson(c)));
   if (tokenizer != nullptr) {
-    RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kTokenizerFileName).string(),
-                                        tokenizer->ToJson()));
+    RETURN_IF_ERROR(WriteFileAtomically(
+        (fs::path(dir) / kTokenizerFileName).string(), tokenizer->ToJson()));
   }
   return absl::OkStatus();
 }

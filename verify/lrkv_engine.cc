@@ -173,16 +173,25 @@ class LrkvEngine : public DecodeEngine {
     if (mode_ == DecodeMode::kPlane) return AttendWithKernel(index, q, pos);
     Layer& L = layers_[index];
     const int64_t n = pos + 1, dh = config_.head_dim;
-    const auto qg = Grouped(q);                 // q̂ [B, Hkv, g, dh]
-    const auto qr = Grouped(RotateAt(q, pos));  // P_p q̂
-    const auto z = Read(L.zk, n);               // [B, L, Hkv, r]
-    auto scores = at::einsum("bhgd,bld->bhgl", {qr, Read(L.ks, n)});
+    // The shared and residual parts of a score (and of an output) are summed
+    // after they are computed, and after healing they can be large and cancel.
+    // With fp32 storage, the proof mode, that sum is carried in float64 so that
+    // the only roundings left are the stored values'; bf16 storage computes in
+    // fp32.
+    const auto acc =
+        options_.cache_dtype == at::kFloat ? at::kDouble : at::kFloat;
+    auto A = [acc](const at::Tensor& t) { return t.to(acc); };
+    const auto qg = A(Grouped(q));                 // q̂ [B, Hkv, g, dh]
+    const auto qr = A(Grouped(RotateAt(q, pos)));  // P_p q̂
+    const auto z = A(Read(L.zk, n));               // [B, L, Hkv, r]
+    auto scores = at::einsum("bhgd,bld->bhgl", {qr, A(Read(L.ks, n))});
     switch (mode_) {
       case DecodeMode::kReconstruct: {
         // Rebuild γ⊙(B_h z_t + δ_h) at every position and rotate it:
         // O(L·r·d_h).
         auto res =
-            (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma;
+            (at::einsum("blhr,hdr->blhd", {z, A(L.k.up)}) + A(L.k.delta)) *
+            A(L.gamma);
         res = rope_.Rotate(res, at::arange(n, at::kLong));
         scores = scores + at::einsum("bhgd,blhd->bhgl", {qr, res});
         break;
@@ -199,16 +208,16 @@ class LrkvEngine : public DecodeEngine {
       case DecodeMode::kPartial: {
         // The residual lives on position-free coordinates: (q̂⊙γ) B_h against
         // raw latents, plus the per-head bias term.
-        const auto qgam = qg * L.gamma;
-        auto w = at::einsum("bhgd,hdr->bhgr", {qgam, L.k.up});
+        const auto qgam = qg * A(L.gamma);
+        auto w = at::einsum("bhgd,hdr->bhgr", {qgam, A(L.k.up)});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {w, z}) +
-                 at::einsum("bhgd,hd->bhg", {qgam, L.k.delta}).unsqueeze(-1);
+                 at::einsum("bhgd,hd->bhg", {qgam, A(L.k.delta)}).unsqueeze(-1);
         break;
       }
       case DecodeMode::kNaive: {
         // The paper's shortcut: (P_p q̂ ⊙ γ) B_h against latents rotated in
         // r-space.
-        auto w = at::einsum("bhgd,hdr->bhgr", {qr * L.gamma, L.k.up});
+        auto w = at::einsum("bhgd,hdr->bhgr", {qr * A(L.gamma), A(L.k.up)});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {w, z});
         break;
       }
@@ -216,14 +225,14 @@ class LrkvEngine : public DecodeEngine {
         break;
     }
     if (config_.qk_norm) {
-      scores = scores * Read(L.sigma, n).permute({0, 2, 1}).unsqueeze(2);
+      scores = scores * A(Read(L.sigma, n)).permute({0, 2, 1}).unsqueeze(2);
     }
     auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
-    auto out = at::einsum("bhgl,bld->bhgd", {probs, Read(L.vs, n)});
-    auto pooled = at::einsum("bhgl,blhr->bhgr", {probs, Read(L.zv, n)});
-    out = out + at::einsum("bhgr,hdr->bhgd", {pooled, L.v.up}) +
-          L.v.delta.unsqueeze(1);
-    return out.reshape(q.sizes());
+    auto out = at::einsum("bhgl,bld->bhgd", {probs, A(Read(L.vs, n))});
+    auto pooled = at::einsum("bhgl,blhr->bhgr", {probs, A(Read(L.zv, n))});
+    out = out + at::einsum("bhgr,hdr->bhgd", {pooled, A(L.v.up)}) +
+          A(L.v.delta).unsqueeze(1);
+    return out.reshape(q.sizes()).to(q.scalar_type());
   }
 
   // Plane mode through the fused CPU kernel (kernels/): the shared key and
