@@ -109,6 +109,19 @@ class ServiceTest : public ::testing::Test {
     return stub_->SubmitJob(&ctx, req, out);
   }
 
+  // Registers stories260K, converts it to LRKV r = 2 and registers the result.
+  void ConvertStories(v1::Checkpoint* source, v1::Checkpoint* converted) {
+    ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), source).ok());
+    v1::Job convert;
+    ASSERT_TRUE(Submit(v1::CONVERT, source->id(),
+                       R"({"variant": "lrkv", "rank": 2})", &convert)
+                    .ok());
+    ASSERT_EQ(WaitDone(convert.id()).state(), v1::SUCCEEDED);
+    ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(),
+                         converted)
+                    .ok());
+  }
+
   fs::path dir_;
   std::unique_ptr<LrkvServer> server_;
   std::unique_ptr<v1::Lrkv::Stub> stub_;
@@ -180,17 +193,9 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
 // interrupted by a shutdown, it goes back to the queue and completes after the
 // restart.
 TEST_F(ServiceTest, RunningJobsStopBetweenStepsOnCancelAndShutdown) {
-  v1::Checkpoint source;
-  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
-  v1::Job convert;
-  ASSERT_TRUE(Submit(v1::CONVERT, source.id(),
-                     R"({"variant": "lrkv", "rank": 2})", &convert)
-                  .ok());
-  ASSERT_EQ(WaitDone(convert.id()).state(), v1::SUCCEEDED);
-  v1::Checkpoint converted;
-  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(),
-                       &converted)
-                  .ok());
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  if (HasFatalFailure()) return;
   auto heal_params = [&](int steps) {
     return absl::StrCat(
         R"({"loss": "lm", "data": ")", lrkv::testing::StoriesTextPath(),
@@ -239,17 +244,9 @@ TEST_F(ServiceTest, RunningJobsStopBetweenStepsOnCancelAndShutdown) {
 }
 
 TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
-  v1::Checkpoint source;
-  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
-  v1::Job convert;
-  ASSERT_TRUE(Submit(v1::CONVERT, source.id(),
-                     R"({"variant": "lrkv", "rank": 2})", &convert)
-                  .ok());
-  ASSERT_EQ(WaitDone(convert.id()).state(), v1::SUCCEEDED);
-  v1::Checkpoint converted;
-  ASSERT_TRUE(Register((dir_ / "data" / "artifacts" / convert.id()).string(),
-                       &converted)
-                  .ok());
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  if (HasFatalFailure()) return;
   v1::Job heal;
   const std::string params = absl::StrCat(
       R"({"teacher": ")", source.id(), R"(", "data": ")",
