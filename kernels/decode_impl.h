@@ -1,9 +1,10 @@
 // The decode kernels' implementation, compiled three times: with AVX-512
 // (decode_avx512.cc), with AVX2/FMA (decode_avx2.cc) and for any x86-64
-// (decode_generic.cc); the entry points pick one at run time. Flash-decoding: the positions of each sequence are split into
-// chunks processed in parallel (OpenMP), each chunk walks tiles of positions with an
-// online softmax, and the chunks' partial results are merged at the end.
-// Include only from those files, after defining LRKV_KERNEL_NS.
+// (decode_generic.cc); the entry points pick one at run time. Flash-decoding:
+// the positions of each sequence are split into chunks processed in parallel
+// (OpenMP), each chunk walks tiles of positions with an online softmax, and the
+// chunks' partial results are merged at the end. Include only from those files,
+// after defining LRKV_KERNEL_NS.
 #include <omp.h>
 
 #include <algorithm>
@@ -36,7 +37,8 @@ inline float ToFloat(uint16_t b) {
 }
 
 // A thin SIMD layer so that the kernels below are written once for 16-lane
-// (AVX-512) and 8-lane (AVX2) vectors; bf16 loads widen to fp32 by a 16-bit shift.
+// (AVX-512) and 8-lane (AVX2) vectors; bf16 loads widen to fp32 by a 16-bit
+// shift.
 #if LRKV_KERNEL_SIMD == 16
 using Vf = __m512;
 constexpr int64_t kW = 16;
@@ -50,23 +52,54 @@ inline Vf VLoad(const uint16_t* p) {
 inline void VStore(float* p, Vf v) { _mm512_storeu_ps(p, v); }
 // The first n < 16 lanes (masked: no scalar tails, no reads past the end).
 #define LRKV_KERNEL_MASKED_TAIL 1
-inline __mmask16 Mask(int64_t n) { return static_cast<__mmask16>((1u << n) - 1); }
-inline Vf VLoadN(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(Mask(n), p); }
+inline __mmask16 Mask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+inline Vf VLoadN(const float* p, int64_t n) {
+  return _mm512_maskz_loadu_ps(Mask(n), p);
+}
 inline Vf VLoadN(const uint16_t* p, int64_t n) {
   const __m256i h = _mm256_maskz_loadu_epi16(Mask(n), p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-inline void VStoreN(float* p, Vf v, int64_t n) { _mm512_mask_storeu_ps(p, Mask(n), v); }
+inline void VStoreN(float* p, Vf v, int64_t n) {
+  _mm512_mask_storeu_ps(p, Mask(n), v);
+}
 inline Vf VFma(Vf a, Vf b, Vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vf VAdd(Vf a, Vf b) { return _mm512_add_ps(a, b); }
 inline float VSum(Vf v) { return _mm512_reduce_add_ps(v); }
-// exp for every lane (Cephes-style: range reduction by ln 2, degree-5 polynomial,
-// relative error ~2e-7); inputs below -87 flush to 0.
+// out[k] = Σ lanes of v[k] for 16 vectors at once: a transpose-and-add tree (45
+// shuffles/adds instead of 16 separate reductions of ~8 each).
+inline void VSumMany(const Vf* v, float* out) {
+  Vf u[8], w[4], z[2];
+  for (int k = 0; k < 8; ++k) {
+    u[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                         _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512d a = _mm512_castps_pd(u[2 * k]),
+                  b = _mm512_castps_pd(u[2 * k + 1]);
+    w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int k = 0; k < 2; ++k) {
+    z[k] = _mm512_add_ps(
+        _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+        _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  _mm512_storeu_ps(
+      out,
+      _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+// exp for every lane (Cephes-style: range reduction by ln 2, degree-5
+// polynomial, relative error ~2e-7); inputs below -87 flush to 0.
 inline Vf VExp(Vf x) {
   const __mmask16 under = _mm512_cmp_ps_mask(x, VSet(-87.3f), _CMP_LT_OQ);
   x = _mm512_min_ps(_mm512_max_ps(x, VSet(-87.3f)), VSet(88.3f));
-  const Vf fx = _mm512_roundscale_ps(_mm512_mul_ps(x, VSet(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vf fx =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, VSet(1.44269504088896341f)),
+                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm512_fnmadd_ps(fx, VSet(0.693359375f), x);
   x = _mm512_fnmadd_ps(fx, VSet(-2.12194440e-4f), x);
   Vf y = VSet(1.9875691500e-4f);
@@ -100,6 +133,23 @@ inline float VSum(Vf v) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+// out[k] = Σ lanes of v[k] for 8 vectors at once (transpose-and-add tree).
+inline void VSumMany(const Vf* v, float* out) {
+  Vf u[4], w[2];
+  for (int k = 0; k < 4; ++k) {
+    u[k] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                         _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  }
+  for (int k = 0; k < 2; ++k) {
+    const __m256d a = _mm256_castps_pd(u[2 * k]),
+                  b = _mm256_castps_pd(u[2 * k + 1]);
+    w[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+  }
+  _mm256_storeu_ps(out,
+                   _mm256_add_ps(_mm256_permute2f128_ps(w[0], w[1], 0x20),
+                                 _mm256_permute2f128_ps(w[0], w[1], 0x31)));
+}
 inline Vf VExp(Vf x) {
   const Vf lo = VSet(-87.3f);
   const Vf under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
@@ -124,7 +174,8 @@ inline Vf VExp(Vf x) {
 
 // out[h] = q[h] · x for nh rows of q (stride n).
 template <typename E>
-inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* out) {
+inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n,
+                     float* out) {
   int64_t h = 0;
 #ifdef LRKV_KERNEL_SIMD
   const int64_t nv = n / kW * kW;
@@ -191,17 +242,95 @@ inline void MultiDot(const float* q, int64_t nh, const E* x, int64_t n, float* o
   }
 }
 
-// out[i] = q · rows[i] for `count` rows (one query, many positions): the query is
-// loaded once for four rows at a time.
+#ifdef LRKV_KERNEL_SIMD
+// out[h] = q[h] · x for NH ≤ kW rows of q (stride n), n a multiple of kW: one
+// accumulator per row, all reduced together (MultiDot reduces each row on its
+// own). NH and the lane count are compile-time so that the accumulators stay in
+// registers.
+template <int NH, typename E>
+inline void MultiDotFixed(const float* q, const E* x, int64_t n, float* out) {
+  Vf a[kW];
+#pragma GCC unroll 16
+  for (int h = 0; h < kW; ++h) a[h] = VZero();
+  for (int64_t c = 0; c < n; c += kW) {
+    const Vf xv = VLoad(x + c);
+#pragma GCC unroll 16
+    for (int h = 0; h < NH; ++h) a[h] = VFma(VLoad(q + h * n + c), xv, a[h]);
+  }
+  alignas(64) float sums[kW];
+  VSumMany(a, sums);
+  for (int h = 0; h < NH; ++h) out[h] = sums[h];
+}
+
+// MultiDotFixed for the head counts it is instantiated for; false otherwise.
 template <typename E>
-inline void DotRows(const float* q, const E* const* rows, int64_t count, int64_t n,
-                    float* out) {
+inline bool MultiDotWide(const float* q, int64_t nh, const E* x, int64_t n,
+                         float* out) {
+  if (n % kW != 0) return false;
+  switch (nh) {
+    case 4:
+      MultiDotFixed<4>(q, x, n, out);
+      return true;
+    case 8:
+      MultiDotFixed<8>(q, x, n, out);
+      return true;
+#if LRKV_KERNEL_SIMD == 16
+    case 12:
+      MultiDotFixed<12>(q, x, n, out);
+      return true;
+    case 16:
+      MultiDotFixed<16>(q, x, n, out);
+      return true;
+#endif
+    default:
+      return false;
+  }
+}
+
+// out[i] = q · rows[i] for kW rows, one accumulator per row, reduced together;
+// n need not be a multiple of kW where masked loads exist. False when it cannot
+// serve.
+template <typename E>
+inline bool DotRowsWide(const float* q, const E* const* rows, int64_t count,
+                        int64_t n, float* out) {
+#ifndef LRKV_KERNEL_MASKED_TAIL
+  if (n % kW != 0) return false;
+#endif
+  if (count != kW) return false;
+  Vf a[kW];
+#pragma GCC unroll 16
+  for (int i = 0; i < kW; ++i) a[i] = VZero();
+  const int64_t nv = n / kW * kW;
+  for (int64_t c = 0; c < nv; c += kW) {
+    const Vf qv = VLoad(q + c);
+#pragma GCC unroll 16
+    for (int i = 0; i < kW; ++i) a[i] = VFma(qv, VLoad(rows[i] + c), a[i]);
+  }
+#ifdef LRKV_KERNEL_MASKED_TAIL
+  if (nv < n) {
+    const int64_t m = n - nv;
+    const Vf qv = VLoadN(q + nv, m);
+#pragma GCC unroll 16
+    for (int i = 0; i < kW; ++i) a[i] = VFma(qv, VLoadN(rows[i] + nv, m), a[i]);
+  }
+#endif
+  VSumMany(a, out);
+  return true;
+}
+#endif
+
+// out[i] = q · rows[i] for `count` rows (one query, many positions): the query
+// is loaded once for four rows at a time.
+template <typename E>
+inline void DotRows(const float* q, const E* const* rows, int64_t count,
+                    int64_t n, float* out) {
   int64_t i = 0;
 #ifdef LRKV_KERNEL_SIMD
   const int64_t nv = n / kW * kW;
   for (; i + 4 <= count; i += 4) {
     Vf a0 = VZero(), a1 = a0, a2 = a0, a3 = a0;
-    const E *x0 = rows[i], *x1 = rows[i + 1], *x2 = rows[i + 2], *x3 = rows[i + 3];
+    const E *x0 = rows[i], *x1 = rows[i + 1], *x2 = rows[i + 2],
+            *x3 = rows[i + 3];
     for (int64_t c = 0; c < nv; c += kW) {
       const Vf qv = VLoad(q + c);
       a0 = VFma(qv, VLoad(x0 + c), a0);
@@ -236,20 +365,22 @@ inline void DotRows(const float* q, const E* const* rows, int64_t count, int64_t
 
 // acc[0:n] += Σ_t p[t] · rows[t][0:n] for the `count` rows of a tile.
 template <typename E>
-inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int64_t count,
-                           int64_t n) {
+inline void AccumulateRows(float* acc, const float* p, const E* const* rows,
+                           int64_t count, int64_t n) {
   int64_t c = 0;
 #ifdef LRKV_KERNEL_SIMD
   for (; c + kW <= n; c += kW) {
     Vf a = VLoad(acc + c);
-    for (int64_t t = 0; t < count; ++t) a = VFma(VSet(p[t]), VLoad(rows[t] + c), a);
+    for (int64_t t = 0; t < count; ++t)
+      a = VFma(VSet(p[t]), VLoad(rows[t] + c), a);
     VStore(acc + c, a);
   }
 #ifdef LRKV_KERNEL_MASKED_TAIL
   if (c < n) {
     const int64_t m = n - c;
     Vf a = VLoadN(acc + c, m);
-    for (int64_t t = 0; t < count; ++t) a = VFma(VSet(p[t]), VLoadN(rows[t] + c, m), a);
+    for (int64_t t = 0; t < count; ++t)
+      a = VFma(VSet(p[t]), VLoadN(rows[t] + c, m), a);
     VStoreN(acc + c, a, m);
     c = n;
   }
@@ -262,11 +393,11 @@ inline void AccumulateRows(float* acc, const float* p, const E* const* rows, int
   }
 }
 
-// acc_k[0:n] += Σ_t p_k[t] · rows[t][0:n] for four heads k that read the same rows:
-// each row chunk is loaded (and widened) once for the four heads.
+// acc_k[0:n] += Σ_t p_k[t] · rows[t][0:n] for four heads k that read the same
+// rows: each row chunk is loaded (and widened) once for the four heads.
 template <typename E>
-inline void AccumulateRows4(float* const* acc, const float* const* p, const E* const* rows,
-                            int64_t count, int64_t n) {
+inline void AccumulateRows4(float* const* acc, const float* const* p,
+                            const E* const* rows, int64_t count, int64_t n) {
   int64_t c = 0;
 #ifdef LRKV_KERNEL_SIMD
   for (; c + kW <= n; c += kW) {
@@ -318,10 +449,10 @@ struct HeadState {
   float l = 0;
 };
 
-// Folds a tile's scores s[0:count] into a head's state; rescales its accumulators
-// (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
-inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p, float* acc,
-                        int64_t n, float* acc2, int64_t n2) {
+// Folds a tile's scores s[0:count] into a head's state; rescales its
+// accumulators (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
+inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p,
+                        float* acc, int64_t n, float* acc2, int64_t n2) {
   float m = st->m;
   for (int64_t t = 0; t < count; ++t) m = std::max(m, s[t]);
   const float corr = std::exp(st->m - m);
@@ -334,8 +465,8 @@ inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p, 
   st->m = m;
 }
 
-// Chunks per sequence: about four work items per thread (so that uneven chunks even
-// out under dynamic scheduling), chunks of >= 256 positions.
+// Chunks per sequence: about four work items per thread (so that uneven chunks
+// even out under dynamic scheduling), chunks of >= 256 positions.
 inline int64_t SplitsFor(int64_t items, int64_t length) {
   const int64_t threads = omp_get_max_threads();
   int64_t splits = std::max<int64_t>(1, (4 * threads + items - 1) / items);
@@ -344,8 +475,9 @@ inline int64_t SplitsFor(int64_t items, int64_t length) {
 }
 
 // Merges per-chunk partial results (m, l, acc) of one head into out.
-inline void MergeChunks(const std::vector<HeadState>& states, const float* const* accs,
-                        int64_t splits, int64_t n, float* out) {
+inline void MergeChunks(const std::vector<HeadState>& states,
+                        const float* const* accs, int64_t splits, int64_t n,
+                        float* out) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t s = 0; s < splits; ++s) m = std::max(m, states[s].m);
   float l = 0;
@@ -381,7 +513,8 @@ void Mha(const MhaDecodeParams& p) {
     const int64_t step = p.Offset(0, 0, 1);  // elements between positions
     // The group's queries, pre-scaled.
     std::vector<float> q(g * dh);
-    for (int64_t i = 0; i < g * dh; ++i) q[i] = p.q[(b * p.heads + kvh * g) * dh + i] * p.scale;
+    for (int64_t i = 0; i < g * dh; ++i)
+      q[i] = p.q[(b * p.heads + kvh * g) * dh + i] * p.scale;
     HeadState* st = &states[item * g];
     float* acc = &accs[item * g * dh];
     float s[kTile * 64], w[kTile], dots[64];
@@ -395,7 +528,8 @@ void Mha(const MhaDecodeParams& p) {
       }
       if (g < 4) {
         // Few heads per KV head: vectorise across positions instead.
-        for (int64_t h = 0; h < g; ++h) DotRows(q.data() + h * dh, krows, count, dh, &s[h * kTile]);
+        for (int64_t h = 0; h < g; ++h)
+          DotRows(q.data() + h * dh, krows, count, dh, &s[h * kTile]);
       } else {
         for (int64_t i = 0; i < count; ++i) {
           MultiDot(q.data(), g, krows[i], dh, dots);
@@ -403,7 +537,8 @@ void Mha(const MhaDecodeParams& p) {
         }
       }
       for (int64_t h = 0; h < g; ++h) {
-        SoftmaxTile(&st[h], &s[h * kTile], count, w, acc + h * dh, dh, nullptr, 0);
+        SoftmaxTile(&st[h], &s[h * kTile], count, w, acc + h * dh, dh, nullptr,
+                    0);
         AccumulateRows(acc + h * dh, w, rows, count, dh);
       }
     }
@@ -417,7 +552,8 @@ void Mha(const MhaDecodeParams& p) {
         hs[s] = states[(pair * splits + s) * g + h];
         ha[s] = &accs[((pair * splits + s) * g + h) * dh];
       }
-      MergeChunks(hs, ha.data(), splits, dh, p.out + (b * p.heads + kvh * g + h) * dh);
+      MergeChunks(hs, ha.data(), splits, dh,
+                  p.out + (b * p.heads + kvh * g + h) * dh);
     }
   }
 }
@@ -443,24 +579,28 @@ void Factored(const FactoredDecodeParams& p) {
     const E* vseq = vb + b * p.capacity * p.v.stride;
     const E* zkseq = r > 0 ? zkb + b * p.capacity * p.zk.stride : nullptr;
     const E* zvseq = r > 0 ? zvb + b * p.capacity * p.zv.stride : nullptr;
-    const float* sigma = p.sigma != nullptr ? p.sigma + b * p.capacity * p.kv_heads : nullptr;
+    const float* sigma =
+        p.sigma != nullptr ? p.sigma + b * p.capacity * p.kv_heads : nullptr;
     std::vector<float> q(H * n), ql(H * r);
     for (int64_t i = 0; i < H * n; ++i) q[i] = p.q[b * H * n + i] * p.scale;
     if (p.q_latent != nullptr) {
-      for (int64_t i = 0; i < H * r; ++i) ql[i] = p.q_latent[b * H * r + i] * p.scale;
+      for (int64_t i = 0; i < H * r; ++i)
+        ql[i] = p.q_latent[b * H * r + i] * p.scale;
     }
     HeadState* st = &states[item * H];
     float* acc = &accs[item * H * per_head];
     std::vector<float> s(H * kTile), dots(H), latent_dots(g), res(n);
     std::vector<float> wbuf(H * kTile), lat(H * kTile);
     const E* zrows[kTile];
-    // The latent arrays are read head by head, a short run per position, which the
-    // hardware prefetcher does not follow: fetch them two tiles ahead.
+    // The latent arrays are read head by head, a short run per position, which
+    // the hardware prefetcher does not follow: fetch them two tiles ahead.
     auto prefetch = [&](const E* seq, const CacheSegment& seg, int64_t from) {
       if (seq == nullptr || from >= t1) return;
       const char* a = reinterpret_cast<const char*>(seq + from * seg.stride);
-      const int64_t bytes = std::min(kTile, t1 - from) * seg.stride * int64_t{sizeof(E)};
-      for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(a + off, 0, 3);
+      const int64_t bytes =
+          std::min(kTile, t1 - from) * seg.stride * int64_t{sizeof(E)};
+      for (int64_t off = 0; off < bytes; off += 64)
+        __builtin_prefetch(a + off, 0, 3);
     };
     for (int64_t t = t0; t < t1; t += kTile) {
       const int64_t count = std::min(kTile, t1 - t);
@@ -468,14 +608,26 @@ void Factored(const FactoredDecodeParams& p) {
       prefetch(zvseq, p.zv, t + 2 * kTile);
       // Shared key: read once per position for all H heads.
       for (int64_t i = 0; i < count; ++i) {
-        MultiDot(q.data(), H, kseq + (t + i) * p.k.stride, n, dots.data());
+        const E* krow = kseq + (t + i) * p.k.stride;
+#ifdef LRKV_KERNEL_SIMD
+        bool wide = true;
+        for (int64_t h0 = 0; h0 < H && wide; h0 += kW) {
+          wide = MultiDotWide(q.data() + h0 * n, std::min(kW, H - h0), krow, n,
+                              dots.data() + h0);
+        }
+        if (!wide) MultiDot(q.data(), H, krow, n, dots.data());
+#else
+        MultiDot(q.data(), H, krow, n, dots.data());
+#endif
         for (int64_t h = 0; h < H; ++h) s[h * kTile + i] = dots[h];
       }
       for (int64_t kvh = 0; kvh < p.kv_heads && r > 0; ++kvh) {
-        for (int64_t i = 0; i < count; ++i) zrows[i] = zkseq + (t + i) * p.zk.stride + kvh * r;
+        for (int64_t i = 0; i < count; ++i)
+          zrows[i] = zkseq + (t + i) * p.zk.stride + kvh * r;
         if (p.up_k_t != nullptr) {
           for (int64_t i = 0; i < count; ++i) {
-            // Rebuild B_h z_t, rotate it at position t, dot with the rotated queries.
+            // Rebuild B_h z_t, rotate it at position t, dot with the rotated
+            // queries.
             std::fill(res.begin(), res.end(), 0.0f);
             const float* bt = p.up_k_t + kvh * r * n;
             for (int64_t j = 0; j < r; ++j) {
@@ -490,29 +642,47 @@ void Factored(const FactoredDecodeParams& p) {
               res[2 * c] = x0 * cs[c] - x1 * sn[c];
               res[2 * c + 1] = x0 * sn[c] + x1 * cs[c];
             }
-            MultiDot(q.data() + kvh * g * n, g, res.data(), n, latent_dots.data());
-            for (int64_t j = 0; j < g; ++j) s[(kvh * g + j) * kTile + i] += latent_dots[j];
+            MultiDot(q.data() + kvh * g * n, g, res.data(), n,
+                     latent_dots.data());
+            for (int64_t j = 0; j < g; ++j)
+              s[(kvh * g + j) * kTile + i] += latent_dots[j];
           }
         } else {
           for (int64_t j = 0; j < g; ++j) {
             const int64_t h = kvh * g + j;
+#ifdef LRKV_KERNEL_SIMD
+            bool wide = true;
+            for (int64_t i0 = 0; i0 < count && wide; i0 += kW) {
+              wide = DotRowsWide(ql.data() + h * r, zrows + i0,
+                                 std::min(kW, count - i0), r,
+                                 &lat[h * kTile + i0]);
+            }
+            // A partial tile (or no masked loads) takes the general path whole.
+            if (!wide)
+              DotRows(ql.data() + h * r, zrows, count, r, &lat[h * kTile]);
+#else
             DotRows(ql.data() + h * r, zrows, count, r, &lat[h * kTile]);
-            for (int64_t i = 0; i < count; ++i) s[h * kTile + i] += lat[h * kTile + i];
+#endif
+            for (int64_t i = 0; i < count; ++i)
+              s[h * kTile + i] += lat[h * kTile + i];
           }
         }
       }
       if (sigma != nullptr) {
         for (int64_t h = 0; h < H; ++h) {
-          for (int64_t i = 0; i < count; ++i) s[h * kTile + i] *= sigma[(t + i) * p.kv_heads + h / g];
+          for (int64_t i = 0; i < count; ++i)
+            s[h * kTile + i] *= sigma[(t + i) * p.kv_heads + h / g];
         }
       }
       for (int64_t h = 0; h < H; ++h) {
         float* a = acc + h * per_head;
-        SoftmaxTile(&st[h], &s[h * kTile], count, &wbuf[h * kTile], a, n, a + n, r);
+        SoftmaxTile(&st[h], &s[h * kTile], count, &wbuf[h * kTile], a, n, a + n,
+                    r);
       }
       // a · V_shared: four heads per pass over the tile's value rows.
       const E* vrows[kTile];
-      for (int64_t i = 0; i < count; ++i) vrows[i] = vseq + (t + i) * p.v.stride;
+      for (int64_t i = 0; i < count; ++i)
+        vrows[i] = vseq + (t + i) * p.v.stride;
       int64_t h = 0;
       for (; h + 4 <= H; h += 4) {
         float* accs4[4] = {acc + h * per_head, acc + (h + 1) * per_head,
@@ -521,13 +691,15 @@ void Factored(const FactoredDecodeParams& p) {
                               &wbuf[(h + 2) * kTile], &wbuf[(h + 3) * kTile]};
         AccumulateRows4(accs4, w4, vrows, count, n);
       }
-      for (; h < H; ++h) AccumulateRows(acc + h * per_head, &wbuf[h * kTile], vrows, count, n);
+      for (; h < H; ++h)
+        AccumulateRows(acc + h * per_head, &wbuf[h * kTile], vrows, count, n);
       // a · Z_V per head.
       for (int64_t hh = 0; hh < H && r > 0; ++hh) {
         for (int64_t i = 0; i < count; ++i) {
           zrows[i] = zvseq + (t + i) * p.zv.stride + (hh / g) * r;
         }
-        AccumulateRows(acc + hh * per_head + n, &wbuf[hh * kTile], zrows, count, r);
+        AccumulateRows(acc + hh * per_head + n, &wbuf[hh * kTile], zrows, count,
+                       r);
       }
     }
   }
@@ -543,7 +715,8 @@ void Factored(const FactoredDecodeParams& p) {
       MergeChunks(hs, ha.data(), splits, per_head, merged.data());
       std::copy(merged.begin(), merged.begin() + n, p.out + (b * H + h) * n);
       if (r > 0) {
-        std::copy(merged.begin() + n, merged.end(), p.out_latent + (b * H + h) * r);
+        std::copy(merged.begin() + n, merged.end(),
+                  p.out_latent + (b * H + h) * r);
       }
     }
   }
