@@ -69,6 +69,16 @@ void FillJob(const JobRecord& j, v1::Job* out) {
   out->set_error(j.error);
 }
 
+void FillProgress(const JobEvent& e, JobState state, v1::JobProgress* p) {
+  p->set_seq(e.seq);
+  p->set_stage(e.stage);
+  p->set_step(e.step);
+  p->set_total(e.total);
+  if (e.loss) p->set_loss(*e.loss);
+  p->set_message(e.message);
+  p->set_state(ToProto(state));
+}
+
 // Ids sort by creation time (milliseconds, then a counter), then a random
 // suffix, so that jobs created within one second still list in submission
 // order.
@@ -158,13 +168,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     auto job = store_->GetJob(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     FillJob(*job, out);
-    auto events = store_->Events(req->job_id(), 0);
-    if (events.ok() && !events->empty()) {
-      const JobEvent& e = events->back();
-      out->mutable_progress()->set_seq(e.seq);
-      out->mutable_progress()->set_stage(e.stage);
-      out->mutable_progress()->set_message(e.message);
-    }
+    auto last = store_->LastEvent(req->job_id());
+    if (!last.ok()) return ToGrpc(last.status());
+    if (*last) FillProgress(**last, job->state, out->mutable_progress());
     return grpc::Status::OK;
   }
 
@@ -198,13 +204,7 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       if (!events.ok()) return ToGrpc(events.status());
       for (const auto& e : *events) {
         v1::JobProgress p;
-        p.set_seq(e.seq);
-        p.set_stage(e.stage);
-        p.set_step(e.step);
-        p.set_total(e.total);
-        if (e.loss) p.set_loss(*e.loss);
-        p.set_message(e.message);
-        p.set_state(ToProto(job->state));
+        FillProgress(e, job->state, &p);
         if (!writer->Write(p)) return grpc::Status::OK;
         after = e.seq;
       }
@@ -344,7 +344,6 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     if (!gguf) {
       ASSIGN_OR_RETURN(id, Sha256OfPath(staged));
     }
-    ckpt->reset();
     const fs::path dest = fs::path(options_.data_dir) / "checkpoints" /
                           (gguf ? id + ".gguf" : id);
     std::error_code ec;
@@ -354,8 +353,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       return absl::InternalError(
           absl::StrCat(dest.string(), ": ", ec.message()));
     uploads_->Discard(h.upload_id);
-    ASSIGN_OR_RETURN(auto kept, Checkpoint::Open(dest.string()));
-    return Record(*kept, dest, id, out);
+    // The validated checkpoint stays mapped across the rename: no second parse.
+    return Record(**ckpt, dest, id, out);
   }
 
   absl::Status Record(const Checkpoint& ckpt, const fs::path& real,

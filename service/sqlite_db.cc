@@ -85,6 +85,9 @@ absl::StatusOr<bool> Statement::Step() {
 
 absl::Status Statement::Run() {
   auto r = Step();
+  // Ready to be bound and run again (one prepared statement serves a whole
+  // batch).
+  sqlite3_reset(stmt_);
   if (!r.ok()) return r.status();
   return absl::OkStatus();
 }

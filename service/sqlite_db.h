@@ -55,7 +55,8 @@ class Statement {
 
   // True while a row is available, false when done; an error otherwise.
   absl::StatusOr<bool> Step();
-  // Runs a statement that returns no rows.
+  // Runs a statement that returns no rows, then resets it so that it can be
+  // bound and run again.
   absl::Status Run();
 
   int64_t Int64(int column) const;

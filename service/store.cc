@@ -360,29 +360,51 @@ absl::StatusOr<int64_t> Store::AppendEvent(const std::string& job_id,
   return seq;
 }
 
+namespace {
+
+constexpr char kSelectEvent[] =
+    "SELECT seq, at, stage, step, total, loss, message FROM job_events ";
+
+JobEvent ReadEvent(const Statement& s) {
+  JobEvent e;
+  e.seq = s.Int64(0);
+  e.at = s.Int64(1);
+  e.stage = s.Text(2);
+  e.step = s.Int64(3);
+  e.total = s.Int64(4);
+  if (!s.IsNull(5)) e.loss = s.Double(5);
+  e.message = s.Text(6);
+  return e;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id,
                                                     int64_t after) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  constexpr char kSql[] =
-      "SELECT seq, at, stage, step, total, loss, message FROM job_events "
-      "WHERE job_id = ? AND seq > ? ORDER BY seq";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
+  const std::string sql =
+      absl::StrCat(kSelectEvent, "WHERE job_id = ? AND seq > ? ORDER BY seq");
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, sql.c_str()));
   s.Bind(1, job_id).Bind(2, after);
   std::vector<JobEvent> out;
   while (true) {
     ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    JobEvent e;
-    e.seq = s.Int64(0);
-    e.at = s.Int64(1);
-    e.stage = s.Text(2);
-    e.step = s.Int64(3);
-    e.total = s.Int64(4);
-    if (!s.IsNull(5)) e.loss = s.Double(5);
-    e.message = s.Text(6);
-    out.push_back(std::move(e));
+    out.push_back(ReadEvent(s));
   }
   return out;
+}
+
+absl::StatusOr<std::optional<JobEvent>> Store::LastEvent(
+    const std::string& job_id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  const std::string sql =
+      absl::StrCat(kSelectEvent, "WHERE job_id = ? ORDER BY seq DESC LIMIT 1");
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, sql.c_str()));
+  s.Bind(1, job_id);
+  ASSIGN_OR_RETURN(bool row, s.Step());
+  if (!row) return std::nullopt;
+  return ReadEvent(s);
 }
 
 absl::Status Store::AddVerification(const std::string& job_id,
@@ -393,8 +415,8 @@ absl::Status Store::AddVerification(const std::string& job_id,
       "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, "
       "max_rel, "
       "cos_dist, detail) VALUES (?, ?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   for (const auto& r : rows) {
-    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
     RETURN_IF_ERROR(s.Bind(1, job_id)
                         .Bind(2, r.check)
                         .Bind(3, int64_t{r.passed})
@@ -432,8 +454,8 @@ absl::Status Store::AddLossCurve(const std::string& job_id,
   constexpr char kSql[] =
       "INSERT OR REPLACE INTO loss_curve (job_id, step, kind, loss, lr) VALUES "
       "(?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   for (const auto& r : rows) {
-    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
     RETURN_IF_ERROR(s.Bind(1, job_id)
                         .Bind(2, r.step)
                         .Bind(3, r.kind)

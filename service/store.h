@@ -148,6 +148,8 @@ class Store {
                                       const JobEvent& e);
   absl::StatusOr<std::vector<JobEvent>> Events(const std::string& job_id,
                                                int64_t after_seq);
+  // The newest event (GetJob's progress) without reading the others.
+  absl::StatusOr<std::optional<JobEvent>> LastEvent(const std::string& job_id);
 
   absl::Status AddVerification(const std::string& job_id,
                                const std::vector<VerificationRow>& rows);

@@ -48,8 +48,8 @@ absl::Status Store::AddConversion(const std::string& job_id,
                         .Bind(5, row.wall_seconds)
                         .Run());
   }
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kLayer));
   for (const auto& l : row.layers) {
-    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kLayer));
     RETURN_IF_ERROR(s.Bind(1, job_id)
                         .Bind(2, row.config)
                         .Bind(3, l.layer)
@@ -101,8 +101,8 @@ absl::Status Store::AddCache(const std::string& job_id,
       "INSERT OR REPLACE INTO cache_measurements (job_id, engine, variant, "
       "tokens, used_bytes, "
       "formula_bytes) VALUES (?, ?, ?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   for (const auto& r : rows) {
-    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
     RETURN_IF_ERROR(s.Bind(1, job_id)
                         .Bind(2, r.engine)
                         .Bind(3, r.variant)
@@ -136,8 +136,8 @@ absl::Status Store::AddLatency(const std::string& job_id,
       "context, "
       "median_ms, gbps, ratio_to_mha, tokens_per_second) VALUES (?, ?, ?, ?, "
       "?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   for (const auto& r : rows) {
-    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
     RETURN_IF_ERROR(s.Bind(1, job_id)
                         .Bind(2, r.variant)
                         .Bind(3, r.engine)
@@ -174,8 +174,8 @@ absl::Status Store::AddEvaluations(const std::string& job_id,
   constexpr char kSql[] =
       "INSERT OR REPLACE INTO evaluations (job_id, label, tokens, perplexity) "
       "VALUES (?, ?, ?, ?)";
+  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   for (const auto& r : rows) {
-    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
     RETURN_IF_ERROR(s.Bind(1, job_id)
                         .Bind(2, r.label)
                         .Bind(3, r.tokens)
