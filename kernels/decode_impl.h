@@ -92,27 +92,24 @@ inline void VSumMany(const Vf* v, float* out) {
       _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
                     _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
 }
-// exp for every lane (Cephes-style: range reduction by ln 2, degree-5
-// polynomial, relative error ~2e-7); inputs below -87 flush to 0.
-inline Vf VExp(Vf x) {
-  const __mmask16 under = _mm512_cmp_ps_mask(x, VSet(-87.3f), _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, VSet(-87.3f)), VSet(88.3f));
-  const Vf fx =
-      _mm512_roundscale_ps(_mm512_mul_ps(x, VSet(1.44269504088896341f)),
-                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(fx, VSet(0.693359375f), x);
-  x = _mm512_fnmadd_ps(fx, VSet(-2.12194440e-4f), x);
-  Vf y = VSet(1.9875691500e-4f);
-  y = VFma(y, x, VSet(1.3981999507e-3f));
-  y = VFma(y, x, VSet(8.3334519073e-3f));
-  y = VFma(y, x, VSet(4.1665795894e-2f));
-  y = VFma(y, x, VSet(1.6666665459e-1f));
-  y = VFma(y, x, VSet(5.0000001201e-1f));
-  y = VFma(y, _mm512_mul_ps(x, x), VAdd(x, VSet(1.0f)));
-  const __m512i e = _mm512_slli_epi32(
-      _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127)), 23);
-  y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), y);
+// The pieces of VExp that differ between ISAs.
+inline Vf VMul(Vf a, Vf b) { return _mm512_mul_ps(a, b); }
+inline Vf VClamp(Vf x, float lo, float hi) {
+  return _mm512_min_ps(_mm512_max_ps(x, VSet(lo)), VSet(hi));
+}
+inline Vf VRound(Vf x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline Vf VFnma(Vf a, Vf b, Vf c) { return _mm512_fnmadd_ps(a, b, c); }
+// 2^n for integral n.
+inline Vf VPow2(Vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+// y where x >= lo, else 0.
+inline Vf VZeroBelow(Vf y, Vf x, float lo) {
+  return _mm512_maskz_mov_ps(
+      static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, VSet(lo), _CMP_LT_OQ)), y);
 }
 #elif LRKV_KERNEL_SIMD == 8
 using Vf = __m256;
@@ -150,25 +147,40 @@ inline void VSumMany(const Vf* v, float* out) {
                    _mm256_add_ps(_mm256_permute2f128_ps(w[0], w[1], 0x20),
                                  _mm256_permute2f128_ps(w[0], w[1], 0x31)));
 }
+inline Vf VMul(Vf a, Vf b) { return _mm256_mul_ps(a, b); }
+inline Vf VClamp(Vf x, float lo, float hi) {
+  return _mm256_min_ps(_mm256_max_ps(x, VSet(lo)), VSet(hi));
+}
+inline Vf VRound(Vf x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline Vf VFnma(Vf a, Vf b, Vf c) { return _mm256_fnmadd_ps(a, b, c); }
+inline Vf VPow2(Vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline Vf VZeroBelow(Vf y, Vf x, float lo) {
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, VSet(lo), _CMP_LT_OQ), y);
+}
+#endif
+
+#ifdef LRKV_KERNEL_SIMD
+// exp for every lane (Cephes-style: range reduction by ln 2, degree-5
+// polynomial, relative error ~2e-7); inputs below -87 flush to 0.
 inline Vf VExp(Vf x) {
-  const Vf lo = VSet(-87.3f);
-  const Vf under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), VSet(88.3f));
-  const Vf fx = _mm256_round_ps(_mm256_mul_ps(x, VSet(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, VSet(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, VSet(-2.12194440e-4f), x);
+  const Vf in = x;
+  x = VClamp(x, -87.3f, 88.3f);
+  const Vf fx = VRound(VMul(x, VSet(1.44269504088896341f)));
+  x = VFnma(fx, VSet(0.693359375f), x);
+  x = VFnma(fx, VSet(-2.12194440e-4f), x);
   Vf y = VSet(1.9875691500e-4f);
   y = VFma(y, x, VSet(1.3981999507e-3f));
   y = VFma(y, x, VSet(8.3334519073e-3f));
   y = VFma(y, x, VSet(4.1665795894e-2f));
   y = VFma(y, x, VSet(1.6666665459e-1f));
   y = VFma(y, x, VSet(5.0000001201e-1f));
-  y = VFma(y, _mm256_mul_ps(x, x), VAdd(x, VSet(1.0f)));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(under, y);
+  y = VFma(y, VMul(x, x), VAdd(x, VSet(1.0f)));
+  return VZeroBelow(VMul(y, VPow2(fx)), in, -87.3f);
 }
 #endif
 
