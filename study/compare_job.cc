@@ -100,13 +100,15 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
                                     target.status().message(), ")"));
       return absl::OkStatus();
     }
-    const std::string key = absl::StrCat(target->ToString(), "/", mode);
-    if (!seen.insert(key).second) {
+    // The model a plan builds: MQA is GQA pooled to one KV head.
+    const std::string model = target->variant == KvVariant::kMqa
+                                  ? std::string("gqa n_kv=1")
+                                  : target->ToString();
+    if (!seen.insert(absl::StrCat(model, "/", mode)).second) {
       notes->push_back(absl::StrCat(
-          KvVariantName(v), " ", mode, " at budget ", budget, ": ",
-          target->ToString(),
-          " is the largest that fits, already measured at a smaller "
-          "budget; not repeated"));
+          KvVariantName(v), " ", mode, " at budget ", budget, ": ", model,
+          " is the largest that fits and is already measured (at a smaller "
+          "budget, or as mqa); not repeated"));
       return absl::OkStatus();
     }
     plans.push_back({budget, v, mode, *target});
@@ -119,23 +121,11 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
     if (mqa && !mqa_done && mqa_ratio <= b + 1e-12) {
       RETURN_IF_ERROR(
           add(b, KvVariant::kMqa, "expanded", RopeMode::kReconstruct));
-      seen.insert("gqa n_kv=1/expanded");
       mqa_done = true;
     }
     if (variants.count("gqa")) {
-      ConversionOptions c;
-      c.variant = KvVariant::kGqa;
-      c.budget = b;
-      auto t = ResolveTarget(config, c);
-      // GQA pooled to one head is MQA: keep it only when MQA is not in the
-      // study.
-      if (t.ok() && t->kv_heads == 1 && mqa) {
-        notes->push_back(absl::StrCat(
-            "gqa at budget ", b, " pools to one KV head: that is the mqa row"));
-      } else {
-        RETURN_IF_ERROR(
-            add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
-      }
+      RETURN_IF_ERROR(
+          add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
     }
     if (variants.count("mla")) {
       RETURN_IF_ERROR(
