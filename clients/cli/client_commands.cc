@@ -121,18 +121,24 @@ int List(const ClientArgs& a) {
   return kExitOk;
 }
 
-int Get(const ClientArgs& a) {
+// A job-id RPC that answers with the job (GetJob, CancelJob): prints it.
+template <typename Request>
+int CallForJob(const ClientArgs& a,
+               grpc::Status (v1::Lrkv::Stub::*rpc)(grpc::ClientContext*,
+                                                   const Request&, v1::Job*)) {
   auto stub = Connect(a);
   grpc::ClientContext ctx;
   Authorize(a, &ctx);
-  v1::GetJobRequest req;
+  Request req;
   req.set_job_id(a.job_id);
   v1::Job job;
-  const auto st = stub->GetJob(&ctx, req, &job);
+  const auto st = ((*stub).*rpc)(&ctx, req, &job);
   if (!st.ok()) return RpcError(st);
   PrintJob(job);
   return kExitOk;
 }
+
+int Get(const ClientArgs& a) { return CallForJob(a, &v1::Lrkv::Stub::GetJob); }
 
 int Watch(const ClientArgs& a) {
   auto stub = Connect(a);
@@ -144,16 +150,7 @@ int Watch(const ClientArgs& a) {
 }
 
 int Cancel(const ClientArgs& a) {
-  auto stub = Connect(a);
-  grpc::ClientContext ctx;
-  Authorize(a, &ctx);
-  v1::CancelJobRequest req;
-  req.set_job_id(a.job_id);
-  v1::Job job;
-  const auto st = stub->CancelJob(&ctx, req, &job);
-  if (!st.ok()) return RpcError(st);
-  PrintJob(job);
-  return kExitOk;
+  return CallForJob(a, &v1::Lrkv::Stub::CancelJob);
 }
 
 int Delete(const ClientArgs& a) {
@@ -167,29 +164,24 @@ int Delete(const ClientArgs& a) {
   return st.ok() ? kExitOk : RpcError(st);
 }
 
-int Report(const ClientArgs& a) {
-  auto stub = Connect(a);
-  grpc::ClientContext ctx;
-  Authorize(a, &ctx);
-  v1::GetReportRequest req;
-  req.set_job_id(a.job_id);
-  v1::Report r;
-  const auto st = stub->GetReport(&ctx, req, &r);
-  if (!st.ok()) return RpcError(st);
+ReportOutputs Outputs(const ClientArgs& a) {
   ReportOutputs out;
   out.json = a.json;
   out.junit = a.junit;
   out.html = a.html;
-  return EmitReport(r, out);
+  return out;
+}
+
+int Report(const ClientArgs& a) {
+  auto stub = Connect(a);
+  return FetchAndEmitReport(a.conn, *stub, a.job_id, Outputs(a));
 }
 
 // Submits a job and, unless --detach, follows it and prints its report.
 int Submit(const ClientArgs& a) {
   auto stub = Connect(a);
-  std::string upper = a.kind;
-  for (char& c : upper) c = static_cast<char>(std::toupper(c));
   v1::JobKind kind;
-  if (!v1::JobKind_Parse(upper, &kind) || kind == v1::JOB_KIND_UNSPECIFIED) {
+  if (!ParseJobKind(a.kind, &kind)) {
     std::cerr
         << "lrkv: error: job kind '" << a.kind
         << "' must be convert, heal, verify, bench, compare or pipeline\n";
@@ -206,25 +198,8 @@ int Submit(const ClientArgs& a) {
     std::cerr << "lrkv: error: give --checkpoint-id or --checkpoint\n";
     return kExitUsage;
   }
-  grpc::ClientContext ctx;
-  Authorize(a, &ctx);
-  v1::SubmitJobRequest req;
-  req.set_kind(kind);
-  req.set_checkpoint_id(checkpoint_id);
-  req.set_params_json(a.params);
-  v1::Job job;
-  const auto st = stub->SubmitJob(&ctx, req, &job);
-  if (!st.ok()) return RpcError(st);
-  std::printf("%s\n", job.id().c_str());
-  std::fflush(stdout);
-  if (a.detach) return kExitOk;
-  const auto fst = FollowJob(a.conn, *stub, job.id(), &job);
-  if (!fst.ok()) return RpcError(fst);
-  PrintJob(job);
-  if (job.state() != v1::SUCCEEDED) return kExitServer;
-  ClientArgs r = a;
-  r.job_id = job.id();
-  return Report(r);
+  return SubmitAndReport(a.conn, *stub, kind, checkpoint_id, a.params, a.detach,
+                         Outputs(a));
 }
 
 }  // namespace

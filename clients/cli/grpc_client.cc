@@ -274,6 +274,53 @@ grpc::Status EnsureCheckpoint(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
   return st;
 }
 
+bool ParseJobKind(const std::string& name, v1::JobKind* kind) {
+  std::string upper = name;
+  for (char& c : upper) c = static_cast<char>(std::toupper(c));
+  return v1::JobKind_Parse(upper, kind) && *kind != v1::JOB_KIND_UNSPECIFIED;
+}
+
+int FetchAndEmitReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                       const std::string& job_id, const ReportOutputs& out) {
+  grpc::ClientContext ctx;
+  Authorize(a, &ctx);
+  v1::GetReportRequest req;
+  req.set_job_id(job_id);
+  v1::Report report;
+  const grpc::Status st = stub.GetReport(&ctx, req, &report);
+  if (!st.ok()) return RpcError(st);
+  return EmitReport(report, out);
+}
+
+int SubmitAndReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                    v1::JobKind kind, const std::string& checkpoint_id,
+                    const std::string& params_json, bool detach,
+                    const ReportOutputs& out) {
+  v1::Job job;
+  {
+    grpc::ClientContext ctx;
+    Authorize(a, &ctx);
+    v1::SubmitJobRequest req;
+    req.set_kind(kind);
+    req.set_checkpoint_id(checkpoint_id);
+    req.set_params_json(params_json);
+    const grpc::Status st = stub.SubmitJob(&ctx, req, &job);
+    if (!st.ok()) return RpcError(st);
+  }
+  std::printf("%s\n", job.id().c_str());
+  std::fflush(stdout);
+  if (detach) return kExitOk;
+  const grpc::Status st = FollowJob(a, stub, job.id(), &job);
+  if (!st.ok()) return RpcError(st);
+  if (job.state() != v1::SUCCEEDED) {
+    std::cerr << "lrkv: error: job " << job.id() << " ended "
+              << v1::JobState_Name(job.state())
+              << (job.error().empty() ? "" : ": " + job.error()) << "\n";
+    return kExitServer;
+  }
+  return FetchAndEmitReport(a, stub, job.id(), out);
+}
+
 grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
                        const std::string& job_id, v1::Job* job) {
   const bool bar = ShowBar();
@@ -302,6 +349,7 @@ int EmitReport(const v1::Report& r, const ReportOutputs& out) {
   } else {
     PrintSummary(r);
   }
+  if (!out.json_file.empty()) std::ofstream(out.json_file) << r.json();
   if (!out.junit.empty()) WriteJUnit(r, out.junit);
   if (!out.html.empty()) {
     auto study =

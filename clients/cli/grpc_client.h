@@ -37,13 +37,28 @@ grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
                        const std::string& job_id, v1::Job* job);
 
 struct ReportOutputs {
-  bool json = false;  // print the JSON report instead of the summary
-  std::string junit;  // write the checks as JUnit XML
-  std::string html;   // write the comparison page (compare jobs)
+  bool json = false;      // print the JSON report instead of the summary
+  std::string json_file;  // write the JSON report here
+  std::string junit;      // write the checks as JUnit XML
+  std::string html;       // write the comparison page (compare jobs)
 };
 // Prints/writes the report; returns kExitFailure when a verification check
 // failed.
 int EmitReport(const v1::Report& report, const ReportOutputs& out);
+// GetReport, then EmitReport.
+int FetchAndEmitReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                       const std::string& job_id, const ReportOutputs& out);
+
+// Submits a job and prints its id; unless `detach`, follows it and emits its
+// report. A job that does not succeed prints its state and error and exits
+// kExitServer.
+int SubmitAndReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                    v1::JobKind kind, const std::string& checkpoint_id,
+                    const std::string& params_json, bool detach,
+                    const ReportOutputs& out);
+
+// "convert" -> CONVERT, ...; false for unknown names and UNSPECIFIED.
+bool ParseJobKind(const std::string& name, v1::JobKind* kind);
 
 }  // namespace lrkv::cli
 

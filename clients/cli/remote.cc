@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "absl/strings/numbers.h"
@@ -129,45 +128,12 @@ int RemoteJob::Run() const {
   if (Find(cmd_, "label") != nullptr && !params.contains("label")) {
     params["label"] = fs::path(ckpt_opt->results()[0]).filename().string();
   }
-  v1::JobKind kind;
-  std::string upper = spec_.kind;
-  for (char& c : upper) c = static_cast<char>(std::toupper(c));
-  v1::JobKind_Parse(upper, &kind);
-  v1::Job job;
-  {
-    grpc::ClientContext ctx;
-    Authorize(conn_, &ctx);
-    v1::SubmitJobRequest req;
-    req.set_kind(kind);
-    req.set_checkpoint_id(checkpoint.id());
-    req.set_params_json(params.dump());
-    st = stub->SubmitJob(&ctx, req, &job);
-    if (!st.ok()) return RpcError(st);
-  }
-  std::printf("%s\n", job.id().c_str());
-  std::fflush(stdout);
-  if (detach_) return kExitOk;
-  st = FollowJob(conn_, *stub, job.id(), &job);
-  if (!st.ok()) return RpcError(st);
-  if (job.state() != v1::SUCCEEDED) {
-    std::cerr << "lrkv: error: job " << job.id() << " ended "
-              << v1::JobState_Name(job.state())
-              << (job.error().empty() ? "" : ": " + job.error()) << "\n";
-    return kExitServer;
-  }
-  grpc::ClientContext ctx;
-  Authorize(conn_, &ctx);
-  v1::GetReportRequest req;
-  req.set_job_id(job.id());
-  v1::Report report;
-  st = stub->GetReport(&ctx, req, &report);
-  if (!st.ok()) return RpcError(st);
   ReportOutputs out;
   if (CLI::Option* j = Find(cmd_, "json"); j != nullptr && j->count() > 0) {
     if (j->get_expected_min() == 0) {
       out.json = true;
     } else {
-      std::ofstream(j->results()[0]) << report.json();
+      out.json_file = j->results()[0];
     }
   }
   if (CLI::Option* j = Find(cmd_, "junit"); j != nullptr && j->count() > 0) {
@@ -176,7 +142,10 @@ int RemoteJob::Run() const {
   if (CLI::Option* h = Find(cmd_, "html"); h != nullptr && h->count() > 0) {
     out.html = h->results()[0];
   }
-  return EmitReport(report, out);
+  v1::JobKind kind;
+  ParseJobKind(spec_.kind, &kind);
+  return SubmitAndReport(conn_, *stub, kind, checkpoint.id(), params.dump(),
+                         detach_, out);
 }
 
 }  // namespace lrkv::cli
