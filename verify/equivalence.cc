@@ -30,16 +30,18 @@ ErrorStats Compare(const at::Tensor& candidate, const at::Tensor& reference) {
   const double ref_max = r.abs().max().item<double>();
   e.max_rel = ref_max > 0 ? e.max_abs / ref_max : e.max_abs;
   const double denom = c.norm().item<double>() * r.norm().item<double>();
-  e.cos_dist = denom > 0 ? std::max(0.0, 1.0 - c.dot(r).item<double>() / denom) : 0.0;
+  e.cos_dist =
+      denom > 0 ? std::max(0.0, 1.0 - c.dot(r).item<double>() / denom) : 0.0;
   return e;
 }
 
-absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
-                                                   const LlamaWeights& weights,
-                                                   DecodeMode mode,
-                                                   const EquivalenceOptions& o) {
-  if (o.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  if (o.decode_tokens < 0) return absl::InvalidArgumentError("decode tokens must be >= 0");
+absl::StatusOr<EquivalenceResult> CheckEquivalence(
+    const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
+    const EquivalenceOptions& o) {
+  if (o.prompt.empty())
+    return absl::InvalidArgumentError("the prompt is empty");
+  if (o.decode_tokens < 0)
+    return absl::InvalidArgumentError("decode tokens must be >= 0");
   const bool bf16 = o.cache_dtype == at::kBFloat16;
   EquivalenceResult r;
   r.mode = DecodeModeName(mode);
@@ -55,9 +57,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
     r.reason = std::string(candidate.status().message());
     return r;
   }
-  // fp32 (and the naive control): the independent expanded engine. bf16: the same
-  // stored cache decoded through materialised K/V, so that both sides read identical
-  // bf16 inputs; the storage error is measured separately against fp32.
+  // fp32 (and the naive control): the independent expanded engine. bf16: the
+  // same stored cache decoded through materialised K/V, so that both sides read
+  // identical bf16 inputs; the storage error is measured separately against
+  // fp32.
   EngineOptions ref_options = eo;
   DecodeMode ref_mode = DecodeMode::kExpanded;
   if (bf16 && mode != DecodeMode::kNaive) {
@@ -73,9 +76,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
   if (bf16) {
     EngineOptions f32 = eo;
     f32.cache_dtype = at::kFloat;
-    ASSIGN_OR_RETURN(exact32, CreateDecodeEngine(config, weights, DecodeMode::kExpanded, f32));
-    ASSIGN_OR_RETURN(expanded16,
-                     CreateDecodeEngine(config, weights, DecodeMode::kExpanded, eo));
+    ASSIGN_OR_RETURN(exact32, CreateDecodeEngine(config, weights,
+                                                 DecodeMode::kExpanded, f32));
+    ASSIGN_OR_RETURN(expanded16, CreateDecodeEngine(config, weights,
+                                                    DecodeMode::kExpanded, eo));
   }
   auto exceeds = [&](const ErrorStats& e) {
     return bf16 ? e.cos_dist > kCosTolerance : e.max_rel > kRelTolerance;
@@ -93,7 +97,8 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
     const auto token = at::full({1}, next, at::kLong);
     const auto ref_logits = (*reference)->Step(token);
     const auto cand_logits = (*candidate)->Step(token);
-    for (size_t layer = 0; layer < (*reference)->attention_outputs().size(); ++layer) {
+    for (size_t layer = 0; layer < (*reference)->attention_outputs().size();
+         ++layer) {
       const ErrorStats e = Compare((*candidate)->attention_outputs()[layer],
                                    (*reference)->attention_outputs()[layer]);
       Worst(&r.worst_layer, e);
@@ -102,7 +107,8 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
     if (bf16) {
       exact32->Step(token);
       expanded16->Step(token);
-      for (size_t layer = 0; layer < exact32->attention_outputs().size(); ++layer) {
+      for (size_t layer = 0; layer < exact32->attention_outputs().size();
+           ++layer) {
         const auto& truth = exact32->attention_outputs()[layer];
         r.storage_cos_dist = std::max(
             r.storage_cos_dist,
@@ -115,8 +121,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
     const ErrorStats e = Compare(cand_logits, ref_logits);
     Worst(&r.worst_logits, e);
     note_bad(step, -1, e);
-    const auto ref_next = static_cast<int32_t>(ref_logits.argmax(-1).item<int64_t>());
-    const auto cand_next = static_cast<int32_t>(cand_logits.argmax(-1).item<int64_t>());
+    const auto ref_next =
+        static_cast<int32_t>(ref_logits.argmax(-1).item<int64_t>());
+    const auto cand_next =
+        static_cast<int32_t>(cand_logits.argmax(-1).item<int64_t>());
     // Steps P-1 .. P+N-2 produce the N greedy tokens.
     const int64_t generated = step + 1 - static_cast<int64_t>(o.prompt.size());
     if (generated >= 0 && generated < o.decode_tokens) {
@@ -126,6 +134,8 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(const ModelConfig& config,
     next = ref_next;  // teacher-forced on the reference's greedy choice
     ++r.steps;
   }
+  r.candidate_cache_bytes = (*candidate)->MeasureCache().used_bytes;
+  r.reference_cache_bytes = (*reference)->MeasureCache().used_bytes;
   const bool tokens_ok = bf16 || r.tokens_agreed == r.decode_tokens;
   r.equivalent = r.first_bad_step < 0 && tokens_ok;
   return r;

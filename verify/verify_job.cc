@@ -20,11 +20,15 @@
 namespace lrkv {
 namespace {
 
-absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+absl::Status Invalid(const std::string& msg) {
+  return absl::InvalidArgumentError(msg);
+}
 
 constexpr char kBuiltinPrompt[] =
-    "Once upon a time, there was a little girl named Lily. She loved to play outside in "
-    "the park with her friends. One day, she saw a big red ball under a tree and ran to "
+    "Once upon a time, there was a little girl named Lily. She loved to play "
+    "outside in "
+    "the park with her friends. One day, she saw a big red ball under a tree "
+    "and ran to "
     "get it. Her mom smiled and said they could play together after lunch.";
 
 // The accounting configuration of a (converted) model.
@@ -66,8 +70,9 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
     }
     auto m = ParseDecodeMode(name);
     if (!m.ok() || *m == DecodeMode::kExpanded) {
-      *status = Invalid(absl::StrCat("--rope-mode '", name,
-                                     "' must be reconstruct, plane, partial, naive or all"));
+      *status = Invalid(
+          absl::StrCat("--rope-mode '", name,
+                       "' must be reconstruct, plane, partial, naive or all"));
       return {};
     }
     modes.push_back(*m);
@@ -77,15 +82,19 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
 
 absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   if (o.prompt_tokens < 1 || o.prompt_tokens > 4096) {
-    return Invalid(absl::StrCat("--prompt-tokens ", o.prompt_tokens, " must lie in [1, 4096]"));
+    return Invalid(absl::StrCat("--prompt-tokens ", o.prompt_tokens,
+                                " must lie in [1, 4096]"));
   }
   if (o.decode_tokens < 0 || o.decode_tokens > 4096) {
-    return Invalid(absl::StrCat("--decode-tokens ", o.decode_tokens, " must lie in [0, 4096]"));
+    return Invalid(absl::StrCat("--decode-tokens ", o.decode_tokens,
+                                " must lie in [0, 4096]"));
   }
   std::vector<at::ScalarType> dtypes;
   if (o.dtype == "fp32" || o.dtype == "both") dtypes.push_back(at::kFloat);
   if (o.dtype == "bf16" || o.dtype == "both") dtypes.push_back(at::kBFloat16);
-  if (dtypes.empty()) return Invalid(absl::StrCat("--dtype '", o.dtype, "' must be fp32, bf16 or both"));
+  if (dtypes.empty())
+    return Invalid(
+        absl::StrCat("--dtype '", o.dtype, "' must be fp32, bf16 or both"));
 
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
@@ -98,7 +107,8 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   }
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt));
 
-  // The prompt: the text's first tokens, else a built-in passage, else fixed ids.
+  // The prompt: the text's first tokens, else a built-in passage, else fixed
+  // ids.
   std::vector<int32_t> prompt;
   const Tokenizer* tok = ckpt->tokenizer();
   if (tok != nullptr) {
@@ -113,7 +123,8 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     }
   } else {
     for (int64_t i = 0; i < o.prompt_tokens; ++i) {
-      prompt.push_back(static_cast<int32_t>(1 + (i * 7919) % (config.vocab_size - 1)));
+      prompt.push_back(
+          static_cast<int32_t>(1 + (i * 7919) % (config.vocab_size - 1)));
     }
   }
   prompt.resize(o.prompt_tokens);
@@ -128,52 +139,80 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     eo.prompt = prompt;
     eo.decode_tokens = o.decode_tokens;
     eo.cache_dtype = dtype;
-    const bool all = std::find(o.modes.begin(), o.modes.end(), "all") != o.modes.end();
+    const bool all =
+        std::find(o.modes.begin(), o.modes.end(), "all") != o.modes.end();
     for (DecodeMode mode : modes) {
       ASSIGN_OR_RETURN(auto r, CheckEquivalence(config, weights, mode, eo));
       r.required = !all;
       report.equivalence.push_back(std::move(r));
     }
   }
-  // Cache bytes of every applicable engine after prompt + decode tokens, fp32 storage.
+  // Cache bytes (fp32 storage) of every applicable engine after prompt + decode
+  // tokens. The fp32 equivalence runs already decoded exactly that: their
+  // engines' bytes are used, and an engine is run here only when no fp32 check
+  // ran it.
   const int64_t tokens = o.prompt_tokens + o.decode_tokens;
-  std::vector<DecodeMode> engines = {DecodeMode::kExpanded};
-  engines.insert(engines.end(), modes.begin(), modes.end());
-  at::NoGradGuard no_grad;
-  for (DecodeMode mode : engines) {
+  auto run_fp32 = [&](DecodeMode mode) -> absl::StatusOr<int64_t> {
+    at::NoGradGuard no_grad;
     EngineOptions eo;
     eo.capacity = tokens;
-    auto engine = CreateDecodeEngine(config, weights, mode, eo);
-    if (!engine.ok()) continue;  // reported as n/a above
+    ASSIGN_OR_RETURN(auto engine,
+                     CreateDecodeEngine(config, weights, mode, eo));
     for (int64_t t = 0; t < tokens; ++t) {
-      (*engine)->Step(at::full({1}, prompt[t % prompt.size()], at::kLong));
+      engine->Step(at::full({1}, prompt[t % prompt.size()], at::kLong));
     }
-    const CacheMeasurement m = (*engine)->MeasureCache();
+    return engine->MeasureCache().used_bytes;
+  };
+  auto add_check = [&](DecodeMode mode, int64_t used_bytes) {
     CacheCheck c;
     c.engine = DecodeModeName(mode);
-    // The expanded engine of a factored model holds the materialised per-head cache.
+    // The expanded engine of a factored model holds the materialised per-head
+    // cache.
     KvConfig engine_kv = kv;
     if (mode == DecodeMode::kExpanded && config.kv.layout != KvLayout::kDense) {
       engine_kv = KvConfig();
-      engine_kv.variant =
-          config.num_kv_heads == config.num_heads ? KvVariant::kMha : KvVariant::kGqa;
+      engine_kv.variant = config.num_kv_heads == config.num_heads
+                              ? KvVariant::kMha
+                              : KvVariant::kGqa;
       engine_kv.kv_heads = config.num_kv_heads;
     }
     c.variant = engine_kv.ToString();
-    c.tokens = m.tokens;
-    c.used_bytes = m.used_bytes;
-    c.allocated_bytes = m.allocated_bytes;
+    c.tokens = tokens;
+    c.used_bytes = used_bytes;
     c.formula_bytes = static_cast<int64_t>(
         MeasureFootprint(ShapeOf(config), engine_kv, tokens, 1, 4).bytes);
     report.cache.push_back(c);
+  };
+  std::optional<int64_t> expanded_bytes;
+  std::vector<std::pair<DecodeMode, int64_t>> factored;
+  for (const auto& r : report.equivalence) {
+    if (!r.applicable || r.dtype != "fp32") continue;
+    ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(r.mode));
+    factored.emplace_back(mode, r.candidate_cache_bytes);
+    expanded_bytes =
+        r.reference_cache_bytes;  // fp32 checks run the expanded engine
   }
-  // Head diversity of the converted model's (materialised) heads, and the source's.
+  if (factored.empty()) {  // bf16 only: no fp32 run to read
+    for (const auto& r : report.equivalence) {
+      if (!r.applicable) continue;
+      ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(r.mode));
+      ASSIGN_OR_RETURN(int64_t bytes, run_fp32(mode));
+      factored.emplace_back(mode, bytes);
+    }
+  }
+  if (!expanded_bytes) {
+    ASSIGN_OR_RETURN(expanded_bytes, run_fp32(DecodeMode::kExpanded));
+  }
+  add_check(DecodeMode::kExpanded, *expanded_bytes);
+  for (const auto& [mode, bytes] : factored) add_check(mode, bytes);
+  // Head diversity of the converted model's (materialised) heads, and the
+  // source's.
   auto diversity_of = [](const ModelConfig& c, const LlamaWeights& w) {
     double centred = 0, uncentred = 0;
     for (const auto& l : w.layers) {
       const DenseKv dense = ExpandKv(c, l);
-      const HeadDiversity d = MeasureHeadDiversity(
-          BilinearGram(l.wq, dense.wk, c.num_heads, c.num_kv_heads, c.head_dim));
+      const HeadDiversity d = MeasureHeadDiversity(BilinearGram(
+          l.wq, dense.wk, c.num_heads, c.num_kv_heads, c.head_dim));
       centred += d.centred;
       uncentred += d.uncentred;
     }
@@ -188,20 +227,26 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     ASSIGN_OR_RETURN(auto src_ckpt, Checkpoint::Open(o.source));
     ASSIGN_OR_RETURN(LlamaWeights src_weights, LoadLlamaWeights(*src_ckpt));
     const ModelConfig& sc = src_ckpt->config();
-    if (sc.num_layers != config.num_layers || sc.hidden_size != config.hidden_size ||
-        sc.vocab_size != config.vocab_size || sc.num_heads != config.num_heads) {
-      return Invalid(absl::StrCat(o.source, ": the source's shape (layers, width, heads, "
-                                  "vocabulary) differs from ", o.checkpoint));
+    if (sc.num_layers != config.num_layers ||
+        sc.hidden_size != config.hidden_size ||
+        sc.vocab_size != config.vocab_size ||
+        sc.num_heads != config.num_heads) {
+      return Invalid(absl::StrCat(o.source,
+                                  ": the source's shape (layers, width, heads, "
+                                  "vocabulary) differs from ",
+                                  o.checkpoint));
     }
     diversity.has_source = true;
     std::tie(diversity.source_centred, diversity.source_uncentred) =
         diversity_of(sc, src_weights);
     if (!docs.empty() && tok != nullptr) {
-      ASSIGN_OR_RETURN(auto source_model, Transformer::Create(sc, std::move(src_weights)));
-      ASSIGN_OR_RETURN(auto converted_model, Transformer::Create(config, weights));
+      ASSIGN_OR_RETURN(auto source_model,
+                       Transformer::Create(sc, std::move(src_weights)));
+      ASSIGN_OR_RETURN(auto converted_model,
+                       Transformer::Create(config, weights));
       ASSIGN_OR_RETURN(report.fidelity,
-                       MeasureFidelity(*source_model, *converted_model, *tok, docs,
-                                       o.fidelity_tokens));
+                       MeasureFidelity(*source_model, *converted_model, *tok,
+                                       docs, o.fidelity_tokens));
     }
   }
   report.diversity = diversity;
@@ -214,8 +259,8 @@ absl::StatusOr<VerifyReport> RunVerifyJob(const VerifyJobOptions& options) {
   try {
     return Run(options);
   } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("verification failed in LibTorch: ", e.what_without_backtrace()));
+    return absl::InternalError(absl::StrCat("verification failed in LibTorch: ",
+                                            e.what_without_backtrace()));
   }
 }
 
