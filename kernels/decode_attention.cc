@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cache_layout.h"
 
 namespace lrkv::kernels {
 namespace avx512 {
@@ -21,6 +22,9 @@ namespace generic {
 void MhaDecodeImpl(const MhaDecodeParams& p);
 void FactoredDecodeImpl(const FactoredDecodeParams& p);
 }  // namespace generic
+namespace avx512bf16 {
+void FactoredTiledImpl(const FactoredDecodeParams& p);
+}  // namespace avx512bf16
 
 namespace {
 
@@ -28,9 +32,10 @@ std::string forced_isa;
 
 // The best implementation this CPU runs, unless a test forces a lesser one.
 std::string Isa() {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  static const bool avx512 =
-      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw");
   if (forced_isa == "generic" || !avx2) return "generic";
   if (forced_isa == "avx2" || !avx512) return "avx2";
   return "avx512";
@@ -38,7 +43,8 @@ std::string Isa() {
 
 double Element(const void* base, CacheDType t, int64_t i) {
   if (t == CacheDType::kF32) return static_cast<const float*>(base)[i];
-  uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
+  uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i])
+                  << 16;
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
@@ -50,14 +56,58 @@ std::vector<double> Softmax(const std::vector<double>& scores) {
   for (double s : scores) m = std::max(m, s);
   std::vector<double> w(scores.size());
   double sum = 0;
-  for (size_t i = 0; i < scores.size(); ++i) sum += (w[i] = std::exp(scores[i] - m));
+  for (size_t i = 0; i < scores.size(); ++i)
+    sum += (w[i] = std::exp(scores[i] - m));
   for (double& x : w) x /= sum;
   return w;
 }
 
-absl::Status Invalid(const std::string& m) { return absl::InvalidArgumentError(m); }
+absl::Status Invalid(const std::string& m) {
+  return absl::InvalidArgumentError(m);
+}
+
+// Runs the row-layout kernel of `isa` on p.
+void FactoredRows(const std::string& isa, const FactoredDecodeParams& p) {
+  if (isa == "avx512") {
+    avx512::FactoredDecodeImpl(p);
+  } else if (isa == "avx2") {
+    avx2::FactoredDecodeImpl(p);
+  } else {
+    generic::FactoredDecodeImpl(p);
+  }
+}
+
+// A tiled cache where no tiled implementation runs (no AVX512-BF16, a lesser
+// ISA forced, or reconstruct mode): copy the segments into rows and run the
+// row kernel. It reads the cache twice, so it is the correct path, not the
+// fast one.
+void FactoredTilesViaRows(const std::string& isa,
+                          const FactoredDecodeParams& p) {
+  const int64_t es = CacheDTypeSize(p.dtype), positions = p.batch * p.capacity;
+  const int64_t latent = p.kv_heads * p.rank;
+  std::vector<std::vector<char>> copies;
+  auto rows = [&](const CacheSegment& s, bool key, int64_t width) {
+    if (width == 0) return s;
+    copies.emplace_back(positions * width * es);
+    TilesToRows(p.dtype, key, positions, width, s.stride, width, s.data,
+                copies.back().data());
+    return CacheSegment{copies.back().data(), width};
+  };
+  FactoredDecodeParams q = p;
+  q.layout = CacheLayout::kRows;
+  q.k = rows(p.k, true, p.dim);
+  q.v = rows(p.v, false, p.dim);
+  q.zk = rows(p.zk, true, latent);
+  q.zv = rows(p.zv, false, latent);
+  FactoredRows(isa, q);
+}
 
 }  // namespace
+
+bool TiledKernelAvailable() {
+  static const bool bf16 = __builtin_cpu_supports("avx512bf16");
+  return bf16 && Isa() == "avx512";
+}
 
 const char* KernelIsa() {
   const std::string isa = Isa();
@@ -69,24 +119,26 @@ void ForceKernelIsa(const std::string& isa) { forced_isa = isa; }
 absl::Status ValidateMha(const MhaDecodeParams& p) {
   if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.head_dim < 1 ||
       p.heads % p.kv_heads != 0 || p.heads / p.kv_heads > 64) {
-    return Invalid(absl::StrCat("MHA decode: bad shape (batch ", p.batch, ", heads ", p.heads,
-                                ", kv heads ", p.kv_heads, ", head dim ", p.head_dim,
+    return Invalid(absl::StrCat("MHA decode: bad shape (batch ", p.batch,
+                                ", heads ", p.heads, ", kv heads ", p.kv_heads,
+                                ", head dim ", p.head_dim,
                                 "); kv heads must divide heads, group <= 64"));
   }
   if (p.length < 1 || p.length > p.capacity) {
-    return Invalid(absl::StrCat("MHA decode: length ", p.length, " must lie in [1, capacity ",
-                                p.capacity, "]"));
+    return Invalid(absl::StrCat("MHA decode: length ", p.length,
+                                " must lie in [1, capacity ", p.capacity, "]"));
   }
-  if (!p.k || !p.v || !p.q || !p.out) return Invalid("MHA decode: missing buffer");
+  if (!p.k || !p.v || !p.q || !p.out)
+    return Invalid("MHA decode: missing buffer");
   return absl::OkStatus();
 }
 
 absl::Status ValidateFactored(const FactoredDecodeParams& p) {
   if (p.batch < 1 || p.heads < 1 || p.kv_heads < 1 || p.dim < 1 || p.rank < 0 ||
       p.heads % p.kv_heads != 0) {
-    return Invalid(absl::StrCat("factored decode: bad shape (batch ", p.batch, ", heads ",
-                                p.heads, ", kv heads ", p.kv_heads, ", dim ", p.dim,
-                                ", rank ", p.rank, ")"));
+    return Invalid(absl::StrCat("factored decode: bad shape (batch ", p.batch,
+                                ", heads ", p.heads, ", kv heads ", p.kv_heads,
+                                ", dim ", p.dim, ", rank ", p.rank, ")"));
   }
   if (p.length < 1 || p.length > p.capacity) {
     return Invalid(absl::StrCat("factored decode: length ", p.length,
@@ -95,12 +147,36 @@ absl::Status ValidateFactored(const FactoredDecodeParams& p) {
   const int64_t latent = p.kv_heads * p.rank;
   if (p.k.stride < p.dim || p.v.stride < p.dim ||
       (p.rank > 0 && (p.zk.stride < latent || p.zv.stride < latent))) {
-    return Invalid(absl::StrCat("factored decode: a segment's stride is smaller than its "
-                                "width (dim ", p.dim, ", latents ", latent, ")"));
+    return Invalid(
+        absl::StrCat("factored decode: a segment's stride is smaller than its "
+                     "width (dim ",
+                     p.dim, ", latents ", latent, ")"));
+  }
+  if (p.layout == CacheLayout::kTiles) {
+    const int64_t lane = ElementsPerLane(p.dtype);
+    if (p.capacity % kCacheTile != 0) {
+      return Invalid(absl::StrCat(
+          "factored decode: a tiled cache needs a capacity that is a "
+          "multiple of ",
+          kCacheTile, " (got ", p.capacity, ")"));
+    }
+    if (p.k.data == p.v.data) {
+      return Invalid(
+          "factored decode: a tiled cache cannot read one segment as both key "
+          "and "
+          "value (keys and values are tiled differently); use rows for "
+          "absorbed MLA");
+    }
+    if (p.k.stride % lane != 0 || (p.rank > 0 && p.zk.stride % lane != 0)) {
+      return Invalid(absl::StrCat(
+          "factored decode: tiled bf16 key segments need even strides "
+          "(k ",
+          p.k.stride, ", zK ", p.zk.stride, ")"));
+    }
   }
   const bool reconstruct = p.up_k_t != nullptr;
-  if (!p.k.data || !p.v.data || (p.rank > 0 && (!p.zk.data || !p.zv.data)) || !p.q ||
-      !p.out || (p.rank > 0 && !p.out_latent) ||
+  if (!p.k.data || !p.v.data || (p.rank > 0 && (!p.zk.data || !p.zv.data)) ||
+      !p.q || !p.out || (p.rank > 0 && !p.out_latent) ||
       (p.rank > 0 && !reconstruct && !p.q_latent) ||
       (reconstruct && (!p.rope_cos || !p.rope_sin || p.dim % 2 != 0))) {
     return Invalid("factored decode: missing buffer");
@@ -124,12 +200,12 @@ absl::Status MhaDecode(const MhaDecodeParams& p) {
 absl::Status FactoredDecode(const FactoredDecodeParams& p) {
   if (auto st = ValidateFactored(p); !st.ok()) return st;
   const std::string isa = Isa();
-  if (isa == "avx512") {
-    avx512::FactoredDecodeImpl(p);
-  } else if (isa == "avx2") {
-    avx2::FactoredDecodeImpl(p);
+  if (p.layout == CacheLayout::kRows) {
+    FactoredRows(isa, p);
+  } else if (isa == "avx512" && TiledKernelAvailable() && p.up_k_t == nullptr) {
+    avx512bf16::FactoredTiledImpl(p);
   } else {
-    generic::FactoredDecodeImpl(p);
+    FactoredTilesViaRows(isa, p);
   }
   return absl::OkStatus();
 }
@@ -144,7 +220,8 @@ absl::Status MhaDecodeReference(const MhaDecodeParams& p) {
       std::vector<double> scores(p.length);
       for (int64_t t = 0; t < p.length; ++t) {
         double s = 0;
-        for (int64_t c = 0; c < dh; ++c) s += q[c] * Element(p.k, p.dtype, base + t * step + c);
+        for (int64_t c = 0; c < dh; ++c)
+          s += q[c] * Element(p.k, p.dtype, base + t * step + c);
         scores[t] = s * p.scale;
       }
       const auto w = Softmax(scores);
@@ -164,8 +241,12 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
   if (auto st = ValidateFactored(p); !st.ok()) return st;
   const int64_t g = p.heads / p.kv_heads, n = p.dim, r = p.rank;
   // Element c of segment s at position t of sequence b.
+  const int64_t lane = ElementsPerLane(p.dtype);
   auto at = [&](const CacheSegment& s, int64_t b, int64_t t, int64_t c) {
-    return Element(s.data, p.dtype, (b * p.capacity + t) * s.stride + c);
+    const bool key = &s == &p.k || &s == &p.zk;
+    return Element(
+        s.data, p.dtype,
+        SegmentOffset(p.layout, key, lane, s.stride, p.capacity, b, t, c));
   };
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
@@ -181,10 +262,12 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
           std::vector<double> res(n, 0.0);
           for (int64_t j = 0; j < r; ++j) {
             const double z = at(p.zk, b, t, kvh * r + j);
-            for (int64_t c = 0; c < n; ++c) res[c] += z * p.up_k_t[(kvh * r + j) * n + c];
+            for (int64_t c = 0; c < n; ++c)
+              res[c] += z * p.up_k_t[(kvh * r + j) * n + c];
           }
           for (int64_t c = 0; c < n / 2; ++c) {
-            const double cs = p.rope_cos[t * (n / 2) + c], sn = p.rope_sin[t * (n / 2) + c];
+            const double cs = p.rope_cos[t * (n / 2) + c],
+                         sn = p.rope_sin[t * (n / 2) + c];
             s += q[2 * c] * (res[2 * c] * cs - res[2 * c + 1] * sn) +
                  q[2 * c + 1] * (res[2 * c] * sn + res[2 * c + 1] * cs);
           }
@@ -194,7 +277,9 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
           }
         }
         const double sigma =
-            p.sigma != nullptr ? p.sigma[(b * p.capacity + t) * p.kv_heads + kvh] : 1.0;
+            p.sigma != nullptr
+                ? p.sigma[(b * p.capacity + t) * p.kv_heads + kvh]
+                : 1.0;
         scores[t] = s * sigma * p.scale;
       }
       const auto w = Softmax(scores);

@@ -1,7 +1,7 @@
-// Decode-step attention kernels: standard MHA/GQA and factored (LRKV / absorbed MLA),
-// each with a naive reference beside it. The optimised entry points use AVX2/FMA when
-// the CPU has them (checked at run time) and OpenMP across sequences and position
-// chunks. See decode_params.h for the cache layouts.
+// Decode-step attention kernels: standard MHA/GQA and factored (LRKV / absorbed
+// MLA), each with a naive reference beside it. The optimised entry points use
+// AVX2/FMA when the CPU has them (checked at run time) and OpenMP across
+// sequences and position chunks. See decode_params.h for the cache layouts.
 #ifndef LRKV_KERNELS_DECODE_ATTENTION_H_
 #define LRKV_KERNELS_DECODE_ATTENTION_H_
 
@@ -23,10 +23,15 @@ absl::Status FactoredDecode(const FactoredDecodeParams& p);
 absl::Status MhaDecodeReference(const MhaDecodeParams& p);
 absl::Status FactoredDecodeReference(const FactoredDecodeParams& p);
 
-// Which implementation the optimised entry points run on this CPU ("avx512", "avx2",
-// "generic").
+// Which implementation the optimised entry points run on this CPU ("avx512",
+// "avx2", "generic").
 const char* KernelIsa();
-// Tests: cap the implementation at "avx2" or "generic" ("" = the best available).
+// Whether FactoredDecode runs the fused tiled kernel for CacheLayout::kTiles
+// (AVX-512 with AVX512-BF16, not capped by ForceKernelIsa); otherwise a tiled
+// cache is copied into rows first (correct, not fast).
+bool TiledKernelAvailable();
+// Tests: cap the implementation at "avx2" or "generic" ("" = the best
+// available).
 void ForceKernelIsa(const std::string& isa);
 
 }  // namespace lrkv::kernels

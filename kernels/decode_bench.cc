@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "nlohmann/json.hpp"
 
@@ -34,7 +35,8 @@ struct Buffer {
 #pragma omp parallel for
       for (size_t i = 0; i < n; ++i) {
         uint32_t y = static_cast<uint32_t>(i) * 2654435761u + seed;
-        bf16[i] = static_cast<uint16_t>(0x3c00 | (y >> 25));  // ~[0.0078, 0.0155]
+        bf16[i] =
+            static_cast<uint16_t>(0x3c00 | (y >> 25));  // ~[0.0078, 0.0155]
       }
     } else {
       f32.resize(n);
@@ -46,7 +48,9 @@ struct Buffer {
   }
 };
 
-std::vector<float> Filled(size_t n, float v) { return std::vector<float>(n, v); }
+std::vector<float> Filled(size_t n, float v) {
+  return std::vector<float>(n, v);
+}
 
 double StreamBandwidth() {
   const size_t n = size_t{128} << 20;  // 512 MiB of floats
@@ -80,15 +84,17 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
   const int64_t hkv = o.kv_heads > 0 ? o.kv_heads : H;
-  if (H < 1 || dh < 2 || dh % 2 != 0 || r < 0 || r > dh || B < 1 || H % hkv != 0 ||
-      o.iterations < 1 || o.contexts.empty()) {
+  if (H < 1 || dh < 2 || dh % 2 != 0 || r < 0 || r > dh || B < 1 ||
+      H % hkv != 0 || o.iterations < 1 || o.contexts.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "bench decode: need heads >= 1, even head dim, 0 <= rank <= head dim (got ", r,
-        "), kv heads dividing heads, batch and iterations >= 1"));
+        "bench decode: need heads >= 1, even head dim, 0 <= rank <= head dim "
+        "(got ",
+        r, "), kv heads dividing heads, batch and iterations >= 1"));
   }
   for (int64_t l : o.contexts) {
     if (l < 1 || l > (1 << 22)) {
-      return absl::InvalidArgumentError(absl::StrCat("context ", l, " must lie in [1, 4194304]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("context ", l, " must lie in [1, 4194304]"));
     }
   }
   DecodeBenchReport report;
@@ -100,7 +106,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   const int64_t mha_elems = 2 * H * dh;
   const int64_t lrkv_elems = 2 * (dh + hkv * r);
   report.cache_ratio = static_cast<double>(lrkv_elems) / mha_elems;
-  // Budget-matched baselines: the largest GQA within LRKV's cache, MLA at equal cache.
+  // Budget-matched baselines: the largest GQA within LRKV's cache, MLA at equal
+  // cache.
   int64_t gqa = 1;
   for (int64_t n = 1; n <= H; ++n) {
     if (H % n == 0 && 2 * n * dh <= lrkv_elems) gqa = n;
@@ -112,9 +119,12 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     std::vector<std::unique_ptr<Variant>> variants;
     std::vector<std::shared_ptr<void>> keep;
     auto out = std::make_shared<std::vector<float>>(B * H * std::max(dh, dc));
-    auto out_l = std::make_shared<std::vector<float>>(B * H * std::max<int64_t>(r, 1));
-    auto q = std::make_shared<std::vector<float>>(Filled(B * H * std::max(dh, dc), 0.01f));
-    auto ql = std::make_shared<std::vector<float>>(Filled(B * H * std::max<int64_t>(r, 1), 0.01f));
+    auto out_l =
+        std::make_shared<std::vector<float>>(B * H * std::max<int64_t>(r, 1));
+    auto q = std::make_shared<std::vector<float>>(
+        Filled(B * H * std::max(dh, dc), 0.01f));
+    auto ql = std::make_shared<std::vector<float>>(
+        Filled(B * H * std::max<int64_t>(r, 1), 0.01f));
     keep.insert(keep.end(), {out, out_l, q, ql});
     auto add_mha = [&](const std::string& name, int64_t n_kv) {
       auto k = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 1);
@@ -142,7 +152,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     };
     add_mha("mha", H);
     if (gqa < H) add_mha("gqa", gqa);
-    {  // MLA, absorbed (no RoPE), equal cache: the latent is read as key and value.
+    {  // MLA, absorbed (no RoPE), equal cache: the latent is read as key and
+       // value.
       auto c = std::make_shared<Buffer>(B * L * dc, o.dtype, 3);
       keep.push_back(c);
       FactoredDecodeParams p;
@@ -164,15 +175,23 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       var->step = [p] { (void)FactoredDecode(p); };
       variants.push_back(std::move(var));
     }
-    // LRKV: one cache (four segment arrays) for every mode.
-    auto ks = std::make_shared<Buffer>(B * L * dh, o.dtype, 4);
-    auto vs = std::make_shared<Buffer>(B * L * dh, o.dtype, 5);
-    auto zk = std::make_shared<Buffer>(B * L * hkv * std::max<int64_t>(r, 1), o.dtype, 6);
-    auto zv = std::make_shared<Buffer>(B * L * hkv * std::max<int64_t>(r, 1), o.dtype, 7);
+    // LRKV: one cache (four segment arrays) for every mode, tiled for the fused
+    // kernel (capacity a whole number of tiles; bf16 keys of odd width carry
+    // one zero column, counted in the bytes read).
+    const int64_t cap = (L + kCacheTile - 1) / kCacheTile * kCacheTile;
+    const int64_t lat = hkv * r;
+    const int64_t k_stride = TiledStride(o.dtype, true, dh);
+    const int64_t zk_stride = TiledStride(o.dtype, true, lat);
+    auto ks = std::make_shared<Buffer>(B * cap * k_stride, o.dtype, 4);
+    auto vs = std::make_shared<Buffer>(B * cap * dh, o.dtype, 5);
+    auto zk = std::make_shared<Buffer>(
+        B * cap * std::max<int64_t>(zk_stride, 1), o.dtype, 6);
+    auto zv = std::make_shared<Buffer>(B * cap * std::max<int64_t>(lat, 1),
+                                       o.dtype, 7);
     keep.insert(keep.end(), {ks, vs, zk, zv});
     auto bt = std::make_shared<std::vector<float>>(Filled(hkv * r * dh, 0.01f));
-    auto cos = std::make_shared<std::vector<float>>(Filled(L * dh / 2, 0.8f));
-    auto sin = std::make_shared<std::vector<float>>(Filled(L * dh / 2, 0.6f));
+    auto cos = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.8f));
+    auto sin = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.6f));
     keep.insert(keep.end(), {bt, cos, sin});
     FactoredDecodeParams lp;
     lp.batch = B;
@@ -180,29 +199,46 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     lp.kv_heads = hkv;
     lp.dim = dh;
     lp.rank = r;
-    lp.length = lp.capacity = L;
+    lp.length = L;
+    lp.capacity = cap;
     lp.dtype = o.dtype;
-    lp.k = {ks->data(), dh};
+    lp.layout = CacheLayout::kTiles;
+    lp.k = {ks->data(), k_stride};
     lp.v = {vs->data(), dh};
-    lp.zk = {zk->data(), hkv * r};
-    lp.zv = {zv->data(), hkv * r};
+    lp.zk = {zk->data(), zk_stride};
+    lp.zv = {zv->data(), lat};
     lp.q = q->data();
     lp.q_latent = ql->data();
     lp.scale = scale;
     lp.out = out->data();
     lp.out_latent = out_l->data();
-    for (const char* mode : {"lrkv-norope", "lrkv-plane", "lrkv-reconstruct"}) {
+    const int64_t lrkv_bytes = B * L * (k_stride + dh + zk_stride + lat) * es;
+    // Modes: no RoPE and plane read the same cache the same way (plane rotates
+    // the latents when they are written); reconstruct rebuilds B_h z per
+    // position and runs on rows. The rows line is the no-RoPE step on the same
+    // buffers read as rows, to show what the tiled layout buys.
+    struct Mode {
+      const char* name;
+      CacheLayout layout;
+      bool reconstruct;
+    };
+    for (const Mode& m : {Mode{"lrkv-norope", CacheLayout::kTiles, false},
+                          Mode{"lrkv-plane", CacheLayout::kTiles, false},
+                          Mode{"lrkv-norope-rows", CacheLayout::kRows, false},
+                          Mode{"lrkv-reconstruct", CacheLayout::kRows, true}}) {
       auto var = std::make_unique<Variant>();
-      var->name = mode;
-      var->config = absl::StrCat("r=", r);
-      var->bytes = B * L * lrkv_elems * es;
+      var->name = m.name;
+      var->config = absl::StrCat(
+          "r=", r, m.layout == CacheLayout::kTiles ? " tiles" : " rows");
+      var->bytes = lrkv_bytes;
       FactoredDecodeParams p = lp;
-      if (std::string(mode) == "lrkv-reconstruct") {
+      p.layout = m.layout;
+      if (m.reconstruct) {
         p.up_k_t = bt->data();
         p.rope_cos = cos->data();
         p.rope_sin = sin->data();
-        var->macs = 2 * B * L * (H * dh + H * r) + B * L * hkv * (r * dh + 2 * dh) +
-                    B * H * L * dh;
+        var->macs = 2 * B * L * (H * dh + H * r) +
+                    B * L * hkv * (r * dh + 2 * dh) + B * H * L * dh;
       } else {
         var->macs = 2 * B * L * (H * dh + H * r);
       }
@@ -215,7 +251,9 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       for (auto& v : variants) {
         const auto t0 = Clock::now();
         v->step();
-        v->times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        v->times.push_back(
+            std::chrono::duration<double, std::milli>(Clock::now() - t0)
+                .count());
       }
     }
     double mha_median = 0;
@@ -242,19 +280,26 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
 
 std::string DecodeBenchReport::ToTable() const {
   std::string out = absl::StrFormat(
-      "decode step: H=%d, H_kv=%d, d_h=%d, r=%d, batch %d, %s cache, %d threads, %s kernels\n"
-      "LRKV cache = %.4f of MHA; streaming read bandwidth (same threads) %.1f GB/s\n\n",
+      "decode step: H=%d, H_kv=%d, d_h=%d, r=%d, batch %d, %s cache, %d "
+      "threads, %s kernels\n"
+      "LRKV cache = %.4f of MHA; streaming read bandwidth (same threads) %.1f "
+      "GB/s\n\n",
       options.heads, options.kv_heads > 0 ? options.kv_heads : options.heads,
       options.head_dim, options.rank, options.batch,
-      options.dtype == CacheDType::kBF16 ? "bf16" : "fp32", threads, isa, cache_ratio,
-      stream_gbps);
-  absl::StrAppend(&out, "context  variant           config            median ms     min ms"
-                        "     max ms   MB/step     GB/s  %stream  vs MHA   GMAC/step\n");
+      options.dtype == CacheDType::kBF16 ? "bf16" : "fp32", threads, isa,
+      cache_ratio, stream_gbps);
+  absl::StrAppend(
+      &out,
+      "context  variant           config            median ms     min ms"
+      "     max ms   MB/step     GB/s  %stream  vs MHA   GMAC/step\n");
   for (const auto& r : rows) {
-    absl::StrAppendFormat(&out, "%7d  %-17s %-16s %10.3f %10.3f %10.3f %9.1f %8.1f %7.0f%% %7.3f %11.3f\n",
-                          r.context, r.variant, r.config, r.median_ms, r.min_ms, r.max_ms,
-                          r.bytes_per_step / 1e6, r.gbps, 100 * r.bandwidth_fraction,
-                          r.ratio_to_mha, r.macs_per_step / 1e9);
+    absl::StrAppendFormat(&out,
+                          "%7d  %-17s %-16s %10.3f %10.3f %10.3f %9.1f %8.1f "
+                          "%7.0f%% %7.3f %11.3f\n",
+                          r.context, r.variant, r.config, r.median_ms, r.min_ms,
+                          r.max_ms, r.bytes_per_step / 1e6, r.gbps,
+                          100 * r.bandwidth_fraction, r.ratio_to_mha,
+                          r.macs_per_step / 1e9);
   }
   return out;
 }
@@ -262,19 +307,30 @@ std::string DecodeBenchReport::ToTable() const {
 std::string DecodeBenchReport::ToJson() const {
   nlohmann::json rows_json = nlohmann::json::array();
   for (const auto& r : rows) {
-    rows_json.push_back({{"context", r.context}, {"variant", r.variant}, {"config", r.config},
-                         {"median_ms", r.median_ms}, {"min_ms", r.min_ms},
-                         {"max_ms", r.max_ms}, {"bytes_per_step", r.bytes_per_step},
-                         {"gbps", r.gbps}, {"bandwidth_fraction", r.bandwidth_fraction},
-                         {"ratio_to_mha", r.ratio_to_mha}, {"macs_per_step", r.macs_per_step}});
+    rows_json.push_back({{"context", r.context},
+                         {"variant", r.variant},
+                         {"config", r.config},
+                         {"median_ms", r.median_ms},
+                         {"min_ms", r.min_ms},
+                         {"max_ms", r.max_ms},
+                         {"bytes_per_step", r.bytes_per_step},
+                         {"gbps", r.gbps},
+                         {"bandwidth_fraction", r.bandwidth_fraction},
+                         {"ratio_to_mha", r.ratio_to_mha},
+                         {"macs_per_step", r.macs_per_step}});
   }
-  nlohmann::json j = {{"heads", options.heads},
-                      {"kv_heads", options.kv_heads > 0 ? options.kv_heads : options.heads},
-                      {"head_dim", options.head_dim}, {"rank", options.rank},
-                      {"batch", options.batch},
-                      {"dtype", options.dtype == CacheDType::kBF16 ? "bf16" : "fp32"},
-                      {"threads", threads}, {"isa", isa}, {"stream_gbps", stream_gbps},
-                      {"cache_ratio", cache_ratio}, {"rows", rows_json}};
+  nlohmann::json j = {
+      {"heads", options.heads},
+      {"kv_heads", options.kv_heads > 0 ? options.kv_heads : options.heads},
+      {"head_dim", options.head_dim},
+      {"rank", options.rank},
+      {"batch", options.batch},
+      {"dtype", options.dtype == CacheDType::kBF16 ? "bf16" : "fp32"},
+      {"threads", threads},
+      {"isa", isa},
+      {"stream_gbps", stream_gbps},
+      {"cache_ratio", cache_ratio},
+      {"rows", rows_json}};
   return j.dump(2);
 }
 

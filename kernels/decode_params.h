@@ -1,5 +1,6 @@
-// Parameters of the decode-step attention kernels (one new query per sequence over a
-// cache of `length` positions). Caches are stored in fp32 or bf16; arithmetic is fp32.
+// Parameters of the decode-step attention kernels (one new query per sequence
+// over a cache of `length` positions). Caches are stored in fp32 or bf16;
+// arithmetic is fp32.
 #ifndef LRKV_KERNELS_DECODE_PARAMS_H_
 #define LRKV_KERNELS_DECODE_PARAMS_H_
 
@@ -16,11 +17,15 @@ namespace lrkv::kernels {
 
 enum class CacheDType { kF32, kBF16 };
 
-inline int64_t CacheDTypeSize(CacheDType t) { return t == CacheDType::kF32 ? 4 : 2; }
+inline int64_t CacheDTypeSize(CacheDType t) {
+  return t == CacheDType::kF32 ? 4 : 2;
+}
 
-// Standard MHA/GQA attention. By default K and V caches are [B, H_kv, capacity, d_h]:
-// each (sequence, KV head) streams its positions contiguously. Position-major caches
-// ([B, capacity, H_kv, d_h], as the decode engines keep them) set `position_major`.
+// Standard MHA/GQA attention. By default K and V caches are [B, H_kv, capacity,
+// d_h]: each (sequence, KV head) streams its positions contiguously.
+// Position-major caches
+// ([B, capacity, H_kv, d_h], as the decode engines keep them) set
+// `position_major`.
 struct MhaDecodeParams {
   int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 0;
   int64_t length = 0;    // positions to attend over
@@ -35,47 +40,93 @@ struct MhaDecodeParams {
   CacheDType dtype = CacheDType::kF32;
   const void* k = nullptr;
   const void* v = nullptr;
-  const float* q = nullptr;  // [B, H, d_h], rotated; query head h uses KV head h / (H/H_kv)
-  float scale = 1;           // usually 1/sqrt(d_h)
-  float* out = nullptr;      // [B, H, d_h]
+  const float* q =
+      nullptr;  // [B, H, d_h], rotated; query head h uses KV head h / (H/H_kv)
+  float scale = 1;       // usually 1/sqrt(d_h)
+  float* out = nullptr;  // [B, H, d_h]
 };
 
+// How a factored cache places positions within a segment.
+enum class CacheLayout {
+  // Position t of sequence b starts at data + (b·capacity + t)·stride.
+  kRows,
+  // Tiles of kCacheTile positions (tile j of sequence b starts where its first
+  // position would in kRows, so the footprint is the same) transposed inside
+  // the tile so that the fused kernel's vectors are whole 64-byte loads. With
+  // P = 4 / element size (2 for bf16, 1 for fp32) elements per 32-bit lane,
+  // element c of the tile's i-th position lies at
+  //   keys (k, zk):   (c / P)·16·P + i·P + c % P   lanes are positions, a lane
+  //                                               holds P adjacent dims
+  //   values (v, zv): (i / P)·P·stride + c·P + i % P   lanes are dims, a lane
+  //                                               holds P adjacent positions
+  // so a key vector is P dims of 16 positions (dotted with the query) and a
+  // value vector is 16 dims of P positions (weighted by their probabilities);
+  // with bf16 a lane is exactly the pair vdpbf16ps multiplies. Like vLLM's
+  // paged caches, keys and values are laid out differently, so a tiled cache
+  // cannot serve one segment as both (absorbed MLA keeps kRows). Requires
+  // capacity % kCacheTile == 0 and, for bf16, even key strides.
+  kTiles,
+};
+constexpr int64_t kCacheTile = 16;
+
+// Offset, in elements from the segment's start, of element c of position t of
+// sequence b: `key` says whether the segment is k/zk (else v/zv) and `per_lane`
+// is P above (ignored for kRows).
+LRKV_HOST_DEVICE inline int64_t SegmentOffset(CacheLayout layout, bool key,
+                                              int64_t per_lane, int64_t stride,
+                                              int64_t capacity, int64_t b,
+                                              int64_t t, int64_t c) {
+  if (layout == CacheLayout::kRows) return (b * capacity + t) * stride + c;
+  const int64_t tile = (b * capacity + t / kCacheTile * kCacheTile) * stride;
+  const int64_t i = t % kCacheTile;
+  return key ? tile + (c / per_lane) * kCacheTile * per_lane + i * per_lane +
+                   c % per_lane
+             : tile + (i / per_lane) * per_lane * stride + c * per_lane +
+                   i % per_lane;
+}
+
 // One cached segment: for sequence b and position t its elements start at
-// data + (b·capacity + t)·stride. Separate arrays (stride = width) stream best: each
-// pass of the kernel then reads one contiguous run; an interleaved row layout is
-// expressed with a shared base, offsets and stride = row length.
+// data + (b·capacity + t)·stride (kRows; see CacheLayout for kTiles). Separate
+// arrays (stride = width) stream best: each pass of the kernel then reads one
+// contiguous run; an interleaved row layout is expressed with a shared base,
+// offsets and stride = row length.
 struct CacheSegment {
   const void* data = nullptr;
   int64_t stride = 0;
 };
 
-// Factored attention over one shared key/value per position plus per-KV-head latents
-// (LRKV), or one shared latent read as both key and value (absorbed MLA: k and v are
-// the same segment, dim = d_c, rank = 0). Per position the LRKV cache holds
+// Factored attention over one shared key/value per position plus per-KV-head
+// latents (LRKV), or one shared latent read as both key and value (absorbed
+// MLA: k and v are the same segment, dim = d_c, rank = 0). Per position the
+// LRKV cache holds
 //   k_shared (dim), v_shared (dim), z_K (H_kv·rank), z_V (H_kv·rank)
 // (dim = d_h; z_K rotated at write time in plane mode). Scores are
-//   s_h(t) = scale · σ_{kv(h),t} · (q_h · k_shared,t + q_latent,h · z_K,kv(h),t)
-// and the kernel returns a·V_shared and a·Z_V per head; the caller applies B_hⱽ.
+//   s_h(t) = scale · σ_{kv(h),t} · (q_h · k_shared,t + q_latent,h ·
+//   z_K,kv(h),t)
+// and the kernel returns a·V_shared and a·Z_V per head; the caller applies
+// B_hⱽ.
 struct FactoredDecodeParams {
   int64_t batch = 1, heads = 1, kv_heads = 1;
   int64_t dim = 0;   // d_h (LRKV) or d_c (MLA)
   int64_t rank = 0;  // r; 0 for MLA
   int64_t length = 0, capacity = 0;
   CacheDType dtype = CacheDType::kF32;
-  CacheSegment k, v, zk, zv;       // widths dim, dim, H_kv·rank, H_kv·rank
-  const float* sigma = nullptr;    // [B, capacity, H_kv] QK-norm scales, or nullptr
-  const float* q = nullptr;        // [B, H, dim]
-  const float* q_latent = nullptr; // [B, H, rank]
+  CacheLayout layout = CacheLayout::kRows;
+  CacheSegment k, v, zk, zv;  // widths dim, dim, H_kv·rank, H_kv·rank
+  const float* sigma =
+      nullptr;               // [B, capacity, H_kv] QK-norm scales, or nullptr
+  const float* q = nullptr;  // [B, H, dim]
+  const float* q_latent = nullptr;  // [B, H, rank]
   float scale = 1;
-  // Reconstruct mode (LRKV with RoPE and a general B_h): K latents are raw; each KV
-  // head's residual key B_h z_t is rebuilt per position, rotated (adjacent-pair layout)
-  // and dotted with the rotated query q: O(rank · dim) per head and position. When
-  // up_k_t is set, q_latent is not used.
-  const float* up_k_t = nullptr;   // [H_kv, rank, dim]: B_hᵀ
-  const float* rope_cos = nullptr; // [capacity, dim/2]
-  const float* rope_sin = nullptr; // [capacity, dim/2]
-  float* out = nullptr;            // [B, H, dim]   a · V_shared
-  float* out_latent = nullptr;     // [B, H, rank]  a · Z_V
+  // Reconstruct mode (LRKV with RoPE and a general B_h): K latents are raw;
+  // each KV head's residual key B_h z_t is rebuilt per position, rotated
+  // (adjacent-pair layout) and dotted with the rotated query q: O(rank · dim)
+  // per head and position. When up_k_t is set, q_latent is not used.
+  const float* up_k_t = nullptr;    // [H_kv, rank, dim]: B_hᵀ
+  const float* rope_cos = nullptr;  // [capacity, dim/2]
+  const float* rope_sin = nullptr;  // [capacity, dim/2]
+  float* out = nullptr;             // [B, H, dim]   a · V_shared
+  float* out_latent = nullptr;      // [B, H, rank]  a · Z_V
 };
 
 }  // namespace lrkv::kernels

@@ -1,14 +1,15 @@
-// Every decode kernel (AVX2 and generic builds) against its naive float64 reference,
-// over many shapes: L = 1, L not a multiple of the tile, chunked long contexts, r = 0,
-// r = d_h, H_kv < H, b > 1, QK-norm scales, MLA-style shared latents. Tolerances: fp32
-// caches max|Δ|/max|ref| <= 1e-5; bf16 caches cosine distance <= 1e-5 (both sides read
-// the same bf16 cache).
+// Every decode kernel (AVX2 and generic builds) against its naive float64
+// reference, over many shapes: L = 1, L not a multiple of the tile, chunked
+// long contexts, r = 0, r = d_h, H_kv < H, b > 1, QK-norm scales, MLA-style
+// shared latents. Tolerances: fp32 caches max|Δ|/max|ref| <= 1e-5; bf16 caches
+// cosine distance <= 1e-5 (both sides read the same bf16 cache).
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "tests/kernel_test_util.h"
 
@@ -20,7 +21,8 @@ struct Cache {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
   const void* data(CacheDType t) const {
-    return t == CacheDType::kF32 ? static_cast<const void*>(f32.data()) : bf16.data();
+    return t == CacheDType::kF32 ? static_cast<const void*>(f32.data())
+                                 : bf16.data();
   }
 };
 
@@ -33,7 +35,8 @@ Cache RandomCache(size_t n, std::mt19937& rng) {
     c.f32[i] = dist(rng);
     uint32_t bits;
     std::memcpy(&bits, &c.f32[i], 4);
-    c.bf16[i] = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    c.bf16[i] =
+        static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
   }
   return c;
 }
@@ -45,8 +48,8 @@ std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1) {
   return v;
 }
 
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref, CacheDType t,
-                 const std::string& what) {
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref,
+                 CacheDType t, const std::string& what) {
   testing::ExpectClose(got, ref, t == CacheDType::kBF16, what);
 }
 
@@ -61,8 +64,9 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
   std::mt19937 rng(1);
   struct Shape {
     int64_t b, h, hkv, dh, length, capacity;
-  } shapes[] = {{1, 4, 4, 64, 1, 1},     {2, 8, 2, 32, 37, 40},  {3, 12, 12, 128, 300, 300},
-                {1, 6, 1, 16, 1025, 1100}, {4, 4, 2, 8, 17, 17}, {1, 2, 2, 20, 700, 701}};
+  } shapes[] = {{1, 4, 4, 64, 1, 1},        {2, 8, 2, 32, 37, 40},
+                {3, 12, 12, 128, 300, 300}, {1, 6, 1, 16, 1025, 1100},
+                {4, 4, 2, 8, 17, 17},       {1, 2, 2, 20, 700, 701}};
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
       const size_t kv = s.b * s.hkv * s.capacity * s.dh;
@@ -92,7 +96,8 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
       ASSERT_TRUE(MhaDecode(p).ok());
       p.out = ref.data();
       ASSERT_TRUE(MhaDecodeReference(p).ok());
-      ExpectClose(out, ref, t, "mha position-major L=" + std::to_string(s.length));
+      ExpectClose(out, ref, t,
+                  "mha position-major L=" + std::to_string(s.length));
     }
   }
 }
@@ -102,23 +107,27 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
   struct Shape {
     int64_t b, h, hkv, dh, r, length;
     bool sigma;
-  } shapes[] = {{1, 4, 4, 64, 16, 1, false},   {2, 8, 4, 8, 2, 37, true},
-                {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
-                {1, 4, 2, 16, 16, 1030, true},  {4, 12, 12, 128, 51, 17, false}};
+  } shapes[] = {
+      {1, 4, 4, 64, 16, 1, false},      {2, 8, 4, 8, 2, 37, true},
+      {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
+      {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false}};
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
-      // One interleaved row per position, with padding, so offsets and strides matter.
+      // One interleaved row per position, with padding, so offsets and strides
+      // matter.
       const int64_t row = 2 * s.dh + 2 * s.hkv * s.r + 3;
       const int64_t capacity = s.length + 5;
       const Cache cache = RandomCache(s.b * capacity * row, rng);
       auto segment = [&](int64_t offset) {
-        return CacheSegment{t == CacheDType::kF32
-                                ? static_cast<const void*>(cache.f32.data() + offset)
-                                : static_cast<const void*>(cache.bf16.data() + offset),
-                            row};
+        return CacheSegment{
+            t == CacheDType::kF32
+                ? static_cast<const void*>(cache.f32.data() + offset)
+                : static_cast<const void*>(cache.bf16.data() + offset),
+            row};
       };
       const auto sigma = Random(s.b * capacity * s.hkv, rng, 0.3f);
-      const auto q = Random(s.b * s.h * s.dh, rng), ql = Random(s.b * s.h * s.r, rng);
+      const auto q = Random(s.b * s.h * s.dh, rng),
+                 ql = Random(s.b * s.h * s.r, rng);
       FactoredDecodeParams p;
       p.batch = s.b;
       p.heads = s.h;
@@ -144,7 +153,8 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
       p.out = ref.data();
       p.out_latent = ref_l.data();
       ASSERT_TRUE(FactoredDecodeReference(p).ok());
-      const std::string what = "lrkv L=" + std::to_string(s.length) + " r=" + std::to_string(s.r);
+      const std::string what =
+          "lrkv L=" + std::to_string(s.length) + " r=" + std::to_string(s.r);
       ExpectClose(out, ref, t, what);
       if (s.r > 0) ExpectClose(out_l, ref_l, t, what + " latent");
     }
@@ -178,10 +188,12 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
   for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
     const int64_t b = 2, h = 8, hkv = 4, dh = 16, r = 5, length = 77;
     // Separate arrays per segment (the layout the engines use).
-    const Cache k = RandomCache(b * length * dh, rng), v = RandomCache(b * length * dh, rng),
+    const Cache k = RandomCache(b * length * dh, rng),
+                v = RandomCache(b * length * dh, rng),
                 zk = RandomCache(b * length * hkv * r, rng),
                 zv = RandomCache(b * length * hkv * r, rng);
-    const auto q = Random(b * h * dh, rng), bt = Random(hkv * r * dh, rng, 0.5f);
+    const auto q = Random(b * h * dh, rng),
+               bt = Random(hkv * r * dh, rng, 0.5f);
     std::vector<float> cos(length * dh / 2), sin(cos.size());
     for (int64_t i = 0; i < length; ++i) {
       for (int64_t c = 0; c < dh / 2; ++c) {
@@ -207,7 +219,8 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
     p.rope_cos = cos.data();
     p.rope_sin = sin.data();
     p.scale = 0.25f;
-    std::vector<float> out(b * h * dh), out_l(b * h * r), ref(out.size()), ref_l(out_l.size());
+    std::vector<float> out(b * h * dh), out_l(b * h * r), ref(out.size()),
+        ref_l(out_l.size());
     p.out = out.data();
     p.out_latent = out_l.data();
     ASSERT_TRUE(FactoredDecode(p).ok());
@@ -217,6 +230,128 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
     ExpectClose(out, ref, t, "reconstruct");
     ExpectClose(out_l, ref_l, t, "reconstruct latent");
   }
+}
+
+// The tiled layout: the same cache written as rows and tiled, read by the
+// kernel (the fused tiled kernel on "best" where the CPU has AVX512-BF16, the
+// copy-to-rows path otherwise) and by the reference on either layout.
+// Positions past the length are NaN, so a kernel that lets them into a score or
+// a weighted sum fails.
+TEST_P(KernelTest, TiledCacheMatchesTheReference) {
+  std::mt19937 rng(4);
+  struct Shape {
+    int64_t b, h, hkv, dh, r, length;
+    bool sigma;
+  } shapes[] = {
+      {1, 4, 4, 64, 16, 1, false},      {2, 8, 4, 8, 2, 37, true},
+      {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
+      {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false},
+      {2, 16, 16, 64, 64, 333, true},   {1, 3, 1, 16, 5, 250, false},
+      {2, 6, 6, 24, 7, 47, false},      {1, 2, 1, 128, 128, 2100, false}};
+  for (const auto& s : shapes) {
+    for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
+      const int64_t cap =
+          (s.length + kCacheTile - 1) / kCacheTile * kCacheTile + kCacheTile;
+      const int64_t lat = s.hkv * s.r, positions = s.b * cap;
+      const Cache k = RandomCache(positions * s.dh, rng),
+                  v = RandomCache(positions * s.dh, rng),
+                  zk = RandomCache(positions * lat, rng),
+                  zv = RandomCache(positions * lat, rng);
+      const auto sigma = Random(s.b * cap * s.hkv, rng, 0.3f);
+      const auto q = Random(s.b * s.h * s.dh, rng),
+                 ql = Random(s.b * s.h * s.r, rng);
+      const int64_t es = CacheDTypeSize(t), lane = ElementsPerLane(t);
+      // Tiled copies, NaN past the length.
+      std::vector<std::vector<char>> tiled;
+      auto tile = [&](const Cache& rows, bool key, int64_t width) {
+        const int64_t stride = TiledStride(t, key, width);
+        tiled.emplace_back(std::max<int64_t>(positions * stride, 1) * es);
+        char* data = tiled.back().data();
+        RowsToTiles(t, key, positions, width, width, stride, rows.data(t),
+                    data);
+        for (int64_t b = 0; b < s.b; ++b) {
+          for (int64_t pos = s.length; pos < cap; ++pos) {
+            for (int64_t c = 0; c < stride; ++c) {
+              const int64_t at = SegmentOffset(CacheLayout::kTiles, key, lane,
+                                               stride, cap, b, pos, c);
+              if (t == CacheDType::kF32) {
+                reinterpret_cast<float*>(data)[at] = NAN;
+              } else {
+                reinterpret_cast<uint16_t*>(data)[at] = 0x7fc0;
+              }
+            }
+          }
+        }
+        return CacheSegment{data, stride};
+      };
+      FactoredDecodeParams p;
+      p.batch = s.b;
+      p.heads = s.h;
+      p.kv_heads = s.hkv;
+      p.dim = s.dh;
+      p.rank = s.r;
+      p.length = s.length;
+      p.capacity = cap;
+      p.dtype = t;
+      p.sigma = s.sigma ? sigma.data() : nullptr;
+      p.q = q.data();
+      p.q_latent = ql.data();
+      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
+      p.k = {k.data(t), s.dh};
+      p.v = {v.data(t), s.dh};
+      p.zk = {zk.data(t), lat};
+      p.zv = {zv.data(t), lat};
+      std::vector<float> ref(s.b * s.h * s.dh), ref_l(s.b * s.h * s.r);
+      p.out = ref.data();
+      p.out_latent = ref_l.data();
+      ASSERT_TRUE(FactoredDecodeReference(p).ok());  // rows
+      p.layout = CacheLayout::kTiles;
+      p.k = tile(k, true, s.dh);
+      p.v = tile(v, false, s.dh);
+      p.zk = tile(zk, true, lat);
+      p.zv = tile(zv, false, lat);
+      std::vector<float> out(ref.size()), out_l(ref_l.size());
+      std::vector<float> ref2(ref.size()), ref2_l(ref_l.size());
+      p.out = ref2.data();
+      p.out_latent = ref2_l.data();
+      ASSERT_TRUE(FactoredDecodeReference(p).ok());  // tiles
+      p.out = out.data();
+      p.out_latent = out_l.data();
+      ASSERT_TRUE(FactoredDecode(p).ok());
+      const std::string what = "tiled L=" + std::to_string(s.length) +
+                               " H=" + std::to_string(s.h) +
+                               " r=" + std::to_string(s.r) +
+                               (t == CacheDType::kF32 ? " fp32" : " bf16");
+      EXPECT_EQ(ref, ref2) << what
+                           << ": the reference reads both layouts alike";
+      ExpectClose(out, ref, t, what);
+      if (s.r > 0) ExpectClose(out_l, ref_l, t, what + " latent");
+    }
+  }
+}
+
+TEST_P(KernelTest, TiledCacheIsValidated) {
+  std::vector<uint16_t> buf(64 * 64);
+  std::vector<float> q(64), out(64);
+  FactoredDecodeParams p;
+  p.heads = p.kv_heads = 1;
+  p.dim = 8;
+  p.length = 10;
+  p.capacity = 20;  // not a whole number of tiles
+  p.dtype = CacheDType::kBF16;
+  p.layout = CacheLayout::kTiles;
+  p.k = {buf.data(), 8};
+  p.v = {buf.data() + 512, 8};
+  p.q = q.data();
+  p.out = out.data();
+  EXPECT_EQ(FactoredDecode(p).code(), absl::StatusCode::kInvalidArgument);
+  p.capacity = 32;
+  EXPECT_TRUE(FactoredDecode(p).ok());
+  p.k.stride = 9;  // bf16 keys pack dim pairs
+  p.v.stride = 9;
+  EXPECT_EQ(FactoredDecode(p).code(), absl::StatusCode::kInvalidArgument);
+  p.k = p.v = {buf.data(), 8};  // one segment as key and value
+  EXPECT_EQ(FactoredDecode(p).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(KernelTest, BadShapesAreRejected) {
@@ -232,9 +367,11 @@ TEST_P(KernelTest, BadShapesAreRejected) {
   EXPECT_EQ(FactoredDecode(f).code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, KernelTest, ::testing::Values("", "avx2", "generic"),
+INSTANTIATE_TEST_SUITE_P(Isa, KernelTest,
+                         ::testing::Values("", "avx2", "generic"),
                          [](const auto& info) {
-                           return info.param.empty() ? std::string("best") : info.param;
+                           return info.param.empty() ? std::string("best")
+                                                     : info.param;
                          });
 
 }  // namespace

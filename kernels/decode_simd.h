@@ -1,0 +1,253 @@
+// The SIMD layer and the online-softmax pieces shared by the decode kernels
+// (decode_impl.h for the row layout, decode_tiled_impl.h for the tiled one):
+// a thin vector type written once for 16-lane (AVX-512) and 8-lane (AVX2)
+// vectors, a vector exp, per-chunk softmax state and the merge of chunks.
+// Include only from a kernel translation unit, after defining LRKV_KERNEL_NS.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__FMA__)
+#include <immintrin.h>
+#define LRKV_KERNEL_SIMD 16
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define LRKV_KERNEL_SIMD 8
+#endif
+
+#include "kernels/decode_params.h"
+
+namespace lrkv::kernels::LRKV_KERNEL_NS {
+namespace {
+
+constexpr int64_t kTile = 16;  // positions per online-softmax tile
+
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// A thin SIMD layer so that the kernels below are written once for 16-lane
+// (AVX-512) and 8-lane (AVX2) vectors; bf16 loads widen to fp32 by a 16-bit
+// shift.
+#if LRKV_KERNEL_SIMD == 16
+using Vf = __m512;
+constexpr int64_t kW = 16;
+inline Vf VZero() { return _mm512_setzero_ps(); }
+inline Vf VSet(float x) { return _mm512_set1_ps(x); }
+inline Vf VLoad(const float* p) { return _mm512_loadu_ps(p); }
+inline Vf VLoad(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void VStore(float* p, Vf v) { _mm512_storeu_ps(p, v); }
+// The first n < 16 lanes (masked: no scalar tails, no reads past the end).
+#define LRKV_KERNEL_MASKED_TAIL 1
+inline __mmask16 Mask(int64_t n) {
+  return static_cast<__mmask16>((1u << n) - 1);
+}
+inline Vf VLoadN(const float* p, int64_t n) {
+  return _mm512_maskz_loadu_ps(Mask(n), p);
+}
+inline Vf VLoadN(const uint16_t* p, int64_t n) {
+  const __m256i h = _mm256_maskz_loadu_epi16(Mask(n), p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline void VStoreN(float* p, Vf v, int64_t n) {
+  _mm512_mask_storeu_ps(p, Mask(n), v);
+}
+inline Vf VFma(Vf a, Vf b, Vf c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vf VAdd(Vf a, Vf b) { return _mm512_add_ps(a, b); }
+inline float VSum(Vf v) { return _mm512_reduce_add_ps(v); }
+// out[k] = Σ lanes of v[k] for 16 vectors at once: a transpose-and-add tree (45
+// shuffles/adds instead of 16 separate reductions of ~8 each).
+inline void VSumMany(const Vf* v, float* out) {
+  Vf u[8], w[4], z[2];
+  for (int k = 0; k < 8; ++k) {
+    u[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                         _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512d a = _mm512_castps_pd(u[2 * k]),
+                  b = _mm512_castps_pd(u[2 * k + 1]);
+    w[k] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int k = 0; k < 2; ++k) {
+    z[k] = _mm512_add_ps(
+        _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+        _mm512_shuffle_f32x4(w[2 * k], w[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  _mm512_storeu_ps(
+      out,
+      _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+// The pieces of VExp that differ between ISAs.
+inline Vf VMul(Vf a, Vf b) { return _mm512_mul_ps(a, b); }
+inline Vf VClamp(Vf x, float lo, float hi) {
+  return _mm512_min_ps(_mm512_max_ps(x, VSet(lo)), VSet(hi));
+}
+inline Vf VRound(Vf x) {
+  return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline Vf VFnma(Vf a, Vf b, Vf c) { return _mm512_fnmadd_ps(a, b, c); }
+// 2^n for integral n.
+inline Vf VPow2(Vf n) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+// y where x >= lo, else 0.
+inline Vf VZeroBelow(Vf y, Vf x, float lo) {
+  return _mm512_maskz_mov_ps(
+      static_cast<__mmask16>(~_mm512_cmp_ps_mask(x, VSet(lo), _CMP_LT_OQ)), y);
+}
+#elif LRKV_KERNEL_SIMD == 8
+using Vf = __m256;
+constexpr int64_t kW = 8;
+inline Vf VZero() { return _mm256_setzero_ps(); }
+inline Vf VSet(float x) { return _mm256_set1_ps(x); }
+inline Vf VLoad(const float* p) { return _mm256_loadu_ps(p); }
+inline Vf VLoad(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline void VStore(float* p, Vf v) { _mm256_storeu_ps(p, v); }
+inline Vf VFma(Vf a, Vf b, Vf c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vf VAdd(Vf a, Vf b) { return _mm256_add_ps(a, b); }
+inline float VSum(Vf v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+// out[k] = Σ lanes of v[k] for 8 vectors at once (transpose-and-add tree).
+inline void VSumMany(const Vf* v, float* out) {
+  Vf u[4], w[2];
+  for (int k = 0; k < 4; ++k) {
+    u[k] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                         _mm256_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+  }
+  for (int k = 0; k < 2; ++k) {
+    const __m256d a = _mm256_castps_pd(u[2 * k]),
+                  b = _mm256_castps_pd(u[2 * k + 1]);
+    w[k] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
+                         _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+  }
+  _mm256_storeu_ps(out,
+                   _mm256_add_ps(_mm256_permute2f128_ps(w[0], w[1], 0x20),
+                                 _mm256_permute2f128_ps(w[0], w[1], 0x31)));
+}
+inline Vf VMul(Vf a, Vf b) { return _mm256_mul_ps(a, b); }
+inline Vf VClamp(Vf x, float lo, float hi) {
+  return _mm256_min_ps(_mm256_max_ps(x, VSet(lo)), VSet(hi));
+}
+inline Vf VRound(Vf x) {
+  return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+inline Vf VFnma(Vf a, Vf b, Vf c) { return _mm256_fnmadd_ps(a, b, c); }
+inline Vf VPow2(Vf n) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+inline Vf VZeroBelow(Vf y, Vf x, float lo) {
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, VSet(lo), _CMP_LT_OQ), y);
+}
+#endif
+
+#ifdef LRKV_KERNEL_SIMD
+// exp for every lane (Cephes-style: range reduction by ln 2, degree-5
+// polynomial, relative error ~2e-7); inputs below -87 flush to 0.
+inline Vf VExp(Vf x) {
+  const Vf in = x;
+  x = VClamp(x, -87.3f, 88.3f);
+  const Vf fx = VRound(VMul(x, VSet(1.44269504088896341f)));
+  x = VFnma(fx, VSet(0.693359375f), x);
+  x = VFnma(fx, VSet(-2.12194440e-4f), x);
+  Vf y = VSet(1.9875691500e-4f);
+  y = VFma(y, x, VSet(1.3981999507e-3f));
+  y = VFma(y, x, VSet(8.3334519073e-3f));
+  y = VFma(y, x, VSet(4.1665795894e-2f));
+  y = VFma(y, x, VSet(1.6666665459e-1f));
+  y = VFma(y, x, VSet(5.0000001201e-1f));
+  y = VFma(y, VMul(x, x), VAdd(x, VSet(1.0f)));
+  return VZeroBelow(VMul(y, VPow2(fx)), in, -87.3f);
+}
+#endif
+
+// out[t] = exp(x[t] − m) for t < count; returns their sum.
+inline float ExpShifted(const float* x, int64_t count, float m, float* out) {
+  int64_t t = 0;
+  float sum = 0;
+#ifdef LRKV_KERNEL_SIMD
+  Vf acc = VZero();
+  const Vf mv = VSet(m);
+  for (; t + kW <= count; t += kW) {
+    const Vf e = VExp(VLoad(x + t) - mv);
+    VStore(out + t, e);
+    acc = VAdd(acc, e);
+  }
+  sum = VSum(acc);
+#endif
+  for (; t < count; ++t) sum += (out[t] = std::exp(x[t] - m));
+  return sum;
+}
+
+// Running softmax state of one head over a chunk of positions.
+struct HeadState {
+  float m = -std::numeric_limits<float>::infinity();
+  float l = 0;
+};
+
+// Folds a tile's scores s[0:count] into a head's state; rescales its
+// accumulators (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
+inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p,
+                        float* acc, int64_t n, float* acc2, int64_t n2) {
+  float m = st->m;
+  for (int64_t t = 0; t < count; ++t) m = std::max(m, s[t]);
+  const float corr = std::exp(st->m - m);
+  const float sum = ExpShifted(s, count, m, p);
+  if (corr != 1.0f) {
+    for (int64_t c = 0; c < n; ++c) acc[c] *= corr;
+    for (int64_t c = 0; c < n2; ++c) acc2[c] *= corr;
+  }
+  st->l = st->l * corr + sum;
+  st->m = m;
+}
+
+// Chunks per sequence: about four work items per thread (so that uneven chunks
+// even out under dynamic scheduling), chunks of >= 256 positions.
+inline int64_t SplitsFor(int64_t items, int64_t length) {
+  const int64_t threads = omp_get_max_threads();
+  int64_t splits = std::max<int64_t>(1, (4 * threads + items - 1) / items);
+  splits = std::min(splits, std::max<int64_t>(1, length / 256));
+  return splits;
+}
+
+// Merges per-chunk partial results (m, l, acc) of one head into out.
+inline void MergeChunks(const std::vector<HeadState>& states,
+                        const float* const* accs, int64_t splits, int64_t n,
+                        float* out) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < splits; ++s) m = std::max(m, states[s].m);
+  float l = 0;
+  std::fill(out, out + n, 0.0f);
+  for (int64_t s = 0; s < splits; ++s) {
+    if (states[s].l == 0) continue;
+    const float w = std::exp(states[s].m - m);
+    l += w * states[s].l;
+    for (int64_t c = 0; c < n; ++c) out[c] += w * accs[s][c];
+  }
+  const float inv = l > 0 ? 1.0f / l : 0.0f;
+  for (int64_t c = 0; c < n; ++c) out[c] *= inv;
+}
+
+}  // namespace
+}  // namespace lrkv::kernels::LRKV_KERNEL_NS
