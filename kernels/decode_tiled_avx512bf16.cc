@@ -34,17 +34,33 @@ uint16_t ToBf16(float f) {
   return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
 }
 
+// How many tiles ahead the kernel prefetches each segment. The hardware
+// prefetcher alone kept four streams per thread at ~50 % of the streaming
+// bandwidth; one or two tiles ahead measured best (4 and 8 no better).
+constexpr int64_t kPrefetchTiles = 2;
+
+inline void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+
 struct Bf16 {
   using E = uint16_t;
   static constexpr int64_t kPerLane = 2;
-  static __m512 Mac(__m512 acc, __m512i x, const uint32_t* hi,
-                    const uint32_t* lo) {
-    acc = _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)_mm512_set1_epi32(*hi));
-    return _mm512_dpbf16_ps(acc, (__m512bh)x, (__m512bh)_mm512_set1_epi32(*lo));
+  // acc_hi += x · hi, acc_lo += x · lo: two accumulators, so that the two
+  // halves of a product do not wait on each other. The words are broadcast
+  // from memory inside the instruction ({1to16}); GCC loads and broadcasts
+  // them separately otherwise.
+  static void Mac(__m512& a, __m512& b, __m512i x, const uint32_t* hi,
+                  const uint32_t* lo) {
+    a = _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)_mm512_set1_epi32(*hi));
+    b = _mm512_dpbf16_ps(b, (__m512bh)x, (__m512bh)_mm512_set1_epi32(*lo));
   }
-  // Words of P consecutive values (zero where past n): hi[w] and lo[w].
+  // Both into one accumulator, where many accumulators run side by side.
+  static void Mac(__m512& a, __m512i x, const uint32_t* hi,
+                  const uint32_t* lo) {
+    Mac(a, a, x, hi, lo);
+  }
+  // Words of P consecutive values x·scale (zero past n): hi[w], lo[w].
   static void Words(const float* x, int64_t n, float scale, int64_t words,
-                    uint32_t* hi, uint32_t* lo, int64_t step) {
+                    uint32_t* hi, uint32_t* lo) {
     for (int64_t w = 0; w < words; ++w) {
       uint32_t h = 0, l = 0;
       for (int64_t e = 0; e < 2; ++e) {
@@ -55,47 +71,42 @@ struct Bf16 {
         h |= static_cast<uint32_t>(fh) << (16 * e);
         l |= static_cast<uint32_t>(fl) << (16 * e);
       }
-      hi[w * step] = h;
-      lo[w * step] = l;
+      hi[w] = h;
+      lo[w] = l;
     }
   }
   // The tile's probabilities (16 lanes) as 8 words of position pairs.
-  static void ProbabilityWords(__m512 p, uint32_t* hi, uint32_t* lo,
-                               int64_t step) {
+  static void ProbabilityWords(__m512 p, uint32_t* hi, uint32_t* lo) {
     const __m256bh h = _mm512_cvtneps_pbh(p);
     const __m512 back = _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
     const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(p, back));
-    alignas(32) uint32_t wh[8], wl[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(wh), (__m256i)h);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(wl), (__m256i)l);
-    for (int k = 0; k < 8; ++k) {
-      hi[k * step] = wh[k];
-      lo[k * step] = wl[k];
-    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), (__m256i)h);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)l);
   }
 };
 
 struct F32 {
   using E = float;
   static constexpr int64_t kPerLane = 1;
-  static __m512 Mac(__m512 acc, __m512i x, const uint32_t* w,
-                    const uint32_t* /*unused*/) {
-    float f;
-    std::memcpy(&f, w, 4);
-    return _mm512_fmadd_ps(_mm512_castsi512_ps(x), _mm512_set1_ps(f), acc);
+  static void Mac(__m512& a, __m512& /*b*/, __m512i x, const uint32_t* w,
+                  const uint32_t* /*unused*/) {
+    asm("vfmadd231ps %2%{1to16%}, %1, %0"
+        : "+v"(a)
+        : "v"(_mm512_castsi512_ps(x)), "m"(*w));
+  }
+  static void Mac(__m512& a, __m512i x, const uint32_t* w, const uint32_t*) {
+    Mac(a, a, x, w, w);
   }
   static void Words(const float* x, int64_t n, float scale, int64_t words,
-                    uint32_t* hi, uint32_t* lo, int64_t step) {
+                    uint32_t* hi, uint32_t* lo) {
     for (int64_t w = 0; w < words; ++w) {
-      hi[w * step] = lo[w * step] = Bits(w < n ? x[w] * scale : 0.0f);
+      hi[w] = lo[w] = Bits(w < n ? x[w] * scale : 0.0f);
     }
   }
-  static void ProbabilityWords(__m512 p, uint32_t* hi, uint32_t* lo,
-                               int64_t step) {
-    alignas(64) uint32_t w[16];
-    _mm512_store_si512(w, _mm512_castps_si512(p));
-    for (int k = 0; k < 16; ++k) hi[k * step] = lo[k * step] = w[k];
+  static void ProbabilityWords(__m512 p, uint32_t* hi, uint32_t* lo) {
+    _mm512_storeu_ps(hi, p);
+    _mm512_storeu_ps(lo, p);
   }
 };
 
@@ -125,118 +136,207 @@ void ForHeadBlocks(int64_t H, F&& f) {
   }
 }
 
-// Word w of query head h lives at words[w·H + h] (hi) and lo[w·H + h].
+// hi/lo words of every head, `per_head` apart; word w of head h at
+// [h·per_head + w].
 struct WordTable {
   std::vector<uint32_t> hi, lo;
-  int64_t heads = 0;
-  void Resize(int64_t words, int64_t h) {
-    heads = h;
-    hi.assign(words * h, 0);
-    lo.assign(words * h, 0);
+  int64_t per_head = 0;
+  void Resize(int64_t heads, int64_t words) {
+    per_head = words;
+    hi.assign(heads * words, 0);
+    lo.assign(heads * words, 0);
   }
-  const uint32_t* Hi(int64_t w, int64_t h) const { return &hi[w * heads + h]; }
-  const uint32_t* Lo(int64_t w, int64_t h) const { return &lo[w * heads + h]; }
+  uint32_t* Hi(int64_t h) { return &hi[h * per_head]; }
+  uint32_t* Lo(int64_t h) { return &lo[h * per_head]; }
+  const uint32_t* Hi(int64_t h) const { return &hi[h * per_head]; }
+  const uint32_t* Lo(int64_t h) const { return &lo[h * per_head]; }
 };
 
-// s[h·16 + i] = score of position i for the block's NB heads from h0: the
-// shared key's words (one vector for all heads), then each head's latent
-// words at byte offset zoff[h] of the zK tile.
+// s[h·16 + i] = shared-key score of position i for the NB heads from h0: one
+// key vector per word, loaded once for all heads. Query words are stored
+// word-major ([w·H + h]) so that the block's heads are adjacent.
 template <class T, int NB>
-inline void TileScores(int64_t h0, const char* ktile, const WordTable& qk,
-                       int64_t kwords, const char* zktile, const int64_t* zoff,
-                       const WordTable& ql, int64_t lwords, float* s) {
-  __m512 acc[NB];
+inline void SharedKeyScores(int64_t h0, int64_t H, const char* tile,
+                            int64_t words, const uint32_t* qhi,
+                            const uint32_t* qlo, int64_t ahead, float* s) {
+  __m512 a[NB], b[NB];
 #pragma GCC unroll 12
-  for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-  for (int64_t w = 0; w < kwords; ++w) {
-    const __m512i x = _mm512_loadu_si512(ktile + w * 64);
-    const uint32_t *hi = qk.Hi(w, h0), *lo = qk.Lo(w, h0);
+  for (int h = 0; h < NB; ++h) a[h] = b[h] = _mm512_setzero_ps();
+  const uint32_t *hi = qhi + h0, *lo = qlo + h0;
+  for (int64_t w = 0; w < words; ++w, hi += H, lo += H) {
+    const char* at = tile + w * 64;
+    Prefetch(at + ahead);
+    const __m512i x = _mm512_loadu_si512(at);
 #pragma GCC unroll 12
-    for (int h = 0; h < NB; ++h) acc[h] = T::Mac(acc[h], x, hi + h, lo + h);
-  }
-  for (int64_t w = 0; w < lwords; ++w) {
-    const uint32_t *hi = ql.Hi(w, h0), *lo = ql.Lo(w, h0);
-    const char* row = zktile + w * 64;
-#pragma GCC unroll 12
-    for (int h = 0; h < NB; ++h) {
-      const __m512i x = _mm512_loadu_si512(row + zoff[h0 + h]);
-      acc[h] = T::Mac(acc[h], x, hi + h, lo + h);
-    }
+    for (int h = 0; h < NB; ++h) T::Mac(a[h], b[h], x, hi + h, lo + h);
   }
 #pragma GCC unroll 12
-  for (int h = 0; h < NB; ++h) _mm512_storeu_ps(s + (h0 + h) * 16, acc[h]);
+  for (int h = 0; h < NB; ++h) {
+    _mm512_storeu_ps(s + (h0 + h) * 16, _mm512_add_ps(a[h], b[h]));
+  }
 }
 
-// acc[h][c0 + 16v + lane] += Σ_k word_h(k) · x_h(k, v) for the block's NB
-// heads and NV vectors of 16 dims (the last one `last` lanes wide), where
-// x_h(k, v) is the value vector at tile + k·row_bytes + voff[h] + (c0+16v)·4
-// and word_h(k) weights its P positions. When `half` is set the last row
-// holds one valid position: the other element of each lane is cleared, since
-// past the cache's length it may hold anything.
-template <class T, int NB, int NV>
-inline void TileValues(int64_t h0, const char* tile, int64_t row_bytes,
-                       int64_t rows, bool half, const int64_t* voff, int64_t c0,
-                       int64_t last, const WordTable& pw, float* acc,
-                       int64_t per_head) {
-  const __mmask16 full = 0xffff;
-  const __mmask16 mlast = static_cast<__mmask16>((1u << last) - 1);
+// s[h·16 + i] += latent score of position i, head by head: each head reads
+// its own span of the zK tile (byte offset zoff[h]), four words at a time
+// into independent accumulators.
+template <class T>
+inline void LatentKeyScores(int64_t H, const char* tile, const int64_t* zoff,
+                            int64_t words, const WordTable& ql, int64_t ahead,
+                            float* s) {
+  for (int64_t h = 0; h < H; ++h) {
+    const char* base = tile + zoff[h];
+    const uint32_t *hi = ql.Hi(h), *lo = ql.Lo(h);
+    __m512 a[4], b[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) a[j] = b[j] = _mm512_setzero_ps();
+    int64_t w = 0;
+    for (; w + 4 <= words; w += 4) {
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const char* at = base + (w + j) * 64;
+        Prefetch(at + ahead);
+        T::Mac(a[j], b[j], _mm512_loadu_si512(at), hi + w + j, lo + w + j);
+      }
+    }
+    for (; w < words; ++w) {
+      T::Mac(a[0], b[0], _mm512_loadu_si512(base + w * 64), hi + w, lo + w);
+    }
+    const __m512 sum = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(a[0], b[0]), _mm512_add_ps(a[1], b[1])),
+        _mm512_add_ps(_mm512_add_ps(a[2], b[2]), _mm512_add_ps(a[3], b[3])));
+    _mm512_storeu_ps(s + h * 16,
+                     _mm512_add_ps(_mm512_loadu_ps(s + h * 16), sum));
+  }
+}
+
+// One value vector: 16 dims (the last vector of a block `mlast` lanes wide
+// when kMask) of P positions; `keep` clears the element past the length in the
+// half-valid last row (it may hold anything).
+template <bool kMask>
+inline __m512i LoadValues(const char* at, __mmask16 m, __m512i keep) {
+  const __m512i x =
+      kMask ? _mm512_maskz_loadu_epi32(m, at) : _mm512_loadu_si512(at);
+  return _mm512_and_si512(x, keep);
+}
+
+// The row mask: all ones, or the first position of each lane's pair only.
+template <class T>
+inline __m512i KeepRow(bool half_row) {
+  return _mm512_set1_epi32(half_row && T::kPerLane == 2 ? 0xffff : -1);
+}
+
+// acc[h][c0 + 16v + lane] += Σ_k x(k, v) · word_h(k) for NB heads from h0 and
+// NV vectors of 16 dims of the shared value: each value vector is loaded once
+// for all heads. Probability words are head-major ([h·rows_max + k]).
+template <class T, int NB, int NV, bool kMask>
+inline void SharedValues(int64_t h0, const char* tile, int64_t row_bytes,
+                         int64_t rows, bool half, int64_t c0, __mmask16 mlast,
+                         const WordTable& pw, float* acc, int64_t per_head,
+                         int64_t ahead) {
   __m512 a[NB][NV];
 #pragma GCC unroll 12
   for (int h = 0; h < NB; ++h) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      a[h][v] = _mm512_maskz_loadu_ps(v == NV - 1 ? mlast : full,
+      a[h][v] = _mm512_maskz_loadu_ps(kMask && v == NV - 1 ? mlast : 0xffff,
                                       acc + (h0 + h) * per_head + c0 + 16 * v);
     }
   }
-  auto row = [&](int64_t k, __m512i keep) {
-    const char* base = tile + k * row_bytes + c0 * 4;
-    const uint32_t *hi = pw.Hi(k, h0), *lo = pw.Lo(k, h0);
+  const uint32_t *hi = pw.Hi(h0), *lo = pw.Lo(h0);
+  constexpr int64_t stride = kCacheTile / T::kPerLane;  // = pw.per_head
+  for (int64_t k = 0; k < rows; ++k) {
+    const char* at = tile + k * row_bytes + c0 * 4;
+    const __m512i keep = KeepRow<T>(half && k == rows - 1);
+    __m512i x[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      Prefetch(at + 64 * v + ahead);
+      x[v] = LoadValues<kMask>(at + 64 * v, v == NV - 1 ? mlast : 0xffff, keep);
+    }
 #pragma GCC unroll 12
     for (int h = 0; h < NB; ++h) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
-        const char* at = base + voff[h0 + h] + 64 * v;
-        __m512i x = v == NV - 1 && last < 16
-                        ? _mm512_maskz_loadu_epi32(mlast, at)
-                        : _mm512_loadu_si512(at);
-        x = _mm512_and_si512(x, keep);
-        a[h][v] = T::Mac(a[h][v], x, hi + h, lo + h);
+        T::Mac(a[h][v], x[v], hi + h * stride + k, lo + h * stride + k);
       }
     }
-  };
-  const int64_t whole = half ? rows - 1 : rows;
-  for (int64_t k = 0; k < whole; ++k) row(k, _mm512_set1_epi32(-1));
-  if (half) row(whole, _mm512_set1_epi32(0xffff));
+  }
 #pragma GCC unroll 12
   for (int h = 0; h < NB; ++h) {
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       _mm512_mask_storeu_ps(acc + (h0 + h) * per_head + c0 + 16 * v,
-                            v == NV - 1 ? mlast : full, a[h][v]);
+                            kMask && v == NV - 1 ? mlast : 0xffff, a[h][v]);
     }
   }
 }
 
-// Weighted sums of `width` dims for every head, in column blocks of up to 32.
-template <class T>
-void AccumulateValues(int64_t H, const char* tile, int64_t row_bytes,
-                      int64_t rows, bool half, const int64_t* voff,
-                      int64_t width, const WordTable& pw, float* acc,
-                      int64_t per_head) {
-  for (int64_t c0 = 0; c0 < width; c0 += 32) {
-    const int64_t left = width - c0;
-    ForHeadBlocks(H, [&](auto nb, int64_t h0) {
-      constexpr int NB = decltype(nb)::value;
-      if (left > 16) {
-        TileValues<T, NB, 2>(h0, tile, row_bytes, rows, half, voff, c0,
-                             std::min<int64_t>(16, left - 16), pw, acc,
-                             per_head);
-      } else {
-        TileValues<T, NB, 1>(h0, tile, row_bytes, rows, half, voff, c0, left,
-                             pw, acc, per_head);
+// The same for each head's own latent values (byte offset voff[h] of the zV
+// tile), head by head with NV ≤ 4 vectors.
+template <class T, int NV, bool kMask>
+inline void HeadValues(int64_t H, const char* tile, int64_t row_bytes,
+                       int64_t rows, bool half, const int64_t* voff, int64_t c0,
+                       __mmask16 mlast, const WordTable& pw, float* acc,
+                       int64_t per_head, int64_t ahead) {
+  for (int64_t h = 0; h < H; ++h) {
+    const uint32_t *hi = pw.Hi(h), *lo = pw.Lo(h);
+    float* out = acc + h * per_head + c0;
+    __m512 a[NV], b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      a[v] = _mm512_maskz_loadu_ps(kMask && v == NV - 1 ? mlast : 0xffff,
+                                   out + 16 * v);
+      b[v] = _mm512_setzero_ps();
+    }
+    const char* base = tile + voff[h] + c0 * 4;
+    for (int64_t k = 0; k < rows; ++k) {
+      const char* at = base + k * row_bytes;
+      const __m512i keep = KeepRow<T>(half && k == rows - 1);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        Prefetch(at + 64 * v + ahead);
+        const __m512i x =
+            LoadValues<kMask>(at + 64 * v, v == NV - 1 ? mlast : 0xffff, keep);
+        T::Mac(a[v], b[v], x, hi + k, lo + k);
       }
-    });
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      _mm512_mask_storeu_ps(out + 16 * v, kMask && v == NV - 1 ? mlast : 0xffff,
+                            _mm512_add_ps(a[v], b[v]));
+    }
+  }
+}
+
+// Calls f(integral_constant<int, NV>, integral_constant<bool, kMask>, c0,
+// mask) over column blocks of up to `max_nv` vectors covering `width` dims.
+template <int kMaxNv, class F>
+void ForColumnBlocks(int64_t width, F&& f) {
+  for (int64_t c0 = 0; c0 < width; c0 += 16 * kMaxNv) {
+    const int64_t left = std::min<int64_t>(width - c0, 16 * kMaxNv);
+    const int64_t nv = (left + 15) / 16, last = left - 16 * (nv - 1);
+    const auto m = static_cast<__mmask16>((1u << last) - 1);
+    auto call = [&](auto nvc) {
+      if (last == 16) {
+        f(nvc, std::false_type(), c0, m);
+      } else {
+        f(nvc, std::true_type(), c0, m);
+      }
+    };
+    switch (nv) {
+      case 1:
+        call(std::integral_constant<int, 1>());
+        break;
+      case 2:
+        if constexpr (kMaxNv >= 2) call(std::integral_constant<int, 2>());
+        break;
+      case 3:
+        if constexpr (kMaxNv >= 3) call(std::integral_constant<int, 3>());
+        break;
+      default:
+        if constexpr (kMaxNv >= 4) call(std::integral_constant<int, 4>());
+        break;
+    }
   }
 }
 
@@ -245,6 +345,7 @@ void FactoredTiled(const FactoredDecodeParams& p) {
   using E = typename T::E;
   constexpr int64_t P = T::kPerLane;
   constexpr int64_t es = sizeof(E);
+  constexpr int64_t kRows = kCacheTile / P;  // value rows per tile
   const int64_t H = p.heads, g = H / p.kv_heads, n = p.dim, r = p.rank;
   const int64_t splits = SplitsFor(p.batch, p.length);
   const int64_t chunk = ((p.length + splits - 1) / splits + kCacheTile - 1) /
@@ -253,21 +354,26 @@ void FactoredTiled(const FactoredDecodeParams& p) {
   const int64_t per_head = n + r;
   std::vector<HeadState> states(items * H);
   std::vector<float> accs(items * H * per_head, 0.0f);
-  // Key words: the shared key's n dims, and per head its KV head's span of
-  // the zK tile (the same count for every head, shifted to stay inside).
+  // Key words: the shared key's, and per head its KV head's span of the zK
+  // tile (the same count for every head, shifted to stay inside the tile).
   const int64_t kwords = p.k.stride / P;
   const int64_t zwords = r > 0 ? p.zk.stride / P : 0;
   int64_t lwords = 0;
   for (int64_t kvh = 0; kvh < p.kv_heads && r > 0; ++kvh) {
     lwords = std::max(lwords, (kvh * r + r - 1) / P - kvh * r / P + 1);
   }
-  std::vector<int64_t> zfirst(H), zoff(H), voff_v(H, 0), voff_z(H);
+  std::vector<int64_t> zfirst(H), zoff(H), voff(H);
   for (int64_t h = 0; h < H; ++h) {
     const int64_t kvh = h / g;
     zfirst[h] = std::min(kvh * r / P, zwords - lwords);
     zoff[h] = zfirst[h] * 64;
-    voff_z[h] = kvh * r * 4;
+    voff[h] = kvh * r * 4;
   }
+  // Bytes from a tile to the one kPrefetchTiles later, per segment.
+  const int64_t tile_k = kCacheTile * p.k.stride * es;
+  const int64_t tile_v = kCacheTile * p.v.stride * es;
+  const int64_t tile_zk = kCacheTile * p.zk.stride * es;
+  const int64_t tile_zv = kCacheTile * p.zv.stride * es;
   const char* kb = static_cast<const char*>(p.k.data);
   const char* vb = static_cast<const char*>(p.v.data);
   const char* zkb = static_cast<const char*>(p.zk.data);
@@ -277,14 +383,20 @@ void FactoredTiled(const FactoredDecodeParams& p) {
     const int64_t b = item / splits, split = item % splits;
     const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
     if (t0 >= t1) continue;
-    WordTable qk, ql, pw;
-    qk.Resize(kwords, H);
-    ql.Resize(lwords, H);
-    pw.Resize(kCacheTile / P, H);
+    // Shared-key words word-major ([w·H + h]), latent words head-major.
+    std::vector<uint32_t> qhi(kwords * H), qlo(kwords * H), whi(kwords),
+        wlo(kwords);
+    WordTable ql, pw;
+    ql.Resize(H, lwords);
+    pw.Resize(H, kRows);
     std::vector<float> lat(lwords * P);
     for (int64_t h = 0; h < H; ++h) {
-      T::Words(p.q + (b * H + h) * n, n, p.scale, kwords, &qk.hi[h], &qk.lo[h],
-               H);
+      T::Words(p.q + (b * H + h) * n, n, p.scale, kwords, whi.data(),
+               wlo.data());
+      for (int64_t w = 0; w < kwords; ++w) {
+        qhi[w * H + h] = whi[w];
+        qlo[w * H + h] = wlo[w];
+      }
       if (r == 0) continue;
       // The head's latent query placed at its dims' positions in the span.
       const int64_t first_dim = zfirst[h] * P, own = (h / g) * r;
@@ -292,8 +404,7 @@ void FactoredTiled(const FactoredDecodeParams& p) {
         const int64_t c = first_dim + i - own;
         lat[i] = c >= 0 && c < r ? p.q_latent[(b * H + h) * r + c] : 0.0f;
       }
-      T::Words(lat.data(), lwords * P, p.scale, lwords, &ql.hi[h], &ql.lo[h],
-               H);
+      T::Words(lat.data(), lwords * P, p.scale, lwords, ql.Hi(h), ql.Lo(h));
     }
     HeadState* st = &states[item * H];
     float* acc = &accs[item * H * per_head];
@@ -303,13 +414,17 @@ void FactoredTiled(const FactoredDecodeParams& p) {
     for (int64_t t = t0; t < t1; t += kCacheTile) {
       const int64_t count = std::min(kCacheTile, t1 - t);
       const int64_t pos = b * p.capacity + t;  // first position of the tile
+      // Prefetch addresses past the sequence are harmless (no fault).
       const char* ktile = kb + pos * p.k.stride * es;
-      const char* zktile = r > 0 ? zkb + pos * p.zk.stride * es : nullptr;
       ForHeadBlocks(H, [&](auto nb, int64_t h0) {
-        TileScores<T, decltype(nb)::value>(h0, ktile, qk, kwords, zktile,
-                                           zoff.data(), ql, lwords,
-                                           scores.data());
+        SharedKeyScores<T, decltype(nb)::value>(
+            h0, H, ktile, kwords, qhi.data(), qlo.data(),
+            kPrefetchTiles * tile_k, scores.data());
       });
+      if (r > 0) {
+        LatentKeyScores<T>(H, zkb + pos * p.zk.stride * es, zoff.data(), lwords,
+                           ql, kPrefetchTiles * tile_zk, scores.data());
+      }
       if (sigma != nullptr) {
         for (int64_t h = 0; h < H; ++h) {
           for (int64_t i = 0; i < count; ++i)
@@ -333,18 +448,29 @@ void FactoredTiled(const FactoredDecodeParams& p) {
             for (int64_t c = 0; c < per_head; ++c) a[c] *= corr;
           }
         }
-        T::ProbabilityWords(pv, &pw.hi[h], &pw.lo[h], H);
+        T::ProbabilityWords(pv, pw.Hi(h), pw.Lo(h));
       }
       // Rows of P positions that hold a valid one; an odd count leaves half
       // of the last row past the length.
       const int64_t rows = (count + P - 1) / P;
       const bool half = count % P != 0;
-      AccumulateValues<T>(H, vb + pos * p.v.stride * es, P * p.v.stride * es,
-                          rows, half, voff_v.data(), n, pw, acc, per_head);
+      const char* vtile = vb + pos * p.v.stride * es;
+      ForColumnBlocks<2>(n, [&](auto nvc, auto maskc, int64_t c0, __mmask16 m) {
+        ForHeadBlocks(H, [&](auto nb, int64_t h0) {
+          SharedValues<T, decltype(nb)::value, decltype(nvc)::value,
+                       decltype(maskc)::value>(
+              h0, vtile, P * p.v.stride * es, rows, half, c0, m, pw, acc,
+              per_head, kPrefetchTiles * tile_v);
+        });
+      });
       if (r > 0) {
-        AccumulateValues<T>(H, zvb + pos * p.zv.stride * es,
-                            P * p.zv.stride * es, rows, half, voff_z.data(), r,
-                            pw, acc + n, per_head);
+        const char* zvtile = zvb + pos * p.zv.stride * es;
+        ForColumnBlocks<4>(
+            r, [&](auto nvc, auto maskc, int64_t c0, __mmask16 m) {
+              HeadValues<T, decltype(nvc)::value, decltype(maskc)::value>(
+                  H, zvtile, P * p.zv.stride * es, rows, half, voff.data(), c0,
+                  m, pw, acc + n, per_head, kPrefetchTiles * tile_zv);
+            });
       }
     }
   }
