@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -20,18 +22,31 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A cache buffer filled with small pseudo-random values (no NaN, no denormals).
+struct Free {
+  void operator()(void* p) const { std::free(p); }
+};
+using Memory = std::unique_ptr<void, Free>;
+
+// Cache memory aligned to a page (LibTorch's CPU allocator aligns to 64
+// bytes; malloc's large blocks start 16 bytes into a page, which would split
+// every 64-byte vector load across two cache lines). Every variant and the
+// streaming reference use it alike.
+Memory AlignedMemory(size_t bytes) {
+  const size_t page = 4096;
+  bytes = std::max<size_t>((bytes + page - 1) / page * page, page);
+  Memory m(std::aligned_alloc(page, bytes));
+  if (m == nullptr) throw std::bad_alloc();
+  return m;
+}
+
+// A cache buffer filled with small pseudo-random values (no NaN, no
+// denormals).
 struct Buffer {
-  std::vector<uint16_t> bf16;
-  std::vector<float> f32;
+  Memory memory;
   Buffer(size_t n, CacheDType t, uint32_t seed) {
-    uint32_t x = seed * 2654435761u + 1;
-    auto next = [&x] {
-      x = x * 1664525u + 1013904223u;
-      return (static_cast<float>(x >> 9) / static_cast<float>(1u << 23)) - 0.5f;
-    };
+    memory = AlignedMemory(n * CacheDTypeSize(t));
     if (t == CacheDType::kBF16) {
-      bf16.resize(n);
+      auto* bf16 = static_cast<uint16_t*>(memory.get());
 #pragma omp parallel for
       for (size_t i = 0; i < n; ++i) {
         uint32_t y = static_cast<uint32_t>(i) * 2654435761u + seed;
@@ -39,13 +54,17 @@ struct Buffer {
             static_cast<uint16_t>(0x3c00 | (y >> 25));  // ~[0.0078, 0.0155]
       }
     } else {
-      f32.resize(n);
-      for (size_t i = 0; i < n; ++i) f32[i] = next() * 0.1f;
+      auto* f32 = static_cast<float*>(memory.get());
+      uint32_t x = seed * 2654435761u + 1;
+      for (size_t i = 0; i < n; ++i) {
+        x = x * 1664525u + 1013904223u;
+        f32[i] = ((static_cast<float>(x >> 9) / static_cast<float>(1u << 23)) -
+                  0.5f) *
+                 0.1f;
+      }
     }
   }
-  const void* data() const {
-    return bf16.empty() ? static_cast<const void*>(f32.data()) : bf16.data();
-  }
+  const void* data() const { return memory.get(); }
 };
 
 std::vector<float> Filled(size_t n, float v) {
@@ -54,7 +73,9 @@ std::vector<float> Filled(size_t n, float v) {
 
 double StreamBandwidth() {
   const size_t n = size_t{128} << 20;  // 512 MiB of floats
-  std::vector<float> a(n, 1.0f);
+  Memory m = AlignedMemory(n * sizeof(float));
+  float* a = static_cast<float*>(m.get());
+  std::fill(a, a + n, 1.0f);
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {
     const auto t0 = Clock::now();
@@ -221,18 +242,29 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       const char* name;
       CacheLayout layout;
       bool reconstruct;
+      bool bf16_operands;
     };
-    for (const Mode& m : {Mode{"lrkv-norope", CacheLayout::kTiles, false},
-                          Mode{"lrkv-plane", CacheLayout::kTiles, false},
-                          Mode{"lrkv-norope-rows", CacheLayout::kRows, false},
-                          Mode{"lrkv-reconstruct", CacheLayout::kRows, true}}) {
+    std::vector<Mode> modes = {
+        {"lrkv-norope", CacheLayout::kTiles, false, false},
+        {"lrkv-plane", CacheLayout::kTiles, false, false}};
+    if (o.dtype == CacheDType::kBF16) {
+      // The same steps with queries and weights rounded to bf16 (as
+      // FlashAttention/FlashMLA do for bf16 caches).
+      modes.push_back({"lrkv-norope-bf16", CacheLayout::kTiles, false, true});
+      modes.push_back({"lrkv-plane-bf16", CacheLayout::kTiles, false, true});
+    }
+    modes.push_back({"lrkv-norope-rows", CacheLayout::kRows, false, false});
+    modes.push_back({"lrkv-reconstruct", CacheLayout::kRows, true, false});
+    for (const Mode& m : modes) {
       auto var = std::make_unique<Variant>();
       var->name = m.name;
       var->config = absl::StrCat(
-          "r=", r, m.layout == CacheLayout::kTiles ? " tiles" : " rows");
+          "r=", r, m.layout == CacheLayout::kTiles ? " tiles" : " rows",
+          m.bf16_operands ? " bf16 q,p" : "");
       var->bytes = lrkv_bytes;
       FactoredDecodeParams p = lp;
       p.layout = m.layout;
+      p.bf16_operands = m.bf16_operands;
       if (m.reconstruct) {
         p.up_k_t = bt->data();
         p.rope_cos = cos->data();
@@ -245,10 +277,15 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       var->step = [p] { (void)FactoredDecode(p); };
       variants.push_back(std::move(var));
     }
-    // Interleaved: every iteration times one step of every variant in turn.
+    // Interleaved: every iteration times one step of every variant in turn,
+    // starting one variant later each time, so that no variant always runs
+    // right after the same neighbour (the step after MHA's 200 MB stream
+    // measured a few percent slower than the same step later).
     for (auto& v : variants) v->step();  // warm-up
+    const size_t nv = variants.size();
     for (int it = 0; it < o.iterations; ++it) {
-      for (auto& v : variants) {
+      for (size_t i = 0; i < nv; ++i) {
+        auto& v = variants[(i + it) % nv];
         const auto t0 = Clock::now();
         v->step();
         v->times.push_back(
@@ -290,11 +327,19 @@ std::string DecodeBenchReport::ToTable() const {
       cache_ratio, stream_gbps);
   absl::StrAppend(
       &out,
-      "context  variant           config            median ms     min ms"
-      "     max ms   MB/step     GB/s  %stream  vs MHA   GMAC/step\n");
+      absl::StrCat(
+          "LRKV \"tiles\": the cache in the tiled layout, read by ",
+          TiledKernelAvailable() ? "the fused AVX512-BF16 kernel"
+                                 : "a copy to rows (no AVX512-BF16 here)",
+          "; \"rows\": the row layout; \"bf16 q,p\": queries and softmax "
+          "weights "
+          "rounded to bf16 before the multiply (else kept to ~16 bits)\n\n",
+          "context  variant           config                median ms     min "
+          "ms"
+          "     max ms   MB/step     GB/s  %stream  vs MHA   GMAC/step\n"));
   for (const auto& r : rows) {
     absl::StrAppendFormat(&out,
-                          "%7d  %-17s %-16s %10.3f %10.3f %10.3f %9.1f %8.1f "
+                          "%7d  %-17s %-20s %10.3f %10.3f %10.3f %9.1f %8.1f "
                           "%7.0f%% %7.3f %11.3f\n",
                           r.context, r.variant, r.config, r.median_ms, r.min_ms,
                           r.max_ms, r.bytes_per_step / 1e6, r.gbps,

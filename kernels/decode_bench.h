@@ -1,7 +1,8 @@
-// The decode benchmark: MHA, budget-matched GQA and MLA, and LRKV (no-RoPE, plane and
-// reconstruct) decode steps timed interleaved in one run over synthetic caches, with
-// bytes read per step, achieved bandwidth, the ratio to MHA, and this machine's
-// streaming-read bandwidth measured in the same run with the same thread count.
+// The decode benchmark: MHA, budget-matched GQA and MLA, and LRKV (no-RoPE,
+// plane and reconstruct) decode steps timed interleaved in one run over
+// synthetic caches, with bytes read per step, achieved bandwidth, the ratio to
+// MHA, and this machine's streaming-read bandwidth measured in the same run
+// with the same thread count.
 #ifndef LRKV_KERNELS_DECODE_BENCH_H_
 #define LRKV_KERNELS_DECODE_BENCH_H_
 
@@ -27,7 +28,8 @@ struct DecodeBenchOptions {
 };
 
 struct DecodeBenchRow {
-  std::string variant;  // mha, gqa, mla, lrkv-norope, lrkv-plane, lrkv-reconstruct
+  std::string
+      variant;  // mha, gqa, mla, lrkv-norope, lrkv-plane, lrkv-reconstruct
   std::string config;
   int64_t context = 0;
   double median_ms = 0, min_ms = 0, max_ms = 0;
@@ -35,7 +37,7 @@ struct DecodeBenchRow {
   double gbps = 0;             // bytes_per_step / median
   double ratio_to_mha = 0;     // median / MHA median
   double bandwidth_fraction = 0;
-  int64_t macs_per_step = 0;   // multiply-adds of the attention itself
+  int64_t macs_per_step = 0;  // multiply-adds of the attention itself
 };
 
 struct DecodeBenchReport {
@@ -49,7 +51,8 @@ struct DecodeBenchReport {
   std::string ToJson() const;
 };
 
-absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& options);
+absl::StatusOr<DecodeBenchReport> RunDecodeBench(
+    const DecodeBenchOptions& options);
 
 }  // namespace lrkv::kernels
 

@@ -112,6 +112,12 @@ struct FactoredDecodeParams {
   int64_t length = 0, capacity = 0;
   CacheDType dtype = CacheDType::kF32;
   CacheLayout layout = CacheLayout::kRows;
+  // bf16 caches: round the queries and the softmax weights to bf16 before
+  // they meet the cache (as FlashAttention and FlashMLA do), accumulating in
+  // fp32. Off, the tiled kernel keeps them to ~16 mantissa bits (two bf16
+  // parts), as exact as fp32 arithmetic on the widened cache; on, it issues
+  // half the multiplies. Only the tiled kernel reads it.
+  bool bf16_operands = false;
   CacheSegment k, v, zk, zv;  // widths dim, dim, H_kv·rank, H_kv·rank
   const float* sigma =
       nullptr;               // [B, capacity, H_kv] QK-norm scales, or nullptr

@@ -12,8 +12,9 @@
 // operand is bf16 too, so each fp32 query or probability f is split into
 // hi = bf16(f) and lo = bf16(f − hi), and both are applied: |f − hi − lo| ≤
 // 2^-16·|f|, the products with the bf16 cache element are exact, and the sums
-// are fp32 — the accuracy of an fp32 FMA on the widened element. fp32 caches
-// use FMAs on the same layout.
+// are fp32 — the accuracy of an fp32 FMA on the widened element. With
+// FactoredDecodeParams::bf16_operands only hi is applied (half the
+// instructions). fp32 caches use FMAs on the same layout.
 #define LRKV_KERNEL_NS avx512bf16
 #include <type_traits>
 
@@ -34,20 +35,23 @@ uint16_t ToBf16(float f) {
   return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
 }
 
-// How many tiles ahead the kernel prefetches each segment. The hardware
-// prefetcher alone kept four streams per thread at ~50 % of the streaming
-// bandwidth; one or two tiles ahead measured best (4 and 8 no better).
-constexpr int64_t kPrefetchTiles = 2;
+// How many tiles ahead the kernel prefetches each segment, into L2. The
+// hardware prefetcher alone kept the four streams per thread at ~50 % of the
+// streaming bandwidth. Measured at the paper shape (L = 8192, b = 4): into L1
+// (T0) one to four tiles ahead gave 4.5 ms; into L2 (T1) 1, 2, 3, 4, 6, 8
+// tiles ahead gave 3.41, 3.33, 3.21, 3.19, 3.25, 3.35 ms — a tile of all
+// four segments is 47 KB, more than L1 holds.
+constexpr int64_t kPrefetchTiles = 4;
 
-inline void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
+inline void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
 
 struct Bf16 {
   using E = uint16_t;
   static constexpr int64_t kPerLane = 2;
   // acc_hi += x · hi, acc_lo += x · lo: two accumulators, so that the two
-  // halves of a product do not wait on each other. The words are broadcast
-  // from memory inside the instruction ({1to16}); GCC loads and broadcasts
-  // them separately otherwise.
+  // halves of a product do not wait on each other. (Intrinsics rather than
+  // asm with the word broadcast inside the instruction: GCC keeps asm-bound
+  // accumulator arrays in memory, which measured slower.)
   static void Mac(__m512& a, __m512& b, __m512i x, const uint32_t* hi,
                   const uint32_t* lo) {
     a = _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)_mm512_set1_epi32(*hi));
@@ -86,14 +90,27 @@ struct Bf16 {
   }
 };
 
+// bf16 caches with the queries and probabilities rounded to bf16 before the
+// multiply (FlashAttention's and FlashMLA's choice for bf16): one vdpbf16ps
+// per 32 products instead of two; sums stay fp32.
+struct Bf16Rounded : Bf16 {
+  static void Mac(__m512& a, __m512& /*b*/, __m512i x, const uint32_t* hi,
+                  const uint32_t* /*lo*/) {
+    a = _mm512_dpbf16_ps(a, (__m512bh)x, (__m512bh)_mm512_set1_epi32(*hi));
+  }
+  static void Mac(__m512& a, __m512i x, const uint32_t* hi, const uint32_t*) {
+    Mac(a, a, x, hi, hi);
+  }
+};
+
 struct F32 {
   using E = float;
   static constexpr int64_t kPerLane = 1;
   static void Mac(__m512& a, __m512& /*b*/, __m512i x, const uint32_t* w,
                   const uint32_t* /*unused*/) {
-    asm("vfmadd231ps %2%{1to16%}, %1, %0"
-        : "+v"(a)
-        : "v"(_mm512_castsi512_ps(x)), "m"(*w));
+    float f;
+    std::memcpy(&f, w, 4);
+    a = _mm512_fmadd_ps(_mm512_castsi512_ps(x), _mm512_set1_ps(f), a);
   }
   static void Mac(__m512& a, __m512i x, const uint32_t* w, const uint32_t*) {
     Mac(a, a, x, w, w);
@@ -498,6 +515,8 @@ void FactoredTiled(const FactoredDecodeParams& p) {
 void FactoredTiledImpl(const FactoredDecodeParams& p) {
   if (p.dtype == CacheDType::kF32) {
     FactoredTiled<F32>(p);
+  } else if (p.bf16_operands) {
+    FactoredTiled<Bf16Rounded>(p);
   } else {
     FactoredTiled<Bf16>(p);
   }

@@ -317,6 +317,18 @@ TEST_P(KernelTest, TiledCacheMatchesTheReference) {
       ASSERT_TRUE(FactoredDecodeReference(p).ok());  // tiles
       p.out = out.data();
       p.out_latent = out_l.data();
+      if (t == CacheDType::kBF16) {
+        // Queries and weights rounded to bf16 (FlashAttention's choice):
+        // still within the bf16 tolerance of the exact reference.
+        p.bf16_operands = true;
+        ASSERT_TRUE(FactoredDecode(p).ok());
+        const std::string rounded =
+            "tiled bf16 q,p L=" + std::to_string(s.length) +
+            " H=" + std::to_string(s.h) + " r=" + std::to_string(s.r);
+        ExpectClose(out, ref, t, rounded);
+        if (s.r > 0) ExpectClose(out_l, ref_l, t, rounded + " latent");
+        p.bf16_operands = false;
+      }
       ASSERT_TRUE(FactoredDecode(p).ok());
       const std::string what = "tiled L=" + std::to_string(s.length) +
                                " H=" + std::to_string(s.h) +
