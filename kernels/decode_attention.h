@@ -1,7 +1,8 @@
 // Decode-step attention kernels: standard MHA/GQA and factored (LRKV / absorbed
-// MLA), each with a naive reference beside it. The optimised entry points use
-// AVX2/FMA when the CPU has them (checked at run time) and OpenMP across
-// sequences and position chunks. See decode_params.h for the cache layouts.
+// MLA), each with a naive reference beside it. The optimised entry points pick
+// the best build the CPU runs (AVX-512, AVX2/FMA, generic; the fused tiled
+// kernel with AVX512-BF16) at run time and use OpenMP across sequences and
+// position chunks. See decode_params.h for the cache layouts.
 #ifndef LRKV_KERNELS_DECODE_ATTENTION_H_
 #define LRKV_KERNELS_DECODE_ATTENTION_H_
 
