@@ -37,10 +37,11 @@ uint16_t ToBf16(float f) {
 
 // How many tiles ahead the kernel prefetches each segment, into L2. The
 // hardware prefetcher alone kept the four streams per thread at ~50 % of the
-// streaming bandwidth. Measured at the paper shape (L = 8192, b = 4): into L1
-// (T0) one to four tiles ahead gave 4.5 ms; into L2 (T1) 1, 2, 3, 4, 6, 8
-// tiles ahead gave 3.41, 3.33, 3.21, 3.19, 3.25, 3.35 ms — a tile of all
-// four segments is 47 KB, more than L1 holds.
+// streaming bandwidth. Measured at the paper shape (L = 8192, b = 4, this
+// kernel alone in a loop, 2 threads): into L1 (T0) one to four tiles ahead
+// gave 4.5 ms; into L2 (T1) 1, 2, 3, 4, 6, 8 tiles ahead gave 3.41, 3.33,
+// 3.21, 3.19, 3.25, 3.35 ms — a tile of all four segments is 47 KB, more
+// than L1 holds.
 constexpr int64_t kPrefetchTiles = 4;
 
 inline void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
