@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,15 +84,23 @@ void FactoredRows(const std::string& isa, const FactoredDecodeParams& p) {
 // fast one.
 void FactoredTilesViaRows(const std::string& isa,
                           const FactoredDecodeParams& p) {
-  const int64_t es = CacheDTypeSize(p.dtype), positions = p.batch * p.capacity;
+  const int64_t es = CacheDTypeSize(p.dtype);
   const int64_t latent = p.kv_heads * p.rank;
-  std::vector<std::vector<char>> copies;
+  // Only the tiles that hold the first `length` positions of each sequence
+  // are converted; the rest of each copy is never read (left uninitialised).
+  const int64_t used = (p.length + kCacheTile - 1) / kCacheTile * kCacheTile;
+  std::vector<std::unique_ptr<char[]>> copies;
   auto rows = [&](const CacheSegment& s, bool key, int64_t width) {
     if (width == 0) return s;
-    copies.emplace_back(positions * width * es);
-    TilesToRows(p.dtype, key, positions, width, s.stride, width, s.data,
-                copies.back().data());
-    return CacheSegment{copies.back().data(), width};
+    copies.emplace_back(new char[p.batch * p.capacity * width * es]);
+    char* out = copies.back().get();
+    for (int64_t b = 0; b < p.batch; ++b) {
+      TilesToRows(
+          p.dtype, key, used, width, s.stride, width,
+          static_cast<const char*>(s.data) + b * p.capacity * s.stride * es,
+          out + b * p.capacity * width * es);
+    }
+    return CacheSegment{out, width};
   };
   FactoredDecodeParams q = p;
   q.layout = CacheLayout::kRows;

@@ -474,23 +474,8 @@ void Factored(const FactoredDecodeParams& p) {
       }
     }
   }
-  std::vector<float> merged(per_head);
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<HeadState> hs(splits);
-      std::vector<const float*> ha(splits);
-      for (int64_t s = 0; s < splits; ++s) {
-        hs[s] = states[(b * splits + s) * H + h];
-        ha[s] = &accs[((b * splits + s) * H + h) * per_head];
-      }
-      MergeChunks(hs, ha.data(), splits, per_head, merged.data());
-      std::copy(merged.begin(), merged.begin() + n, p.out + (b * H + h) * n);
-      if (r > 0) {
-        std::copy(merged.begin() + n, merged.end(),
-                  p.out_latent + (b * H + h) * r);
-      }
-    }
-  }
+  MergeFactoredChunks(states, accs, p.batch, splits, H, n, r, p.out,
+                      p.out_latent);
 }
 
 }  // namespace

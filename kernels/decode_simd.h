@@ -208,18 +208,27 @@ struct HeadState {
 
 // Folds a tile's scores s[0:count] into a head's state; rescales its
 // accumulators (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
+// Raises a head's running maximum to m (>= st->m) and returns the factor its
+// sums must be scaled by; exp runs only when the maximum moves (0 while the
+// state is empty).
+inline float RaiseMax(HeadState* st, float m) {
+  if (m == st->m) return 1.0f;
+  const float corr = std::exp(st->m - m);
+  st->l *= corr;
+  st->m = m;
+  return corr;
+}
+
 inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p,
                         float* acc, int64_t n, float* acc2, int64_t n2) {
   float m = st->m;
   for (int64_t t = 0; t < count; ++t) m = std::max(m, s[t]);
-  const float corr = std::exp(st->m - m);
-  const float sum = ExpShifted(s, count, m, p);
+  const float corr = RaiseMax(st, m);
+  st->l += ExpShifted(s, count, m, p);
   if (corr != 1.0f) {
     for (int64_t c = 0; c < n; ++c) acc[c] *= corr;
     for (int64_t c = 0; c < n2; ++c) acc2[c] *= corr;
   }
-  st->l = st->l * corr + sum;
-  st->m = m;
 }
 
 // Chunks per sequence: about four work items per thread (so that uneven chunks
@@ -247,6 +256,33 @@ inline void MergeChunks(const std::vector<HeadState>& states,
   }
   const float inv = l > 0 ? 1.0f / l : 0.0f;
   for (int64_t c = 0; c < n; ++c) out[c] *= inv;
+}
+
+// The factored kernels' merge: per (sequence, head) the chunks' states and
+// accumulators ([item·H + h], n + r floats each, item = b·splits + split)
+// become a·V_shared in out and a·Z_V in out_latent.
+inline void MergeFactoredChunks(const std::vector<HeadState>& states,
+                                const std::vector<float>& accs, int64_t batch,
+                                int64_t splits, int64_t H, int64_t n, int64_t r,
+                                float* out, float* out_latent) {
+  const int64_t per_head = n + r;
+  std::vector<float> merged(per_head);
+  std::vector<HeadState> hs(splits);
+  std::vector<const float*> ha(splits);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t s = 0; s < splits; ++s) {
+        hs[s] = states[(b * splits + s) * H + h];
+        ha[s] = &accs[((b * splits + s) * H + h) * per_head];
+      }
+      MergeChunks(hs, ha.data(), splits, per_head, merged.data());
+      std::copy(merged.begin(), merged.begin() + n, out + (b * H + h) * n);
+      if (r > 0) {
+        std::copy(merged.begin() + n, merged.end(),
+                  out_latent + (b * H + h) * r);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -63,9 +63,10 @@ struct Bf16 {
                   const uint32_t* lo) {
     Mac(a, a, x, hi, lo);
   }
-  // Words of P consecutive values x·scale (zero past n): hi[w], lo[w].
+  // Words of P consecutive values x·scale (zero past n): hi[w·step] and
+  // lo[w·step].
   static void Words(const float* x, int64_t n, float scale, int64_t words,
-                    uint32_t* hi, uint32_t* lo) {
+                    uint32_t* hi, uint32_t* lo, int64_t step) {
     for (int64_t w = 0; w < words; ++w) {
       uint32_t h = 0, l = 0;
       for (int64_t e = 0; e < 2; ++e) {
@@ -76,8 +77,8 @@ struct Bf16 {
         h |= static_cast<uint32_t>(fh) << (16 * e);
         l |= static_cast<uint32_t>(fl) << (16 * e);
       }
-      hi[w] = h;
-      lo[w] = l;
+      hi[w * step] = h;
+      lo[w * step] = l;
     }
   }
   // The tile's probabilities (16 lanes) as 8 words of position pairs.
@@ -117,9 +118,9 @@ struct F32 {
     Mac(a, a, x, w, w);
   }
   static void Words(const float* x, int64_t n, float scale, int64_t words,
-                    uint32_t* hi, uint32_t* lo) {
+                    uint32_t* hi, uint32_t* lo, int64_t step) {
     for (int64_t w = 0; w < words; ++w) {
-      hi[w] = lo[w] = Bits(w < n ? x[w] * scale : 0.0f);
+      hi[w * step] = lo[w * step] = Bits(w < n ? x[w] * scale : 0.0f);
     }
   }
   static void ProbabilityWords(__m512 p, uint32_t* hi, uint32_t* lo) {
@@ -402,19 +403,13 @@ void FactoredTiled(const FactoredDecodeParams& p) {
     const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
     if (t0 >= t1) continue;
     // Shared-key words word-major ([w·H + h]), latent words head-major.
-    std::vector<uint32_t> qhi(kwords * H), qlo(kwords * H), whi(kwords),
-        wlo(kwords);
+    std::vector<uint32_t> qhi(kwords * H), qlo(kwords * H);
     WordTable ql, pw;
     ql.Resize(H, lwords);
     pw.Resize(H, kRows);
     std::vector<float> lat(lwords * P);
     for (int64_t h = 0; h < H; ++h) {
-      T::Words(p.q + (b * H + h) * n, n, p.scale, kwords, whi.data(),
-               wlo.data());
-      for (int64_t w = 0; w < kwords; ++w) {
-        qhi[w * H + h] = whi[w];
-        qlo[w * H + h] = wlo[w];
-      }
+      T::Words(p.q + (b * H + h) * n, n, p.scale, kwords, &qhi[h], &qlo[h], H);
       if (r == 0) continue;
       // The head's latent query placed at its dims' positions in the span.
       const int64_t first_dim = zfirst[h] * P, own = (h / g) * r;
@@ -422,7 +417,7 @@ void FactoredTiled(const FactoredDecodeParams& p) {
         const int64_t c = first_dim + i - own;
         lat[i] = c >= 0 && c < r ? p.q_latent[(b * H + h) * r + c] : 0.0f;
       }
-      T::Words(lat.data(), lwords * P, p.scale, lwords, ql.Hi(h), ql.Lo(h));
+      T::Words(lat.data(), lwords * P, p.scale, lwords, ql.Hi(h), ql.Lo(h), 1);
     }
     HeadState* st = &states[item * H];
     float* acc = &accs[item * H * per_head];
@@ -457,10 +452,9 @@ void FactoredTiled(const FactoredDecodeParams& p) {
         const float m = std::max(st[h].m, _mm512_reduce_max_ps(sv));
         __m512 pv = _mm512_setzero_ps();  // no finite score yet: no weight
         if (m != -std::numeric_limits<float>::infinity()) {
-          const float corr = st[h].l > 0 ? std::exp(st[h].m - m) : 0.0f;
+          const float corr = RaiseMax(&st[h], m);
           pv = VExp(_mm512_sub_ps(sv, _mm512_set1_ps(m)));
-          st[h].l = st[h].l * corr + _mm512_reduce_add_ps(pv);
-          st[h].m = m;
+          st[h].l += _mm512_reduce_add_ps(pv);
           if (corr != 1.0f) {
             float* a = acc + h * per_head;
             for (int64_t c = 0; c < per_head; ++c) a[c] *= corr;
@@ -492,23 +486,8 @@ void FactoredTiled(const FactoredDecodeParams& p) {
       }
     }
   }
-  std::vector<float> merged(per_head);
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<HeadState> hs(splits);
-      std::vector<const float*> ha(splits);
-      for (int64_t s = 0; s < splits; ++s) {
-        hs[s] = states[(b * splits + s) * H + h];
-        ha[s] = &accs[((b * splits + s) * H + h) * per_head];
-      }
-      MergeChunks(hs, ha.data(), splits, per_head, merged.data());
-      std::copy(merged.begin(), merged.begin() + n, p.out + (b * H + h) * n);
-      if (r > 0) {
-        std::copy(merged.begin() + n, merged.end(),
-                  p.out_latent + (b * H + h) * r);
-      }
-    }
-  }
+  MergeFactoredChunks(states, accs, p.batch, splits, H, n, r, p.out,
+                      p.out_latent);
 }
 
 }  // namespace

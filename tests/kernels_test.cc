@@ -102,16 +102,47 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
   }
 }
 
+// LRKV shapes both factored tests run: L = 1, L off the tile, chunked long
+// contexts, r = 0, H_kv < H, b > 1, QK-norm scales.
+struct FactoredShape {
+  int64_t b, h, hkv, dh, r, length;
+  bool sigma;
+};
+constexpr FactoredShape kFactoredShapes[] = {
+    {1, 4, 4, 64, 16, 1, false},      {2, 8, 4, 8, 2, 37, true},
+    {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
+    {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false}};
+
+// Random QK-norm scales and queries for a shape, and the factored parameters
+// that read them (segments and outputs are the caller's).
+struct FactoredInputs {
+  std::vector<float> sigma, q, ql;
+  FactoredInputs(const FactoredShape& s, int64_t capacity, std::mt19937& rng)
+      : sigma(Random(s.b * capacity * s.hkv, rng, 0.3f)),
+        q(Random(s.b * s.h * s.dh, rng)),
+        ql(Random(s.b * s.h * s.r, rng)) {}
+  FactoredDecodeParams Params(const FactoredShape& s, CacheDType t,
+                              int64_t capacity) const {
+    FactoredDecodeParams p;
+    p.batch = s.b;
+    p.heads = s.h;
+    p.kv_heads = s.hkv;
+    p.dim = s.dh;
+    p.rank = s.r;
+    p.length = s.length;
+    p.capacity = capacity;
+    p.dtype = t;
+    p.sigma = s.sigma ? sigma.data() : nullptr;
+    p.q = q.data();
+    p.q_latent = ql.data();
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
+    return p;
+  }
+};
+
 TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
   std::mt19937 rng(2);
-  struct Shape {
-    int64_t b, h, hkv, dh, r, length;
-    bool sigma;
-  } shapes[] = {
-      {1, 4, 4, 64, 16, 1, false},      {2, 8, 4, 8, 2, 37, true},
-      {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
-      {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false}};
-  for (const auto& s : shapes) {
+  for (const auto& s : kFactoredShapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
       // One interleaved row per position, with padding, so offsets and strides
       // matter.
@@ -125,26 +156,12 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
                 : static_cast<const void*>(cache.bf16.data() + offset),
             row};
       };
-      const auto sigma = Random(s.b * capacity * s.hkv, rng, 0.3f);
-      const auto q = Random(s.b * s.h * s.dh, rng),
-                 ql = Random(s.b * s.h * s.r, rng);
-      FactoredDecodeParams p;
-      p.batch = s.b;
-      p.heads = s.h;
-      p.kv_heads = s.hkv;
-      p.dim = s.dh;
-      p.rank = s.r;
-      p.length = s.length;
-      p.capacity = capacity;
+      const FactoredInputs in(s, capacity, rng);
+      FactoredDecodeParams p = in.Params(s, t, capacity);
       p.k = segment(1);
       p.v = segment(1 + s.dh);
       p.zk = segment(2 + 2 * s.dh);
       p.zv = segment(3 + 2 * s.dh + s.hkv * s.r);
-      p.dtype = t;
-      p.sigma = s.sigma ? sigma.data() : nullptr;
-      p.q = q.data();
-      p.q_latent = ql.data();
-      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
       std::vector<float> out(s.b * s.h * s.dh), out_l(s.b * s.h * s.r);
       std::vector<float> ref(out.size()), ref_l(out_l.size());
       p.out = out.data();
@@ -239,15 +256,14 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
 // a weighted sum fails.
 TEST_P(KernelTest, TiledCacheMatchesTheReference) {
   std::mt19937 rng(4);
-  struct Shape {
-    int64_t b, h, hkv, dh, r, length;
-    bool sigma;
-  } shapes[] = {
-      {1, 4, 4, 64, 16, 1, false},      {2, 8, 4, 8, 2, 37, true},
-      {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
-      {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false},
-      {2, 16, 16, 64, 64, 333, true},   {1, 3, 1, 16, 5, 250, false},
-      {2, 6, 6, 24, 7, 47, false},      {1, 2, 1, 128, 128, 2100, false}};
+  // Beyond the shared shapes: 16 heads (blocks of 12 and 4), one KV head
+  // with an odd latent width, 6 heads of odd rank, r = d_h.
+  std::vector<FactoredShape> shapes(std::begin(kFactoredShapes),
+                                    std::end(kFactoredShapes));
+  shapes.insert(shapes.end(), {{2, 16, 16, 64, 64, 333, true},
+                               {1, 3, 1, 16, 5, 250, false},
+                               {2, 6, 6, 24, 7, 47, false},
+                               {1, 2, 1, 128, 128, 2100, false}});
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
       const int64_t cap =
@@ -257,9 +273,7 @@ TEST_P(KernelTest, TiledCacheMatchesTheReference) {
                   v = RandomCache(positions * s.dh, rng),
                   zk = RandomCache(positions * lat, rng),
                   zv = RandomCache(positions * lat, rng);
-      const auto sigma = Random(s.b * cap * s.hkv, rng, 0.3f);
-      const auto q = Random(s.b * s.h * s.dh, rng),
-                 ql = Random(s.b * s.h * s.r, rng);
+      const FactoredInputs in(s, cap, rng);
       const int64_t es = CacheDTypeSize(t), lane = ElementsPerLane(t);
       // Tiled copies, NaN past the length.
       std::vector<std::vector<char>> tiled;
@@ -284,19 +298,7 @@ TEST_P(KernelTest, TiledCacheMatchesTheReference) {
         }
         return CacheSegment{data, stride};
       };
-      FactoredDecodeParams p;
-      p.batch = s.b;
-      p.heads = s.h;
-      p.kv_heads = s.hkv;
-      p.dim = s.dh;
-      p.rank = s.r;
-      p.length = s.length;
-      p.capacity = cap;
-      p.dtype = t;
-      p.sigma = s.sigma ? sigma.data() : nullptr;
-      p.q = q.data();
-      p.q_latent = ql.data();
-      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
+      FactoredDecodeParams p = in.Params(s, t, cap);
       p.k = {k.data(t), s.dh};
       p.v = {v.data(t), s.dh};
       p.zk = {zk.data(t), lat};
