@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "kernels/decode_simd.h"
+#include "model/dtype.h"
 
 namespace lrkv::kernels::avx512bf16 {
 namespace {
@@ -27,12 +28,6 @@ uint32_t Bits(float f) {
   uint32_t b;
   std::memcpy(&b, &f, 4);
   return b;
-}
-
-// Round to nearest even (the values here are finite).
-uint16_t ToBf16(float f) {
-  const uint32_t b = Bits(f);
-  return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
 }
 
 // How many tiles ahead the kernel prefetches each segment, into L2. The
@@ -72,8 +67,8 @@ struct Bf16 {
       for (int64_t e = 0; e < 2; ++e) {
         const int64_t c = 2 * w + e;
         const float f = c < n ? x[c] * scale : 0.0f;
-        const uint16_t fh = ToBf16(f);
-        const uint16_t fl = ToBf16(f - ToFloat(fh));
+        const uint16_t fh = FloatToBFloat16(f);
+        const uint16_t fl = FloatToBFloat16(f - ToFloat(fh));
         h |= static_cast<uint32_t>(fh) << (16 * e);
         l |= static_cast<uint32_t>(fl) << (16 * e);
       }

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/decode_attention_cuda.h"
 #include "kernels/decode_attention.h"
+#include "model/dtype.h"
 #include "tests/kernel_test_util.h"
 
 namespace lrkv::kernels {
@@ -43,11 +44,7 @@ std::vector<float> RandomFloats(size_t n, std::mt19937& rng) {
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &v[i], 4);
-    out[i] = static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-  }
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBFloat16(v[i]);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
+#include "model/dtype.h"
 #include "tests/kernel_test_util.h"
 
 namespace lrkv::kernels {
@@ -33,10 +34,7 @@ Cache RandomCache(size_t n, std::mt19937& rng) {
   c.bf16.resize(n);
   for (size_t i = 0; i < n; ++i) {
     c.f32[i] = dist(rng);
-    uint32_t bits;
-    std::memcpy(&bits, &c.f32[i], 4);
-    c.bf16[i] =
-        static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+    c.bf16[i] = FloatToBFloat16(c.f32[i]);
   }
   return c;
 }
