@@ -63,19 +63,15 @@ class TilePrefetcher {
       Skip();
     }
   }
-  // What is left, spread over the next `calls` calls of Pace().
+  // What is left, spread over the next `calls` calls of Pace() (a whole
+  // number each, rounded up: a fractional credit carried in memory between
+  // calls cost more than the lines it paced).
   void Spread(int64_t calls) {
     int64_t left = 0;
     for (int s = seg_; s < 4; ++s) left += (end_[s] - at_[s] + 63) / 64;
-    rate_ = calls > 0 ? static_cast<float>(left) / calls : 0.0f;
-    credit_ = 0;
+    per_pace_ = calls > 0 ? static_cast<int>((left + calls - 1) / calls) : 0;
   }
-  inline void Pace() {
-    credit_ += rate_;
-    const int n = static_cast<int>(credit_);
-    credit_ -= n;
-    Issue(n);
-  }
+  inline void Pace() { Issue(per_pace_); }
   void Finish() {
     while (seg_ < 4) Issue(64);
   }
@@ -87,7 +83,7 @@ class TilePrefetcher {
   const char* at_[4] = {};
   const char* end_[4] = {};
   int seg_ = 4;
-  float rate_ = 0, credit_ = 0;
+  int per_pace_ = 0;
 };
 
 // Lines issued per call of a loop body that runs `dp` multiply instructions:
