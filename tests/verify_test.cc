@@ -66,34 +66,49 @@ EquivalenceOptions Prompt(const Model& m, at::ScalarType dtype) {
   return o;
 }
 
-EquivalenceResult Check(const Model& m, DecodeMode mode, at::ScalarType dtype) {
-  auto r = CheckEquivalence(m.config, m.weights, mode, Prompt(m, dtype));
+EquivalenceResult Check(
+    const Model& m, DecodeMode mode, at::ScalarType dtype,
+    FactoredCacheLayout layout = FactoredCacheLayout::kAuto) {
+  EquivalenceOptions o = Prompt(m, dtype);
+  o.factored_layout = layout;
+  auto r = CheckEquivalence(m.config, m.weights, mode, o);
   EXPECT_TRUE(r.ok()) << r.status();
   return *r;
 }
 
+// Plane mode runs with its cache in rows (the row kernel) and in tiles (the
+// fused kernel where the CPU has it, else the tiles copied to rows).
 void ExpectExact(const Model& m, DecodeMode mode) {
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    const EquivalenceResult r = Check(m, mode, dtype);
-    SCOPED_TRACE(std::string(DecodeModeName(mode)) + " " + r.dtype);
-    ASSERT_TRUE(r.applicable) << r.reason;
-    EXPECT_TRUE(r.equivalent)
-        << "worst rel " << r.worst_layer.max_rel << " cos "
-        << r.worst_layer.cos_dist << " first bad step " << r.first_bad_step
-        << " layer " << r.first_bad_layer;
-    EXPECT_TRUE(r.passed());
-    EXPECT_EQ(r.steps, 36);
-    EXPECT_EQ(r.decode_tokens, 12);
-    if (dtype == at::kFloat) {
-      EXPECT_LE(r.worst_logits.max_rel, 1e-5);
-      EXPECT_EQ(r.tokens_agreed, 12);
-    } else {
-      EXPECT_LE(r.worst_logits.cos_dist, 1e-5);
-      // The cost of bf16 storage itself is measured against fp32 and reported.
-      EXPECT_GT(r.storage_cos_dist, 0.0);
-      EXPECT_GT(r.expanded_storage_cos_dist, 0.0);
-    }
+  std::vector<FactoredCacheLayout> layouts = {FactoredCacheLayout::kAuto};
+  if (mode == DecodeMode::kPlane) {
+    layouts = {FactoredCacheLayout::kRows, FactoredCacheLayout::kTiles};
   }
+  for (FactoredCacheLayout layout : layouts)
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const EquivalenceResult r = Check(m, mode, dtype, layout);
+      SCOPED_TRACE(std::string(DecodeModeName(mode)) + " " + r.dtype +
+                   (layout == FactoredCacheLayout::kTiles  ? " tiles"
+                    : layout == FactoredCacheLayout::kRows ? " rows"
+                                                           : ""));
+      ASSERT_TRUE(r.applicable) << r.reason;
+      EXPECT_TRUE(r.equivalent)
+          << "worst rel " << r.worst_layer.max_rel << " cos "
+          << r.worst_layer.cos_dist << " first bad step " << r.first_bad_step
+          << " layer " << r.first_bad_layer;
+      EXPECT_TRUE(r.passed());
+      EXPECT_EQ(r.steps, 36);
+      EXPECT_EQ(r.decode_tokens, 12);
+      if (dtype == at::kFloat) {
+        EXPECT_LE(r.worst_logits.max_rel, 1e-5);
+        EXPECT_EQ(r.tokens_agreed, 12);
+      } else {
+        EXPECT_LE(r.worst_logits.cos_dist, 1e-5);
+        // The cost of bf16 storage itself is measured against fp32 and
+        // reported.
+        EXPECT_GT(r.storage_cos_dist, 0.0);
+        EXPECT_GT(r.expanded_storage_cos_dist, 0.0);
+      }
+    }
 }
 
 void ExpectNaiveFails(const Model& m) {
@@ -218,13 +233,15 @@ TEST(CacheMeasurement, EveryEngineHoldsExactlyTheFormulaBytes) {
       KvVariant variant;
       int64_t size;
       DecodeMode mode;
+      FactoredCacheLayout layout = FactoredCacheLayout::kAuto;
     } cases[] = {
         {KvVariant::kMha, 0, DecodeMode::kExpanded},
         {KvVariant::kGqa, 2, DecodeMode::kExpanded},
         {KvVariant::kMqa, 0, DecodeMode::kExpanded},
         {KvVariant::kMla, 40, DecodeMode::kReconstruct},
         {KvVariant::kLrkv, 4, DecodeMode::kReconstruct},
-        {KvVariant::kLrkv, 4, DecodeMode::kPlane},
+        {KvVariant::kLrkv, 4, DecodeMode::kPlane, FactoredCacheLayout::kRows},
+        {KvVariant::kLrkv, 4, DecodeMode::kPlane, FactoredCacheLayout::kTiles},
     };
     for (const auto& cs : cases) {
       const Model m =
@@ -244,6 +261,7 @@ TEST(CacheMeasurement, EveryEngineHoldsExactlyTheFormulaBytes) {
           EngineOptions eo;
           eo.cache_dtype = dtype;
           eo.capacity = tokens;
+          eo.factored_layout = cs.layout;
           auto engine = CreateDecodeEngine(m.config, m.weights, cs.mode, eo);
           ASSERT_TRUE(engine.ok()) << engine.status();
           at::NoGradGuard no_grad;
@@ -254,7 +272,13 @@ TEST(CacheMeasurement, EveryEngineHoldsExactlyTheFormulaBytes) {
           const int64_t formula = FormulaBytes(src.config, kv, tokens, bytes);
           EXPECT_EQ(cm.used_bytes, formula)
               << kv.ToString() << " qk_norm=" << qk_norm << " L=" << tokens;
-          EXPECT_EQ(cm.allocated_bytes, formula);
+          // A tiled cache allocates whole tiles of 16 positions.
+          const int64_t allocated = cs.layout == FactoredCacheLayout::kTiles
+                                        ? (tokens + 15) / 16 * 16
+                                        : tokens;
+          EXPECT_EQ(cm.allocated_bytes,
+                    FormulaBytes(src.config, kv, allocated, bytes))
+              << kv.ToString() << " qk_norm=" << qk_norm << " L=" << tokens;
         }
       }
     }

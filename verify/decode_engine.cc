@@ -82,7 +82,7 @@ CacheMeasurement DecodeEngine::MeasureCache() const {
   for (at::Tensor* t : const_cast<DecodeEngine*>(this)->CacheTensors()) {
     const int64_t bytes = t->numel() * static_cast<int64_t>(t->element_size());
     m.allocated_bytes += bytes;
-    m.used_bytes += bytes / t->size(1) * length_;
+    m.used_bytes += bytes / capacity_ * length_;
   }
   return m;
 }

@@ -34,6 +34,13 @@ enum class DecodeMode { kExpanded, kReconstruct, kPlane, kPartial, kNaive };
 const char* DecodeModeName(DecodeMode mode);
 absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name);
 
+/// Where plane-mode LRKV keeps its factored cache (kernels/decode_params.h).
+enum class FactoredCacheLayout {
+  kAuto,   ///< tiles when this CPU runs the fused tiled kernel, else rows
+  kRows,   ///< [B, capacity, width] per segment
+  kTiles,  ///< the fused kernel's tiled layout; capacity in whole tiles of 16
+};
+
 struct EngineOptions {
   /// Storage type of every cache tensor (kFloat or kBFloat16); arithmetic is fp32.
   at::ScalarType cache_dtype = at::kFloat;
@@ -45,11 +52,13 @@ struct EngineOptions {
   /// only in this flag decode the same stored cache two ways, which is how bf16
   /// equivalence is judged (FlashMLA-style: same bf16 inputs, two computations).
   bool materialize = false;
+  /// Plane-mode LRKV only: the layout of its shared K/V and latent caches.
+  FactoredCacheLayout factored_layout = FactoredCacheLayout::kAuto;
 };
 
 struct CacheMeasurement {
   int64_t tokens = 0;
-  int64_t allocated_bytes = 0;  // Σ numel × element size
+  int64_t allocated_bytes = 0;  // Σ numel × element size (tiled: whole tiles)
   int64_t used_bytes = 0;       // the part holding the `tokens` positions
 };
 
@@ -74,7 +83,8 @@ class DecodeEngine {
   // Attention of q̂ [B, H, d_h] (after QK-norm, before RoPE) at `pos` over positions
   // 0..pos; returns [B, H, d_h].
   virtual at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) = 0;
-  // Every cache tensor; each has its position axis at dim 1.
+  // Every cache tensor; each has its position axis (tiled: its tile axis) at dim 1
+  // and holds capacity() positions.
   virtual std::vector<at::Tensor*> CacheTensors() = 0;
 
   // Allocates a cache tensor [B, capacity, rest...] in the cache dtype.
@@ -87,6 +97,12 @@ class DecodeEngine {
   at::Tensor Grouped(const at::Tensor& q) const;
   // Rotates x [B, n, d_h] at one position.
   at::Tensor RotateAt(const at::Tensor& x, int64_t pos) const;
+  // Positions allocated per cache tensor.
+  int64_t capacity() const { return capacity_; }
+  // Rounds the capacity up to a multiple of `positions`; before the first NewCache.
+  void AlignCapacity(int64_t positions) {
+    capacity_ = (capacity_ + positions - 1) / positions * positions;
+  }
 
   ModelConfig config_;
   LlamaWeights weights_;

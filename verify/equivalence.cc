@@ -50,6 +50,7 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   EngineOptions eo;
   eo.cache_dtype = o.cache_dtype;
   eo.capacity = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
+  eo.factored_layout = o.factored_layout;
   at::NoGradGuard no_grad;
   auto candidate = CreateDecodeEngine(config, weights, mode, eo);
   if (!candidate.ok()) {

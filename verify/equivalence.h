@@ -27,6 +27,8 @@ struct EquivalenceOptions {
   int64_t decode_tokens = 16;
   /// Cache storage dtype of both engines (kFloat or kBFloat16).
   at::ScalarType cache_dtype = at::kFloat;
+  /// Plane mode: the layout of the factored cache, and so which kernel reads it.
+  FactoredCacheLayout factored_layout = FactoredCacheLayout::kAuto;
 };
 
 // Distances between a candidate and a reference tensor.

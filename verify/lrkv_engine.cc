@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "model/layers.h"
 #include "verify/engines.h"
@@ -94,6 +95,13 @@ class LrkvEngine : public DecodeEngine {
       return absl::InvalidArgumentError(
           "partial mode needs a model converted with --rope-mode partial");
     }
+    // Plane mode feeds the factored kernel; its fused implementation reads
+    // the tiled layout, which allocates whole tiles of positions.
+    tiled_ = mode_ == DecodeMode::kPlane &&
+             (options_.factored_layout == FactoredCacheLayout::kTiles ||
+              (options_.factored_layout == FactoredCacheLayout::kAuto &&
+               kernels::TiledKernelAvailable()));
+    if (tiled_) AlignCapacity(kernels::kCacheTile);
     for (size_t i = 0; i < weights_.layers.size(); ++i) {
       const LayerWeights& l = weights_.layers[i];
       Layer layer;
@@ -130,10 +138,10 @@ class LrkvEngine : public DecodeEngine {
           }
         }
       }
-      layer.ks = NewCache({dh});
-      layer.vs = NewCache({dh});
-      layer.zk = NewCache({hkv, r});
-      layer.zv = NewCache({hkv, r});
+      layer.ks = NewSegment(true, {dh});
+      layer.vs = NewSegment(false, {dh});
+      layer.zk = NewSegment(true, {hkv, r});
+      layer.zv = NewSegment(false, {hkv, r});
       if (config_.qk_norm) layer.sigma = NewCache({hkv});
       layers_.push_back(std::move(layer));
     }
@@ -152,7 +160,8 @@ class LrkvEngine : public DecodeEngine {
       Write(L.sigma, pos,
             at::rsqrt(k.pow(2).mean({-1}) + config_.rms_norm_eps));
     }
-    Write(L.ks, pos, RotateAt((ks * L.gamma).unsqueeze(1), pos).squeeze(1));
+    WriteSegment(L.ks, pos,
+                 RotateAt((ks * L.gamma).unsqueeze(1), pos).squeeze(1));
     const auto p = at::full({1}, pos, at::kLong);
     if (mode_ == DecodeMode::kPlane) {
       zk =
@@ -163,9 +172,9 @@ class LrkvEngine : public DecodeEngine {
     } else if (mode_ == DecodeMode::kNaive) {
       zk = rope_.RotatePairs(zk.unsqueeze(1), p, L.planes).squeeze(1);
     }
-    Write(L.zk, pos, zk);
-    Write(L.vs, pos, Linear(x, L.v.shared, L.v.shared_bias));
-    Write(L.zv, pos, at::einsum("bd,hrd->bhr", {x, L.v.down}));
+    WriteSegment(L.zk, pos, zk);
+    WriteSegment(L.vs, pos, Linear(x, L.v.shared, L.v.shared_bias));
+    WriteSegment(L.zv, pos, at::einsum("bd,hrd->bhr", {x, L.v.down}));
   }
 
   at::Tensor Attend(int64_t index, const at::Tensor& q, int64_t pos) override {
@@ -183,8 +192,8 @@ class LrkvEngine : public DecodeEngine {
     auto A = [acc](const at::Tensor& t) { return t.to(acc); };
     const auto qg = A(Grouped(q));                 // q̂ [B, Hkv, g, dh]
     const auto qr = A(Grouped(RotateAt(q, pos)));  // P_p q̂
-    const auto z = A(Read(L.zk, n));               // [B, L, Hkv, r]
-    auto scores = at::einsum("bhgd,bld->bhgl", {qr, A(Read(L.ks, n))});
+    const auto z = A(ReadSegment(L.zk, n));        // [B, L, Hkv, r]
+    auto scores = at::einsum("bhgd,bld->bhgl", {qr, A(ReadSegment(L.ks, n))});
     switch (mode_) {
       case DecodeMode::kReconstruct: {
         // Rebuild γ⊙(B_h z_t + δ_h) at every position and rotate it:
@@ -228,8 +237,9 @@ class LrkvEngine : public DecodeEngine {
       scores = scores * A(Read(L.sigma, n)).permute({0, 2, 1}).unsqueeze(2);
     }
     auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
-    auto out = at::einsum("bhgl,bld->bhgd", {probs, A(Read(L.vs, n))});
-    auto pooled = at::einsum("bhgl,blhr->bhgr", {probs, A(Read(L.zv, n))});
+    auto out = at::einsum("bhgl,bld->bhgd", {probs, A(ReadSegment(L.vs, n))});
+    auto pooled =
+        at::einsum("bhgl,blhr->bhgr", {probs, A(ReadSegment(L.zv, n))});
     out = out + at::einsum("bhgr,hdr->bhgd", {pooled, A(L.v.up)}) +
           A(L.v.delta).unsqueeze(1);
     return out.reshape(q.sizes()).to(q.scalar_type());
@@ -260,13 +270,15 @@ class LrkvEngine : public DecodeEngine {
     p.dim = dh;
     p.rank = r;
     p.length = pos + 1;
-    p.capacity = L.ks.size(1);
+    p.capacity = capacity();
     p.dtype = options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
                                                     : kernels::CacheDType::kF32;
-    p.k = {L.ks.data_ptr(), dh};
-    p.v = {L.vs.data_ptr(), dh};
-    p.zk = {L.zk.data_ptr(), hkv * r};
-    p.zv = {L.zv.data_ptr(), hkv * r};
+    p.layout =
+        tiled_ ? kernels::CacheLayout::kTiles : kernels::CacheLayout::kRows;
+    p.k = {L.ks.data.data_ptr(), L.ks.stride};
+    p.v = {L.vs.data.data_ptr(), L.vs.stride};
+    p.zk = {L.zk.data.data_ptr(), L.zk.stride};
+    p.zv = {L.zv.data.data_ptr(), L.zv.stride};
     p.sigma = sigma.defined() ? sigma.data_ptr<float>() : nullptr;
     p.q = qr.data_ptr<float>();
     p.q_latent = q_sel.data_ptr<float>();
@@ -288,8 +300,8 @@ class LrkvEngine : public DecodeEngine {
     Layer& L = layers_[index];
     const int64_t n = pos + 1, dh = config_.head_dim,
                   hkv = config_.num_kv_heads;
-    const auto z = Read(L.zk, n);  // [B, L, Hkv, r]
-    at::Tensor residual;           // [B, L, Hkv, dh]
+    const auto z = ReadSegment(L.zk, n);  // [B, L, Hkv, r]
+    at::Tensor residual;                  // [B, L, Hkv, dh]
     if (mode_ == DecodeMode::kPlane) {
       // Latents were rotated (and γ-scaled) at write time: scatter them into
       // their planes.
@@ -305,10 +317,11 @@ class LrkvEngine : public DecodeEngine {
           (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma,
           at::arange(n, at::kLong));
     }
-    auto k = Read(L.ks, n).unsqueeze(2) + residual;
+    auto k = ReadSegment(L.ks, n).unsqueeze(2) + residual;
     if (config_.qk_norm) k = k * Read(L.sigma, n).unsqueeze(-1);
-    auto v = Read(L.vs, n).unsqueeze(2) +
-             at::einsum("blhr,hdr->blhd", {Read(L.zv, n), L.v.up}) + L.v.delta;
+    auto v = ReadSegment(L.vs, n).unsqueeze(2) +
+             at::einsum("blhr,hdr->blhd", {ReadSegment(L.zv, n), L.v.up}) +
+             L.v.delta;
     const auto qr = Grouped(RotateAt(q, pos));
     auto probs = at::softmax(at::einsum("bhgd,blhd->bhgl", {qr, k}) /
                                  std::sqrt(static_cast<double>(dh)),
@@ -319,7 +332,8 @@ class LrkvEngine : public DecodeEngine {
   std::vector<at::Tensor*> CacheTensors() override {
     std::vector<at::Tensor*> out;
     for (auto& L : layers_) {
-      for (at::Tensor* t : {&L.ks, &L.vs, &L.zk, &L.zv, &L.sigma}) {
+      for (at::Tensor* t :
+           {&L.ks.data, &L.vs.data, &L.zk.data, &L.zv.data, &L.sigma}) {
         if (t->defined()) out.push_back(t);
       }
     }
@@ -327,14 +341,91 @@ class LrkvEngine : public DecodeEngine {
   }
 
  private:
+  // One cached segment of a layer (shared key or value, K or V latents):
+  // rows [B, capacity, rest...], or the kernels' tiled layout
+  // (kernels/decode_params.h, CacheLayout::kTiles) as [B, tiles, S/P, 16, P]
+  // for keys and [B, tiles, 16/P, S, P] for values, S the tiled stride and P
+  // the elements per 32-bit lane.
+  struct Segment {
+    at::Tensor data;
+    std::vector<int64_t> rest;  // a position's shape
+    int64_t width = 0;          // its elements
+    int64_t stride = 0;         // elements per position in the layout
+    bool key = false;
+  };
+
+  kernels::CacheDType KernelDType() const {
+    return options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
+                                                 : kernels::CacheDType::kF32;
+  }
+
+  Segment NewSegment(bool key, std::vector<int64_t> rest) const {
+    Segment s;
+    s.rest = rest;
+    s.key = key;
+    s.width = 1;
+    for (int64_t d : rest) s.width *= d;
+    if (!tiled_) {
+      s.stride = s.width;
+      s.data = NewCache(rest);
+      return s;
+    }
+    const int64_t lane = kernels::ElementsPerLane(KernelDType());
+    const int64_t tile = kernels::kCacheTile;
+    s.stride = kernels::TiledStride(KernelDType(), key, s.width);
+    const std::vector<int64_t> shape =
+        key ? std::vector<int64_t>{options_.batch, capacity() / tile,
+                                   s.stride / lane, tile, lane}
+            : std::vector<int64_t>{options_.batch, capacity() / tile,
+                                   tile / lane, s.stride, lane};
+    s.data = at::zeros(shape, at::TensorOptions().dtype(options_.cache_dtype));
+    return s;
+  }
+
+  // Writes value [B, rest...] at position pos.
+  void WriteSegment(Segment& s, int64_t pos, const at::Tensor& value) const {
+    if (!tiled_) return Write(s.data, pos, value);
+    const int64_t b = options_.batch, lane = s.data.size(4);
+    auto row = value.reshape({b, s.width});
+    if (s.stride > s.width) {  // a bf16 key of odd width: one zero column
+      row =
+          at::cat({row, at::zeros({b, s.stride - s.width}, row.options())}, 1);
+    }
+    const int64_t tile = pos / kernels::kCacheTile,
+                  i = pos % kernels::kCacheTile;
+    if (s.key) {  // [B, S/P, P] at lane slot i
+      s.data.select(1, tile).select(2, i).copy_(
+          row.view({b, s.stride / lane, lane}));
+    } else {  // [B, S] at row i/P, slot i%P
+      s.data.select(1, tile).select(1, i / lane).select(2, i % lane).copy_(row);
+    }
+  }
+
+  // Positions 0..n-1 as fp32 rows [B, n, rest...].
+  at::Tensor ReadSegment(const Segment& s, int64_t n) const {
+    if (!tiled_) return Read(s.data, n);
+    const int64_t b = options_.batch;
+    const auto rows = (s.key ? s.data.permute({0, 1, 3, 2, 4})
+                             : s.data.permute({0, 1, 2, 4, 3}))
+                          .reshape({b, capacity(), s.stride})
+                          .narrow(1, 0, n)
+                          .narrow(2, 0, s.width)
+                          .to(at::kFloat);
+    std::vector<int64_t> shape = {b, n};
+    shape.insert(shape.end(), s.rest.begin(), s.rest.end());
+    return rows.reshape(shape);
+  }
+
   struct Layer {
     Factors k, v;
     at::Tensor gamma;                      // k_norm γ, or ones
     at::Tensor coords, planes;             // plane / naive modes
     at::Tensor latent_bias, latent_gamma;  // plane mode: [Hkv, r]
-    at::Tensor ks, vs, zk, zv, sigma;      // the cache
+    Segment ks, vs, zk, zv;                // the cache
+    at::Tensor sigma;                      // [B, capacity, Hkv] (QK-norm)
   };
   std::vector<Layer> layers_;
+  bool tiled_ = false;
 };
 
 }  // namespace
