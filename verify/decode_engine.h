@@ -73,6 +73,8 @@ class DecodeEngine {
   CacheMeasurement MeasureCache() const;
   int64_t length() const { return length_; }
   DecodeMode mode() const { return mode_; }
+  // "rows", or "tiles" for a factored cache in the kernels' tiled layout.
+  virtual const char* cache_layout() const { return "rows"; }
 
  protected:
   DecodeEngine(const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,

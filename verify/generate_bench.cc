@@ -20,6 +20,9 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
   EngineOptions eo;
   eo.capacity = o.context + o.tokens;
   eo.cache_dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  eo.factored_layout = o.cache_layout == "rows"    ? FactoredCacheLayout::kRows
+                       : o.cache_layout == "tiles" ? FactoredCacheLayout::kTiles
+                                                   : FactoredCacheLayout::kAuto;
   ASSIGN_OR_RETURN(auto engine, CreateDecodeEngine(c, w, mode, eo));
   at::NoGradGuard no_grad;
   // Fill the cache with a fixed token pattern, then time greedy steps.
@@ -37,6 +40,7 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
   row.tokens = o.tokens;
   row.tokens_per_second = o.tokens / row.seconds;
   row.cache_bytes = engine->MeasureCache().used_bytes;
+  row.cache_layout = engine->cache_layout();
   return row;
 }
 
@@ -48,6 +52,10 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
   }
   if (o.dtype != "bf16" && o.dtype != "fp32") {
     return absl::InvalidArgumentError("--dtype must be bf16 or fp32");
+  }
+  if (o.cache_layout != "auto" && o.cache_layout != "rows" && o.cache_layout != "tiles") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cache-layout must be auto, rows or tiles (got '", o.cache_layout, "')"));
   }
   ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(o.mode));
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));

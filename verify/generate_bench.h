@@ -19,6 +19,7 @@ struct GenerateBenchOptions {
   int64_t context = 2048;  // tokens in the cache before timing
   int64_t tokens = 32;     // timed decode steps
   std::string dtype = "bf16";
+  std::string cache_layout = "auto";  // plane mode's cache: auto | rows | tiles
 };
 
 struct GenerateBenchRow {
@@ -27,6 +28,7 @@ struct GenerateBenchRow {
   int64_t context = 0, tokens = 0;
   double seconds = 0, tokens_per_second = 0;
   int64_t cache_bytes = 0;
+  std::string cache_layout;  // "rows" | "tiles"
 };
 
 absl::StatusOr<std::vector<GenerateBenchRow>> RunGenerateBench(const GenerateBenchOptions& o);

@@ -329,6 +329,10 @@ class LrkvEngine : public DecodeEngine {
     return at::einsum("bhgl,blhd->bhgd", {probs, v}).reshape(q.sizes());
   }
 
+  const char* cache_layout() const override {
+    return tiled_ ? "tiles" : "rows";
+  }
+
   std::vector<at::Tensor*> CacheTensors() override {
     std::vector<at::Tensor*> out;
     for (auto& L : layers_) {

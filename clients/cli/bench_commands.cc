@@ -72,11 +72,11 @@ int RunGenerate(const GenerateBenchOptions& o) {
       "decode throughput at context %lld, %lld timed tokens, %s cache\n\n",
       static_cast<long long>(o.context), static_cast<long long>(o.tokens),
       o.dtype.c_str());
-  std::printf("%-10s %-12s %12s %10s %14s\n", "model", "engine", "tokens/s",
-              "ms/token", "cache bytes");
+  std::printf("%-10s %-12s %-6s %12s %10s %14s\n", "model", "engine", "cache",
+              "tokens/s", "ms/token", "cache bytes");
   for (const auto& r : *rows) {
-    std::printf("%-10s %-12s %12.1f %10.3f %14lld\n", r.model.c_str(),
-                r.engine.c_str(), r.tokens_per_second,
+    std::printf("%-10s %-12s %-6s %12.1f %10.3f %14lld\n", r.model.c_str(),
+                r.engine.c_str(), r.cache_layout.c_str(), r.tokens_per_second,
                 1000.0 / r.tokens_per_second,
                 static_cast<long long>(r.cache_bytes));
   }
@@ -130,6 +130,9 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   gen->add_option("--context", g->context, "Tokens in the cache before timing");
   gen->add_option("--tokens", g->tokens, "Timed decode steps");
   gen->add_option("--dtype", g->dtype, "Cache storage: bf16 | fp32");
+  gen->add_option("--cache-layout", g->cache_layout,
+                  "Plane mode's factored cache: auto (tiles where the fused "
+                  "kernel runs) | rows | tiles");
   gen->callback([g, exit_code] { *exit_code = RunGenerate(*g); });
 }
 
