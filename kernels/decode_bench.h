@@ -28,23 +28,22 @@ struct DecodeBenchOptions {
 };
 
 struct DecodeBenchRow {
-  std::string
-      variant;  // mha, gqa, mla, lrkv-norope, lrkv-plane, lrkv-reconstruct
+  std::string variant;  // mha, gqa, mla, lrkv-*, or stream (the read reference)
   std::string config;
   int64_t context = 0;
   double median_ms = 0, min_ms = 0, max_ms = 0;
-  int64_t bytes_per_step = 0;  // cache bytes read per step
-  double gbps = 0;             // bytes_per_step / median
-  double ratio_to_mha = 0;     // median / MHA median
-  double bandwidth_fraction = 0;
-  int64_t macs_per_step = 0;  // multiply-adds of the attention itself
+  int64_t bytes_per_step = 0;     // cache bytes read per step
+  double gbps = 0;                // bytes_per_step / median
+  double ratio_to_mha = 0;        // median / MHA median
+  double bandwidth_fraction = 0;  // gbps / this context's "stream" row
+  int64_t macs_per_step = 0;      // multiply-adds of the attention itself
 };
 
 struct DecodeBenchReport {
   DecodeBenchOptions options;
   int threads = 0;
   const char* isa = "";
-  double stream_gbps = 0;  // streaming read bandwidth, same threads
+  double stream_gbps = 0;  // the best context's "stream" row, GB/s
   double cache_ratio = 0;  // LRKV cache / MHA cache
   std::vector<DecodeBenchRow> rows;
   std::string ToTable() const;
