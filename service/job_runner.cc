@@ -149,7 +149,8 @@ void JobRunner::Work() {
     // start.
     if (absl::IsCancelled(result) && shutting_down && !cancelled) {
       Log(id, "re-queued: the server is shutting down");
-      Stage(id, job->kind, 0, 1, "re-queued: the server is shutting down");
+      (void)Stage(id, job->kind, 0, 1,
+                  "re-queued: the server is shutting down");
       (void)store_->TransitionJob(id, JobState::kQueued, Now());
       continue;
     }
