@@ -398,10 +398,9 @@ std::string DecodeBenchReport::ToTable() const {
   std::string out = absl::StrFormat(
       "decode step: H=%d, H_kv=%d, d_h=%d, r=%d, batch %d, %s cache, %d "
       "threads, %s kernels\n"
-      "LRKV cache = %.4f of MHA; streaming read (\"stream\" rows, same "
-      "threads, "
-      "timed among the steps): up to %.1f GB/s; %%stream is against the same "
-      "context's\n\n",
+      "LRKV cache = %.4f of MHA; streaming read: the \"stream\" rows (same "
+      "threads, timed among the steps; %%stream is against the row of the "
+      "same context), up to %.1f GB/s\n\n",
       options.heads, options.kv_heads > 0 ? options.kv_heads : options.heads,
       options.head_dim, options.rank, options.batch,
       options.dtype == CacheDType::kBF16 ? "bf16" : "fp32", threads, isa,
