@@ -303,7 +303,7 @@ void Mha(const MhaDecodeParams& p) {
         // fp32 rows: prefetch the K and V rows four tiles ahead into L2. At
         // the paper shape (b = 4, L = 8192, 2 threads, this kernel timed
         // alternately with and without) it took the step to 0.74-0.86 of the
-        // time; bf16 rows measured 1.07-1.46x slower with it (the hardware
+        // time; bf16 rows measured 1.07-1.49x slower with it (the hardware
         // prefetcher follows them better alone), so they go without.
         const auto* kp =
             reinterpret_cast<const char*>(k + (t + 4 * kTile) * step);
