@@ -91,6 +91,10 @@ void ExpectExact(const Model& m, DecodeMode mode) {
                     : layout == FactoredCacheLayout::kRows ? " rows"
                                                            : ""));
       ASSERT_TRUE(r.applicable) << r.reason;
+      if (layout == FactoredCacheLayout::kTiles)
+        EXPECT_EQ(r.cache_layout, "tiles");
+      if (layout == FactoredCacheLayout::kRows)
+        EXPECT_EQ(r.cache_layout, "rows");
       EXPECT_TRUE(r.equivalent)
           << "worst rel " << r.worst_layer.max_rel << " cos "
           << r.worst_layer.cos_dist << " first bad step " << r.first_bad_step

@@ -71,6 +71,7 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   r.reference = ref_mode == DecodeMode::kExpanded
                     ? absl::StrCat("expanded engine, ", r.dtype, " cache")
                     : "the same bf16 cache through materialised per-head K/V";
+  r.cache_layout = (*candidate)->cache_layout();
   auto reference = CreateDecodeEngine(config, weights, ref_mode, ref_options);
   if (!reference.ok()) return reference.status();
   std::unique_ptr<DecodeEngine> exact32, expanded16;

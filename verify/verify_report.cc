@@ -72,6 +72,7 @@ nlohmann::json VerifyReport::ToJson() const {
       j["reason"] = e.reason;
     } else {
       j["reference"] = e.reference;
+      j["cache_layout"] = e.cache_layout;
       if (e.dtype == "bf16") {
         j["storage_cos_dist"] = e.storage_cos_dist;
         j["expanded_storage_cos_dist"] = e.expanded_storage_cos_dist;

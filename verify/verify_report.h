@@ -29,6 +29,9 @@ struct EquivalenceResult {
   // naive control), or the same stored bf16 cache decoded through materialised
   // K/V (bf16).
   std::string reference;
+  // The candidate's cache layout: "rows", or "tiles" (plane mode read by the
+  // fused tiled kernel's layout, kernels/decode_params.h).
+  std::string cache_layout;
   // bf16 only, for information: worst per-layer cosine distance of the
   // candidate, and of an expanded engine with a bf16 cache, from the fp32
   // expanded engine. This is the cost of storing that cache in bf16, not a
