@@ -203,12 +203,30 @@ inline void DotRows(const float* q, const E* const* rows, int64_t count,
   for (; i < count; ++i) MultiDot(q, 1, rows[i], n, out + i);
 }
 
-// acc[0:n] += Σ_t p[t] · rows[t][0:n] for the `count` rows of a tile.
+// acc[0:n] += Σ_t p[t] · rows[t][0:n] for the `count` rows of a tile. Blocks
+// of eight vectors are walked row by row, so that each row is read in order:
+// walking one vector of every row at a time touched the tile's lines column by
+// column, and the MHA step (paper shape, L = 8192, 2 threads, timed
+// alternately) took 1.15-1.35x as long with bf16 rows (1.03x with fp32).
 template <typename E>
 inline void AccumulateRows(float* acc, const float* p, const E* const* rows,
                            int64_t count, int64_t n) {
   int64_t c = 0;
 #ifdef LRKV_KERNEL_SIMD
+  for (; c + 8 * kW <= n; c += 8 * kW) {
+    Vf a[8];
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) a[v] = VLoad(acc + c + v * kW);
+    for (int64_t t = 0; t < count; ++t) {
+      const Vf pv = VSet(p[t]);
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        a[v] = VFma(pv, VLoad(rows[t] + c + v * kW), a[v]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) VStore(acc + c + v * kW, a[v]);
+  }
   for (; c + kW <= n; c += kW) {
     Vf a = VLoad(acc + c);
     for (int64_t t = 0; t < count; ++t)
