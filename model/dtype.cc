@@ -79,13 +79,6 @@ float BFloat16ToFloat(uint16_t b) {
   return BitsToFloat(static_cast<uint32_t>(b) << 16);
 }
 
-uint16_t FloatToBFloat16(float f) {
-  uint32_t bits = FloatToBits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
 uint16_t FloatToHalf(float f) {
   const uint32_t bits = FloatToBits(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
