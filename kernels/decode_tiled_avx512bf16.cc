@@ -31,7 +31,11 @@ uint32_t Bits(float f) {
 }
 
 // How many tiles ahead the kernel prefetches, into L2 (T1). A tile of all four
-// segments is 47 KB at the paper shape, more than L1 holds.
+// segments is 47 KB at the paper shape, more than L1 holds. Measured at the
+// paper shape (L = 8192, b = 4, 2 threads, timed alternately in one process):
+// 2, 3, 6, 8 or 12 tiles ahead within noise of 4; T2 the same as T1, T0 and
+// NTA 1.6-1.7x slower; the hardware prefetcher alone 1.4-1.6x slower, every
+// other line 1.3x slower: every line has to be asked for.
 constexpr int64_t kPrefetchTiles = 4;
 
 // Prefetches the cache lines of the tile kPrefetchTiles ahead (all four
@@ -39,11 +43,11 @@ constexpr int64_t kPrefetchTiles = 4;
 // is asked for evenly through the tile's work. Prefetching each segment inside
 // its own loop asked for the 39 KB of latents in bursts during the latent
 // loops, which are load-bound already, and left memory idle during the shared
-// ones. Measured at the paper shape (L = 8192, b = 4, 2 threads, each version
-// timed alternately with the old one in one process): exact operands 0.84–0.87
-// of the old step time, rounded 0.95–0.97. Issuing lines in the latent-key
-// loop too, or evenly per multiply everywhere, measured no better than the
-// old way.
+// ones: this way took exact operands to 0.83-0.86 of that step time, rounded
+// ones to 0.90-0.91 (same measurement). Issuing lines in the latent-key loop
+// too, or evenly per multiply everywhere, measured no better than the old way;
+// reading the segments in finer alternation (a quarter of each in turn, or the
+// latent-key words inside the shared-key loop) measured 1.01-1.15x slower.
 class TilePrefetcher {
  public:
   // The next tile's spans: segment s at `base[s]`, `bytes[s]` long.

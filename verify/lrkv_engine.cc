@@ -399,7 +399,7 @@ class LrkvEngine : public DecodeEngine {
                   i = pos % kernels::kCacheTile;
     if (s.key) {  // [B, S/P, P] at lane slot i
       s.data.select(1, tile).select(2, i).copy_(
-          row.view({b, s.stride / lane, lane}));
+          row.reshape({b, s.stride / lane, lane}));
     } else {  // [B, S] at row i/P, slot i%P
       s.data.select(1, tile).select(1, i / lane).select(2, i % lane).copy_(row);
     }
