@@ -373,7 +373,10 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
   EXPECT_GT(r->fidelity->kl_mean, 0.0);
   EXPECT_LT(r->fidelity->top1_agreement, 1.0);
   EXPECT_GT(r->fidelity->converted_perplexity, r->fidelity->source_perplexity);
-  for (const auto& c : r->cache) EXPECT_TRUE(c.passed()) << c.engine;
+  for (const auto& c : r->cache) {
+    EXPECT_TRUE(c.passed()) << c.engine;
+    EXPECT_GE(c.allocated_bytes, c.used_bytes) << c.engine;
+  }
   ASSERT_TRUE(r->diversity.has_value());
   EXPECT_TRUE(r->diversity->has_source);
   EXPECT_LE(r->diversity->source_centred, 7.0);

@@ -136,8 +136,11 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
     next = ref_next;  // teacher-forced on the reference's greedy choice
     ++r.steps;
   }
-  r.candidate_cache_bytes = (*candidate)->MeasureCache().used_bytes;
-  r.reference_cache_bytes = (*reference)->MeasureCache().used_bytes;
+  for (auto [engine, bytes] : {std::pair{candidate->get(), &r.candidate_cache},
+                               {reference->get(), &r.reference_cache}}) {
+    const CacheMeasurement m = engine->MeasureCache();
+    *bytes = {m.used_bytes, m.allocated_bytes};
+  }
   const bool tokens_ok = bf16 || r.tokens_agreed == r.decode_tokens;
   r.equivalent = r.first_bad_step < 0 && tokens_ok;
   return r;

@@ -152,7 +152,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   // engines' bytes are used, and an engine is run here only when no fp32 check
   // ran it.
   const int64_t tokens = o.prompt_tokens + o.decode_tokens;
-  auto run_fp32 = [&](DecodeMode mode) -> absl::StatusOr<int64_t> {
+  auto run_fp32 = [&](DecodeMode mode) -> absl::StatusOr<CacheBytes> {
     at::NoGradGuard no_grad;
     EngineOptions eo;
     eo.capacity = tokens;
@@ -161,9 +161,10 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     for (int64_t t = 0; t < tokens; ++t) {
       engine->Step(at::full({1}, prompt[t % prompt.size()], at::kLong));
     }
-    return engine->MeasureCache().used_bytes;
+    const CacheMeasurement m = engine->MeasureCache();
+    return CacheBytes{m.used_bytes, m.allocated_bytes};
   };
-  auto add_check = [&](DecodeMode mode, int64_t used_bytes) {
+  auto add_check = [&](DecodeMode mode, const CacheBytes& bytes) {
     CacheCheck c;
     c.engine = DecodeModeName(mode);
     // The expanded engine of a factored model holds the materialised per-head
@@ -178,25 +179,25 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     }
     c.variant = engine_kv.ToString();
     c.tokens = tokens;
-    c.used_bytes = used_bytes;
+    c.used_bytes = bytes.used;
+    c.allocated_bytes = bytes.allocated;
     c.formula_bytes = static_cast<int64_t>(
         MeasureFootprint(ShapeOf(config), engine_kv, tokens, 1, 4).bytes);
     report.cache.push_back(c);
   };
-  std::optional<int64_t> expanded_bytes;
-  std::vector<std::pair<DecodeMode, int64_t>> factored;
+  std::optional<CacheBytes> expanded_bytes;
+  std::vector<std::pair<DecodeMode, CacheBytes>> factored;
   for (const auto& r : report.equivalence) {
     if (!r.applicable || r.dtype != "fp32") continue;
     ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(r.mode));
-    factored.emplace_back(mode, r.candidate_cache_bytes);
-    expanded_bytes =
-        r.reference_cache_bytes;  // fp32 checks run the expanded engine
+    factored.emplace_back(mode, r.candidate_cache);
+    expanded_bytes = r.reference_cache;  // fp32 checks run the expanded engine
   }
   if (factored.empty()) {  // bf16 only: no fp32 run to read
     for (const auto& r : report.equivalence) {
       if (!r.applicable) continue;
       ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(r.mode));
-      ASSIGN_OR_RETURN(int64_t bytes, run_fp32(mode));
+      ASSIGN_OR_RETURN(CacheBytes bytes, run_fp32(mode));
       factored.emplace_back(mode, bytes);
     }
   }

@@ -19,6 +19,12 @@ struct ErrorStats {
   double cos_dist = 0;  // 1 − cos(candidate, reference), flattened
 };
 
+// An engine's cache after a run (see DecodeEngine::MeasureCache).
+struct CacheBytes {
+  int64_t used = 0;       // the part holding the decoded positions
+  int64_t allocated = 0;  // Σ numel × element size
+};
+
 struct EquivalenceResult {
   std::string mode;
   bool applicable = true;
@@ -53,7 +59,7 @@ struct EquivalenceResult {
   // Cache bytes both engines hold for their `steps` positions at the end of the
   // run (the reference is the expanded engine except in the bf16 materialised
   // check).
-  int64_t candidate_cache_bytes = 0, reference_cache_bytes = 0;
+  CacheBytes candidate_cache, reference_cache;
   // Asked for by name: then a mode that does not apply fails the check; with
   // "all", inapplicable modes are only reported.
   bool required = false;
