@@ -416,12 +416,13 @@ void Factored(const FactoredDecodeParams& p) {
       for (int64_t i = 0; i < count; ++i) {
         const E* krow = kseq + (t + i) * p.k.stride;
 #ifdef LRKV_KERNEL_SIMD
-        bool wide = true;
-        for (int64_t h0 = 0; h0 < H && wide; h0 += kW) {
-          wide = MultiDotWide(q.data() + h0 * n, std::min(kW, H - h0), krow, n,
-                              dots.data() + h0);
+        // Blocks of up to kW heads; a block MultiDotWide does not serve takes
+        // the general path (only that block).
+        for (int64_t h0 = 0; h0 < H; h0 += kW) {
+          const int64_t nh = std::min(kW, H - h0);
+          if (!MultiDotWide(q.data() + h0 * n, nh, krow, n, dots.data() + h0))
+            MultiDot(q.data() + h0 * n, nh, krow, n, dots.data() + h0);
         }
-        if (!wide) MultiDot(q.data(), H, krow, n, dots.data());
 #else
         MultiDot(q.data(), H, krow, n, dots.data());
 #endif
@@ -457,15 +458,15 @@ void Factored(const FactoredDecodeParams& p) {
           for (int64_t j = 0; j < g; ++j) {
             const int64_t h = kvh * g + j;
 #ifdef LRKV_KERNEL_SIMD
-            bool wide = true;
-            for (int64_t i0 = 0; i0 < count && wide; i0 += kW) {
-              wide = DotRowsWide(ql.data() + h * r, zrows + i0,
-                                 std::min(kW, count - i0), r,
-                                 &lat[h * kTile + i0]);
+            // Blocks of kW positions; a block DotRowsWide does not serve (a
+            // partial one, or no masked loads) takes the general path.
+            for (int64_t i0 = 0; i0 < count; i0 += kW) {
+              const int64_t m = std::min(kW, count - i0);
+              if (!DotRowsWide(ql.data() + h * r, zrows + i0, m, r,
+                               &lat[h * kTile + i0]))
+                DotRows(ql.data() + h * r, zrows + i0, m, r,
+                        &lat[h * kTile + i0]);
             }
-            // A partial tile (or no masked loads) takes the general path whole.
-            if (!wide)
-              DotRows(ql.data() + h * r, zrows, count, r, &lat[h * kTile]);
 #else
             DotRows(ql.data() + h * r, zrows, count, r, &lat[h * kTile]);
 #endif
