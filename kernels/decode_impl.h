@@ -349,19 +349,8 @@ void Mha(const MhaDecodeParams& p) {
       }
     }
   }
-  for (int64_t pair = 0; pair < pairs; ++pair) {
-    const int64_t b = pair / p.kv_heads, kvh = pair % p.kv_heads;
-    for (int64_t h = 0; h < g; ++h) {
-      std::vector<HeadState> hs(splits);
-      std::vector<const float*> ha(splits);
-      for (int64_t s = 0; s < splits; ++s) {
-        hs[s] = states[(pair * splits + s) * g + h];
-        ha[s] = &accs[((pair * splits + s) * g + h) * dh];
-      }
-      MergeChunks(hs, ha.data(), splits, dh,
-                  p.out + (b * p.heads + kvh * g + h) * dh);
-    }
-  }
+  // Output (pair·g + h)·dh is (b·heads + kvh·g + h)·dh.
+  MergeAllChunks(states, accs, pairs, splits, g, dh, 0, p.out, nullptr);
 }
 
 template <typename E>
@@ -510,8 +499,7 @@ void Factored(const FactoredDecodeParams& p) {
       }
     }
   }
-  MergeFactoredChunks(states, accs, p.batch, splits, H, n, r, p.out,
-                      p.out_latent);
+  MergeAllChunks(states, accs, p.batch, splits, H, n, r, p.out, p.out_latent);
 }
 
 }  // namespace

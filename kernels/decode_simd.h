@@ -1,7 +1,8 @@
 // The SIMD layer and the online-softmax pieces shared by the decode kernels
-// (decode_impl.h for the row layout, decode_tiled_impl.h for the tiled one):
-// a thin vector type written once for 16-lane (AVX-512) and 8-lane (AVX2)
-// vectors, a vector exp, per-chunk softmax state and the merge of chunks.
+// (decode_impl.h for the row layout, decode_tiled_avx512bf16.cc for the tiled
+// one): a thin vector type written once for 16-lane (AVX-512) and 8-lane
+// (AVX2) vectors, a vector exp, per-chunk softmax state and the merge of
+// chunks.
 // Include only from a kernel translation unit, after defining LRKV_KERNEL_NS.
 #include <omp.h>
 
@@ -206,8 +207,6 @@ struct HeadState {
   float l = 0;
 };
 
-// Folds a tile's scores s[0:count] into a head's state; rescales its
-// accumulators (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
 // Raises a head's running maximum to m (>= st->m) and returns the factor its
 // sums must be scaled by; exp runs only when the maximum moves (0 while the
 // state is empty).
@@ -219,6 +218,8 @@ inline float RaiseMax(HeadState* st, float m) {
   return corr;
 }
 
+// Folds a tile's scores s[0:count] into a head's state; rescales its
+// accumulators (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
 inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p,
                         float* acc, int64_t n, float* acc2, int64_t n2) {
   float m = st->m;
@@ -258,28 +259,30 @@ inline void MergeChunks(const std::vector<HeadState>& states,
   for (int64_t c = 0; c < n; ++c) out[c] *= inv;
 }
 
-// The factored kernels' merge: per (sequence, head) the chunks' states and
-// accumulators ([item·H + h], n + r floats each, item = b·splits + split)
-// become a·V_shared in out and a·Z_V in out_latent.
-inline void MergeFactoredChunks(const std::vector<HeadState>& states,
-                                const std::vector<float>& accs, int64_t batch,
-                                int64_t splits, int64_t H, int64_t n, int64_t r,
-                                float* out, float* out_latent) {
+// Every kernel's merge: per (group, head) the chunks' states and accumulators
+// ([item·H + h], n + r floats each, item = group·splits + split) become the
+// first n outputs in out and the last r in out_latent, [group·H + h] each.
+// Groups are sequences for the factored kernels (a·V_shared, a·Z_V) and
+// (sequence, KV head) pairs for MHA (H = the group's heads, r = 0).
+inline void MergeAllChunks(const std::vector<HeadState>& states,
+                           const std::vector<float>& accs, int64_t groups,
+                           int64_t splits, int64_t H, int64_t n, int64_t r,
+                           float* out, float* out_latent) {
   const int64_t per_head = n + r;
   std::vector<float> merged(per_head);
   std::vector<HeadState> hs(splits);
   std::vector<const float*> ha(splits);
-  for (int64_t b = 0; b < batch; ++b) {
+  for (int64_t grp = 0; grp < groups; ++grp) {
     for (int64_t h = 0; h < H; ++h) {
       for (int64_t s = 0; s < splits; ++s) {
-        hs[s] = states[(b * splits + s) * H + h];
-        ha[s] = &accs[((b * splits + s) * H + h) * per_head];
+        hs[s] = states[(grp * splits + s) * H + h];
+        ha[s] = &accs[((grp * splits + s) * H + h) * per_head];
       }
       MergeChunks(hs, ha.data(), splits, per_head, merged.data());
-      std::copy(merged.begin(), merged.begin() + n, out + (b * H + h) * n);
+      std::copy(merged.begin(), merged.begin() + n, out + (grp * H + h) * n);
       if (r > 0) {
         std::copy(merged.begin() + n, merged.end(),
-                  out_latent + (b * H + h) * r);
+                  out_latent + (grp * H + h) * r);
       }
     }
   }

@@ -555,8 +555,7 @@ void FactoredTiled(const FactoredDecodeParams& p) {
       pf.Finish();
     }
   }
-  MergeFactoredChunks(states, accs, p.batch, splits, H, n, r, p.out,
-                      p.out_latent);
+  MergeAllChunks(states, accs, p.batch, splits, H, n, r, p.out, p.out_latent);
 }
 
 }  // namespace
