@@ -11,9 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/status_macros.h"
 
 namespace lrkv::service {
 
@@ -69,6 +71,18 @@ class Statement {
   Database* db_;
   sqlite3_stmt* stmt_;
 };
+
+// Steps `s` to the end, handing each row to `read` (Row read(const
+// Statement&)).
+template <typename Row, typename Read>
+absl::StatusOr<std::vector<Row>> ReadRows(Statement& s, Read read) {
+  std::vector<Row> out;
+  while (true) {
+    ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return out;
+    out.push_back(read(s));
+  }
+}
 
 // BEGIN IMMEDIATE ... COMMIT; rolls back on destruction unless Commit()
 // succeeded.

@@ -257,11 +257,7 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
       .Bind(10, page_token)
       .Bind(11, page_size + 1);
   JobPage page;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    page.jobs.push_back(ReadJob(s));
-  }
+  ASSIGN_OR_RETURN(page.jobs, ReadRows<JobRecord>(s, ReadJob));
   if (static_cast<int64_t>(page.jobs.size()) > page_size) {
     page.jobs.pop_back();
     page.next_page_token = page.jobs.back().id;
@@ -386,13 +382,7 @@ absl::StatusOr<std::vector<JobEvent>> Store::Events(const std::string& job_id,
       absl::StrCat(kSelectEvent, "WHERE job_id = ? AND seq > ? ORDER BY seq");
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, sql.c_str()));
   s.Bind(1, job_id).Bind(2, after);
-  std::vector<JobEvent> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(ReadEvent(s));
-  }
-  return out;
+  return ReadRows<JobEvent>(s, ReadEvent);
 }
 
 absl::StatusOr<std::optional<JobEvent>> Store::LastEvent(
@@ -437,14 +427,10 @@ absl::StatusOr<std::vector<VerificationRow>> Store::Verification(
       "WHERE job_id = ? ORDER BY check_name";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, job_id);
-  std::vector<VerificationRow> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back(
-        {s.Text(0), s.Int64(1) != 0, s.Double(2), s.Double(3), s.Text(4)});
-  }
-  return out;
+  return ReadRows<VerificationRow>(s, [](const Statement& q) {
+    return VerificationRow{q.Text(0), q.Int64(1) != 0, q.Double(2), q.Double(3),
+                           q.Text(4)};
+  });
 }
 
 absl::Status Store::AddLossCurve(const std::string& job_id,
@@ -474,13 +460,9 @@ absl::StatusOr<std::vector<LossRow>> Store::LossCurve(
       "kind, step";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, job_id);
-  std::vector<LossRow> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) break;
-    out.push_back({s.Int64(0), s.Text(1), s.Double(2), s.Double(3)});
-  }
-  return out;
+  return ReadRows<LossRow>(s, [](const Statement& q) {
+    return LossRow{q.Int64(0), q.Text(1), q.Double(2), q.Double(3)};
+  });
 }
 
 absl::StatusOr<std::string> Store::IntegrityCheck() {

@@ -9,17 +9,6 @@
 namespace lrkv::service {
 namespace {
 
-// Steps `s` to the end, handing each row to `read`.
-template <typename Row, typename Read>
-absl::StatusOr<std::vector<Row>> ReadRows(Statement& s, Read read) {
-  std::vector<Row> out;
-  while (true) {
-    ASSIGN_OR_RETURN(bool row, s.Step());
-    if (!row) return out;
-    out.push_back(read(s));
-  }
-}
-
 std::optional<double> NullableDouble(const Statement& s, int column) {
   if (s.IsNull(column)) return std::nullopt;
   return s.Double(column);
