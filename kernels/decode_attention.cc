@@ -165,21 +165,19 @@ absl::Status ValidateFactored(const FactoredDecodeParams& p) {
     const int64_t lane = ElementsPerLane(p.dtype);
     if (p.capacity % kCacheTile != 0) {
       return Invalid(absl::StrCat(
-          "factored decode: a tiled cache needs a capacity that is a "
-          "multiple of ",
+          "factored decode: a tiled cache needs a capacity that is a multiple "
+          "of ",
           kCacheTile, " (got ", p.capacity, ")"));
     }
     if (p.k.data == p.v.data) {
       return Invalid(
           "factored decode: a tiled cache cannot read one segment as both key "
-          "and "
-          "value (keys and values are tiled differently); use rows for "
+          "and value (keys and values are tiled differently); use rows for "
           "absorbed MLA");
     }
     if (p.k.stride % lane != 0 || (p.rank > 0 && p.zk.stride % lane != 0)) {
       return Invalid(absl::StrCat(
-          "factored decode: tiled bf16 key segments need even strides "
-          "(k ",
+          "factored decode: tiled bf16 key segments need even strides (k ",
           p.k.stride, ", zK ", p.zk.stride, ")"));
     }
   }

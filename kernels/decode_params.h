@@ -23,9 +23,8 @@ inline int64_t CacheDTypeSize(CacheDType t) {
 
 // Standard MHA/GQA attention. By default K and V caches are [B, H_kv, capacity,
 // d_h]: each (sequence, KV head) streams its positions contiguously.
-// Position-major caches
-// ([B, capacity, H_kv, d_h], as the decode engines keep them) set
-// `position_major`.
+// Position-major caches ([B, capacity, H_kv, d_h], as the decode engines keep
+// them) set `position_major`.
 struct MhaDecodeParams {
   int64_t batch = 1, heads = 1, kv_heads = 1, head_dim = 0;
   int64_t length = 0;    // positions to attend over
@@ -40,8 +39,8 @@ struct MhaDecodeParams {
   CacheDType dtype = CacheDType::kF32;
   const void* k = nullptr;
   const void* v = nullptr;
-  const float* q =
-      nullptr;  // [B, H, d_h], rotated; query head h uses KV head h / (H/H_kv)
+  // [B, H, d_h], rotated; query head h uses KV head h / (H/H_kv).
+  const float* q = nullptr;
   float scale = 1;       // usually 1/sqrt(d_h)
   float* out = nullptr;  // [B, H, d_h]
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,7 @@ constexpr const char* kColors[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
                                    "#E69F00", "#56B4E9", "#000000", "#882255",
                                    "#44AA99", "#999933", "#332288", "#AA4499",
                                    "#117733", "#DDCC77", "#88CCEE", "#661100"};
-constexpr int kNumColors = 16;
+constexpr int kNumColors = std::size(kColors);
 
 struct Axis {
   bool log = false;

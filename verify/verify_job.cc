@@ -26,10 +26,9 @@ absl::Status Invalid(const std::string& msg) {
 
 constexpr char kBuiltinPrompt[] =
     "Once upon a time, there was a little girl named Lily. She loved to play "
-    "outside in "
-    "the park with her friends. One day, she saw a big red ball under a tree "
-    "and ran to "
-    "get it. Her mom smiled and said they could play together after lunch.";
+    "outside in the park with her friends. One day, she saw a big red ball "
+    "under a tree and ran to get it. Her mom smiled and said they could play "
+    "together after lunch.";
 
 // The accounting configuration of a (converted) model.
 KvConfig KvConfigOf(const ModelConfig& c) {
