@@ -81,42 +81,6 @@ std::vector<float> Filled(size_t n, float v) {
   return std::vector<float>(n, v);
 }
 
-// The streaming-read reference: one pass over a 256 MiB buffer with the same
-// threads, timed as a variant among the steps (same shuffled order, same L3
-// eviction), so that each step's fraction of it compares two measurements
-// taken in the same minutes of a machine whose bandwidth moves.
-class StreamReference {
- public:
-  static constexpr size_t kFloats = size_t{64} << 20;
-  StreamReference() : memory_(AlignedMemory(kFloats * sizeof(float))) {
-    auto* a = static_cast<float*>(memory_.get());
-    std::fill(a, a + kFloats, 1.0f);
-  }
-  void Read() {
-    const auto* a = static_cast<const float*>(memory_.get());
-    double total = 0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (size_t i = 0; i < kFloats; i += 16) {
-      float s = 0;
-      for (int j = 0; j < 16; ++j) s += a[i + j];
-      total += s;
-    }
-    sink_ = total;
-  }
-  static int64_t Bytes() { return kFloats * sizeof(float); }
-
- private:
-  Memory memory_;
-  volatile double sink_ = 0;
-};
-
-// Evicts the last-level cache by reading a buffer twice its size. Run
-// between timed steps, so that every step starts with none of its cache in
-// L3, as in a real decode where the other layers' weights and caches pass
-// through it between two steps of one layer. Without it a step found up to
-// L3's size of its cache left by the previous step when that one read the
-// same buffers (the LRKV variants share one cache): `plane`, which always ran
-// right after `no-RoPE` on it, measured 3-10 % faster than the identical call.
 // L3's size as sysfs gives it ("32768K"; sysconf's figure is wrong on some
 // VMs), else 32 MiB.
 size_t LastLevelCacheBytes() {
@@ -128,26 +92,48 @@ size_t LastLevelCacheBytes() {
   return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
 }
 
-class CacheEvictor {
+// A 256 MiB buffer read with the bench's threads, for two jobs.
+// Stream(): one pass over all of it, the streaming-read reference, timed as a
+// variant among the steps (same shuffled order, same eviction), so that each
+// step's fraction of it compares two measurements taken in the same minutes of
+// a machine whose bandwidth moves.
+// Evict(): a pass over its first 2×L3, run before every timed step so that
+// every step starts with none of its cache in L3, as in a real decode where
+// the other layers' weights and caches pass through it between two steps of
+// one layer. Without it a step found up to L3's size of its cache left by the
+// previous step when that one read the same buffers (the LRKV variants share
+// one cache): `plane`, which always ran right after `no-RoPE` on it, measured
+// 3-10 % faster than the identical call.
+class ReadBuffer {
  public:
-  CacheEvictor() {
-    bytes_ = std::clamp<size_t>(2 * LastLevelCacheBytes(), size_t{16} << 20,
-                                size_t{256} << 20);
-    memory_ = AlignedMemory(bytes_);
-    std::fill_n(static_cast<char*>(memory_.get()), bytes_, 1);
+  static constexpr size_t kFloats = size_t{64} << 20;
+  ReadBuffer()
+      : memory_(AlignedMemory(kFloats * sizeof(float))),
+        evict_floats_(std::clamp<size_t>(2 * LastLevelCacheBytes(),
+                                         size_t{16} << 20, kFloats * 4) /
+                      4) {
+    auto* a = static_cast<float*>(memory_.get());
+    std::fill(a, a + kFloats, 1.0f);
   }
-  void Evict() {
-    const auto* p = static_cast<const unsigned char*>(memory_.get());
-    unsigned sum = 0;
-#pragma omp parallel for reduction(+ : sum)
-    for (size_t i = 0; i < bytes_; i += 64) sum += p[i];
-    sink_ = sum;
-  }
+  void Stream() { Sum(kFloats); }
+  void Evict() { Sum(evict_floats_); }
+  static int64_t StreamBytes() { return kFloats * sizeof(float); }
 
  private:
-  size_t bytes_ = 0;
+  void Sum(size_t floats) {
+    const auto* a = static_cast<const float*>(memory_.get());
+    double total = 0;
+#pragma omp parallel for reduction(+ : total) schedule(static)
+    for (size_t i = 0; i < floats; i += 16) {
+      float s = 0;
+      for (int j = 0; j < 16; ++j) s += a[i + j];
+      total += s;
+    }
+    sink_ = total;
+  }
   Memory memory_;
-  volatile unsigned sink_ = 0;
+  size_t evict_floats_;
+  volatile double sink_ = 0;
 };
 
 struct Variant {
@@ -180,8 +166,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   report.options = o;
   report.threads = omp_get_max_threads();
   report.isa = KernelIsa();
-  auto stream = std::make_shared<StreamReference>();
-  CacheEvictor evictor;
+  auto reads = std::make_shared<ReadBuffer>();
   const int64_t es = CacheDTypeSize(o.dtype);
   const int64_t mha_elems = 2 * H * dh;
   const int64_t lrkv_elems = 2 * (dh + hkv * r);
@@ -340,8 +325,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       auto var = std::make_unique<Variant>();
       var->name = "stream";
       var->config = "read 256 MiB";
-      var->bytes = StreamReference::Bytes();
-      var->step = [stream] { stream->Read(); };
+      var->bytes = ReadBuffer::StreamBytes();
+      var->step = [reads] { reads->Stream(); };
       variants.push_back(std::move(var));
     }
     // Interleaved: every iteration times one step of every variant, in a
@@ -357,7 +342,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       std::shuffle(order.begin(), order.end(), shuffle);
       for (size_t i : order) {
         auto& v = variants[i];
-        evictor.Evict();
+        reads->Evict();
         const auto t0 = Clock::now();
         v->step();
         v->times.push_back(
