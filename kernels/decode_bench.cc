@@ -136,21 +136,63 @@ class ReadBuffer {
   volatile double sink_ = 0;
 };
 
-struct Variant {
-  std::string name, config;
-  int64_t bytes = 0, macs = 0;
+struct Variant : TimedVariant {
   std::function<void()> step;
-  std::vector<double> times;
 };
 
 }  // namespace
 
-absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
+MhaDecodeParams BenchMhaParams(const DecodeBenchOptions& o, int64_t context,
+                               int64_t n_kv) {
+  MhaDecodeParams p;
+  p.batch = o.batch;
+  p.heads = o.heads;
+  p.kv_heads = n_kv;
+  p.head_dim = o.head_dim;
+  p.length = p.capacity = context;
+  p.dtype = o.dtype;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+  return p;
+}
+
+TimedVariant BenchMhaRow(const std::string& name, const DecodeBenchOptions& o,
+                         int64_t context, int64_t n_kv) {
+  TimedVariant v;
+  v.name = name;
+  v.config = absl::StrCat("n_kv=", n_kv);
+  v.bytes = 2 * o.batch * n_kv * context * o.head_dim * CacheDTypeSize(o.dtype);
+  v.macs = 2 * o.batch * o.heads * context * o.head_dim;
+  return v;
+}
+
+FactoredDecodeParams BenchMlaParams(const DecodeBenchOptions& o,
+                                    int64_t context, int64_t latent) {
+  FactoredDecodeParams p;
+  p.batch = o.batch;
+  p.heads = o.heads;
+  p.kv_heads = 1;
+  p.dim = latent;
+  p.length = p.capacity = context;
+  p.dtype = o.dtype;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+  return p;
+}
+
+TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
+                         int64_t latent) {
+  TimedVariant v;
+  v.name = "mla";
+  v.config = absl::StrCat("d_c=", latent, " absorbed");
+  v.bytes = o.batch * context * latent * CacheDTypeSize(o.dtype);
+  v.macs = 2 * o.batch * o.heads * context * latent;
+  return v;
+}
+
+absl::StatusOr<BenchBaselines> BaselinesFor(const DecodeBenchOptions& o) {
+  const int64_t H = o.heads, dh = o.head_dim, r = o.rank;
   const int64_t hkv = o.kv_heads > 0 ? o.kv_heads : H;
-  if (H < 1 || dh < 2 || dh % 2 != 0 || r < 0 || r > dh || B < 1 ||
-      H % hkv != 0 || o.iterations < 1 || o.contexts.empty()) {
+  if (H < 1 || dh < 2 || dh % 2 != 0 || r < 0 || r > dh || o.batch < 1 ||
+      hkv > H || H % hkv != 0 || o.iterations < 1 || o.contexts.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bench decode: need heads >= 1, even head dim, 0 <= rank <= head dim "
         "(got ",
@@ -162,22 +204,59 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
           absl::StrCat("context ", l, " must lie in [1, 4194304]"));
     }
   }
+  BenchBaselines b;
+  b.kv_heads = hkv;
+  b.mla_latent = 2 * (dh + hkv * r);
+  b.cache_ratio = static_cast<double>(b.mla_latent) / (2 * H * dh);
+  b.gqa_kv_heads = 1;
+  for (int64_t n = 1; n <= H; ++n) {
+    if (H % n == 0 && 2 * n * dh <= b.mla_latent) b.gqa_kv_heads = n;
+  }
+  return b;
+}
+
+void AppendContextRows(int64_t context, std::vector<TimedVariant> variants,
+                       DecodeBenchReport* report) {
+  double mha_median = 0, stream_gbps = 0;
+  for (auto& v : variants) {
+    std::sort(v.times_ms.begin(), v.times_ms.end());
+    const double median = v.times_ms[v.times_ms.size() / 2];
+    if (v.name == "stream") stream_gbps = v.bytes / (median * 1e-3) / 1e9;
+    if (v.name == "mha") mha_median = median;
+  }
+  report->stream_gbps = std::max(report->stream_gbps, stream_gbps);
+  for (const auto& v : variants) {
+    DecodeBenchRow row;
+    row.variant = v.name;
+    row.config = v.config;
+    row.context = context;
+    row.median_ms = v.times_ms[v.times_ms.size() / 2];
+    row.min_ms = v.times_ms.front();
+    row.max_ms = v.times_ms.back();
+    row.bytes_per_step = v.bytes;
+    row.macs_per_step = v.macs;
+    row.gbps = v.bytes / (row.median_ms * 1e-3) / 1e9;
+    row.bandwidth_fraction = stream_gbps > 0 ? row.gbps / stream_gbps : 0;
+    row.ratio_to_mha =
+        v.name == "stream" || mha_median <= 0 ? 0 : row.median_ms / mha_median;
+    report->rows.push_back(row);
+  }
+}
+
+absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
+  auto baselines = BaselinesFor(o);
+  if (!baselines.ok()) return baselines.status();
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
+  const int64_t hkv = baselines->kv_heads, gqa = baselines->gqa_kv_heads;
   DecodeBenchReport report;
   report.options = o;
   report.threads = omp_get_max_threads();
   report.isa = KernelIsa();
+  report.cache_ratio = baselines->cache_ratio;
   auto reads = std::make_shared<ReadBuffer>();
   const int64_t es = CacheDTypeSize(o.dtype);
-  const int64_t mha_elems = 2 * H * dh;
-  const int64_t lrkv_elems = 2 * (dh + hkv * r);
-  report.cache_ratio = static_cast<double>(lrkv_elems) / mha_elems;
-  // Budget-matched baselines: the largest GQA within LRKV's cache, MLA at equal
-  // cache.
-  int64_t gqa = 1;
-  for (int64_t n = 1; n <= H; ++n) {
-    if (H % n == 0 && 2 * n * dh <= lrkv_elems) gqa = n;
-  }
-  const int64_t dc = lrkv_elems;
+  const int64_t dc = baselines->mla_latent;
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
 
   for (int64_t L : o.contexts) {
@@ -195,23 +274,13 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       auto k = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 1);
       auto v = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 2);
       keep.insert(keep.end(), {k, v});
-      MhaDecodeParams p;
-      p.batch = B;
-      p.heads = H;
-      p.kv_heads = n_kv;
-      p.head_dim = dh;
-      p.length = p.capacity = L;
-      p.dtype = o.dtype;
+      MhaDecodeParams p = BenchMhaParams(o, L, n_kv);
       p.k = k->data();
       p.v = v->data();
       p.q = q->data();
-      p.scale = scale;
       p.out = out->data();
       auto var = std::make_unique<Variant>();
-      var->name = name;
-      var->config = absl::StrCat("n_kv=", n_kv);
-      var->bytes = 2 * B * n_kv * L * dh * es;
-      var->macs = 2 * B * H * L * dh;
+      static_cast<TimedVariant&>(*var) = BenchMhaRow(name, o, L, n_kv);
       var->step = [p] { (void)MhaDecode(p); };
       variants.push_back(std::move(var));
     };
@@ -221,22 +290,12 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
        // value.
       auto c = std::make_shared<Buffer>(B * L * dc, o.dtype, 3);
       keep.push_back(c);
-      FactoredDecodeParams p;
-      p.batch = B;
-      p.heads = H;
-      p.kv_heads = 1;
-      p.dim = dc;
-      p.length = p.capacity = L;
-      p.dtype = o.dtype;
+      FactoredDecodeParams p = BenchMlaParams(o, L, dc);
       p.k = p.v = {c->data(), dc};
       p.q = q->data();
-      p.scale = scale;
       p.out = out->data();
       auto var = std::make_unique<Variant>();
-      var->name = "mla";
-      var->config = absl::StrCat("d_c=", dc, " absorbed");
-      var->bytes = B * L * dc * es;
-      var->macs = 2 * B * H * L * dc;
+      static_cast<TimedVariant&>(*var) = BenchMlaRow(o, L, dc);
       var->step = [p] { (void)FactoredDecode(p); };
       variants.push_back(std::move(var));
     }
@@ -345,63 +404,54 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
         reads->Evict();
         const auto t0 = Clock::now();
         v->step();
-        v->times.push_back(
+        v->times_ms.push_back(
             std::chrono::duration<double, std::milli>(Clock::now() - t0)
                 .count());
       }
     }
-    double mha_median = 0, stream_gbps = 0;
-    for (auto& v : variants) {
-      std::sort(v->times.begin(), v->times.end());
-      if (v->name == "stream") {
-        stream_gbps = v->bytes / (v->times[v->times.size() / 2] * 1e-3) / 1e9;
-      }
-    }
-    report.stream_gbps = std::max(report.stream_gbps, stream_gbps);
-    for (auto& v : variants) {
-      DecodeBenchRow row_out;
-      row_out.variant = v->name;
-      row_out.config = v->config;
-      row_out.context = L;
-      row_out.median_ms = v->times[v->times.size() / 2];
-      row_out.min_ms = v->times.front();
-      row_out.max_ms = v->times.back();
-      row_out.bytes_per_step = v->bytes;
-      row_out.macs_per_step = v->macs;
-      row_out.gbps = v->bytes / (row_out.median_ms * 1e-3) / 1e9;
-      row_out.bandwidth_fraction = row_out.gbps / stream_gbps;
-      if (v->name == "mha") mha_median = row_out.median_ms;
-      row_out.ratio_to_mha =
-          v->name == "stream" ? 0 : row_out.median_ms / mha_median;
-      report.rows.push_back(row_out);
-    }
+    std::vector<TimedVariant> timed;
+    for (auto& v : variants) timed.push_back(std::move(*v));
+    AppendContextRows(L, std::move(timed), &report);
   }
   return report;
 }
 
 std::string DecodeBenchReport::ToTable() const {
+  const bool gpu = device != "cpu";
   std::string out = absl::StrFormat(
-      "decode step: H=%d, H_kv=%d, d_h=%d, r=%d, batch %d, %s cache, %d "
-      "threads, %s kernels\n"
-      "LRKV cache = %.4f of MHA; streaming read: the \"stream\" rows (same "
-      "threads, timed among the steps; %%stream is against the row of the "
-      "same context), up to %.1f GB/s\n\n",
+      "decode step: H=%d, H_kv=%d, d_h=%d, r=%d, batch %d, %s cache, %s\n"
+      "LRKV cache = %.4f of MHA; streaming read: the \"stream\" rows (%s, "
+      "timed among the steps; %%stream is against the row of the same "
+      "context), up to %.1f GB/s\n\n",
       options.heads, options.kv_heads > 0 ? options.kv_heads : options.heads,
       options.head_dim, options.rank, options.batch,
-      options.dtype == CacheDType::kBF16 ? "bf16" : "fp32", threads, isa,
-      cache_ratio, stream_gbps);
-  absl::StrAppend(
-      &out,
-      absl::StrCat(
-          "LRKV \"tiles\": the cache in the tiled layout, read by ",
-          TiledKernelAvailable() ? "the fused AVX512-BF16 kernel"
-                                 : "a copy to rows (no AVX512-BF16 here)",
-          "; \"rows\": the row layout; \"bf16 q,p\": queries and softmax "
-          "weights "
-          "rounded to bf16 before the multiply (else kept to ~16 bits)\n\n",
-          "context  variant           config                median ms     min "
-          "ms"
-          "     max ms   MB/step     GB/s  %stream  vs MHA   GMAC/step\n"));
+      options.dtype == CacheDType::kBF16 ? "bf16" : "fp32",
+      gpu ? absl::StrCat("CUDA on ", device)
+          : absl::StrFormat("%d threads, %s kernels", threads, isa),
+      cache_ratio, gpu ? "a read kernel over 1 GiB" : "same threads",
+      stream_gbps);
+  if (gpu) {
+    absl::StrAppend(
+        &out,
+        "LRKV on CUDA: the row layout; reconstruct mode is CPU-only. Each "
+        "step is two kernels (split, merge) timed with CUDA events after a "
+        "read of 2x L2. bf16 caches run on tensor cores (mma.m16n8k16, "
+        "queries and softmax weights as bf16 hi + lo: exact) where a block's "
+        "group has at most 16 heads; fp32 caches and larger groups on CUDA "
+        "cores\n\n");
+  } else {
+    absl::StrAppend(
+        &out, "LRKV \"tiles\": the cache in the tiled layout, read by ",
+        TiledKernelAvailable() ? "the fused AVX512-BF16 kernel"
+                               : "a copy to rows (no AVX512-BF16 here)",
+        "; \"rows\": the row layout; \"bf16 q,p\": queries and softmax "
+        "weights rounded to bf16 before the multiply (else kept to ~16 "
+        "bits)\n\n");
+  }
+  absl::StrAppend(&out,
+                  "context  variant           config                median ms "
+                  "    min ms     max ms   MB/step     GB/s  %stream  vs MHA   "
+                  "GMAC/step\n");
   for (const auto& r : rows) {
     absl::StrAppendFormat(&out,
                           "%7d  %-17s %-20s %10.3f %10.3f %10.3f %9.1f %8.1f "
@@ -441,6 +491,7 @@ std::string DecodeBenchReport::ToJson() const {
       {"rank", options.rank},
       {"batch", options.batch},
       {"dtype", options.dtype == CacheDType::kBF16 ? "bf16" : "fp32"},
+      {"device", device},
       {"threads", threads},
       {"isa", isa},
       {"stream_gbps", stream_gbps},

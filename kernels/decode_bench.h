@@ -41,8 +41,10 @@ struct DecodeBenchRow {
 
 struct DecodeBenchReport {
   DecodeBenchOptions options;
-  int threads = 0;
-  const char* isa = "";
+  // "cpu", or the CUDA device the steps ran on ("NVIDIA H200, 132 SMs, sm_90").
+  std::string device = "cpu";
+  int threads = 0;    // CPU: OpenMP threads
+  const char* isa = "";  // CPU: the kernels' instruction set; "cuda" on a GPU
   double stream_gbps = 0;  // the best context's "stream" row, GB/s
   double cache_ratio = 0;  // LRKV cache / MHA cache
   std::vector<DecodeBenchRow> rows;
@@ -52,6 +54,42 @@ struct DecodeBenchReport {
 
 absl::StatusOr<DecodeBenchReport> RunDecodeBench(
     const DecodeBenchOptions& options);
+
+// What the CPU and CUDA benches share.
+// The baselines at LRKV's cache budget: the largest GQA within it and MLA with
+// a latent of equal size. InvalidArgument for impossible options.
+struct BenchBaselines {
+  int64_t kv_heads = 0;      // H_kv of the source (H for MHA)
+  int64_t gqa_kv_heads = 0;  // == heads when no GQA fits below MHA
+  int64_t mla_latent = 0;    // d_c = 2·(d_h + H_kv·r)
+  double cache_ratio = 0;    // LRKV cache / MHA cache
+};
+absl::StatusOr<BenchBaselines> BaselinesFor(const DecodeBenchOptions& o);
+
+// One variant's timed steps at one context.
+struct TimedVariant {
+  std::string name, config;
+  int64_t bytes = 0, macs = 0;
+  std::vector<double> times_ms;
+};
+
+// The MHA/GQA step over n_kv KV heads ([B, n_kv, L, d_h] caches) and the
+// absorbed MLA step over a d_c latent: shape, dtype and scale set, buffers
+// (host or device) left to the caller; and their rows' name, config, bytes
+// read and multiply-adds.
+MhaDecodeParams BenchMhaParams(const DecodeBenchOptions& o, int64_t context,
+                               int64_t n_kv);
+TimedVariant BenchMhaRow(const std::string& name, const DecodeBenchOptions& o,
+                         int64_t context, int64_t n_kv);
+FactoredDecodeParams BenchMlaParams(const DecodeBenchOptions& o,
+                                    int64_t context, int64_t latent);
+TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
+                         int64_t latent);
+// Appends a row per variant (median/min/max, GB/s, ratio to the "mha" row,
+// fraction of the "stream" row) and raises report->stream_gbps to this
+// context's stream row.
+void AppendContextRows(int64_t context, std::vector<TimedVariant> variants,
+                       DecodeBenchReport* report);
 
 }  // namespace lrkv::kernels
 
