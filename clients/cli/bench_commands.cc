@@ -2,67 +2,29 @@
 // and LRKV, timed interleaved in one run with bytes moved and achieved
 // bandwidth.
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <memory>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
-#include "kernels/decode_bench.h"
 #include "model/checkpoint.h"
 #include "verify/generate_bench.h"
 
 namespace lrkv::cli {
 namespace {
 
-struct DecodeArgs {
-  kernels::DecodeBenchOptions bench;
-  std::string contexts = "512,2048,8192,32768";
-  std::string dtype = "bf16";
-  std::string json_path;
-  std::string checkpoint;
-};
-
-int RunDecode(DecodeArgs a) {
-  if (!a.checkpoint.empty()) {
-    auto ckpt = Checkpoint::Open(a.checkpoint);
+int RunDecode(DecodeBenchArgs a, const std::string& checkpoint) {
+  if (!checkpoint.empty()) {
+    auto ckpt = Checkpoint::Open(checkpoint);
     if (!ckpt.ok()) return Fail(ckpt.status());
     a.bench.heads = (*ckpt)->config().num_heads;
     a.bench.kv_heads = (*ckpt)->config().num_kv_heads;
     a.bench.head_dim = (*ckpt)->config().head_dim;
   }
-  a.bench.contexts.clear();
-  for (absl::string_view part : absl::StrSplit(a.contexts, ',')) {
-    int64_t v;
-    if (!absl::SimpleAtoi(part, &v)) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--context '", a.contexts, "' must be comma-separated integers")));
-    }
-    a.bench.contexts.push_back(v);
-  }
-  if (a.dtype == "bf16") {
-    a.bench.dtype = kernels::CacheDType::kBF16;
-  } else if (a.dtype == "fp32") {
-    a.bench.dtype = kernels::CacheDType::kF32;
-  } else {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype '", a.dtype, "' must be bf16 or fp32")));
-  }
-  auto report = kernels::RunDecodeBench(a.bench);
-  if (!report.ok()) return Fail(report.status());
-  std::cout << report->ToTable();
-  if (!a.json_path.empty()) {
-    std::ofstream out(a.json_path);
-    out << report->ToJson() << "\n";
-    if (!out)
-      return Fail(absl::PermissionDeniedError(
-          absl::StrCat(a.json_path, ": cannot write")));
-  }
-  return kExitOk;
+  const absl::Status st = RunDecodeBenchArgs(std::move(a));
+  return st.ok() ? kExitOk : Fail(st);
 }
 
 int RunGenerate(const GenerateBenchOptions& o) {
@@ -87,34 +49,30 @@ int RunGenerate(const GenerateBenchOptions& o) {
 
 void AddBenchCommands(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.get_subcommand("bench");
-  auto d = std::make_shared<DecodeArgs>();
+  auto d = std::make_shared<DecodeBenchArgs>();
+  auto checkpoint = std::make_shared<std::string>();
   auto* cmd = bench->add_subcommand(
       "decode",
       "Decode-step time of MHA, GQA, MLA and LRKV kernels at equal cache");
-  cmd->add_option("--heads", d->bench.heads, "Query heads H");
-  cmd->add_option("--kv-heads", d->bench.kv_heads,
-                  "Source KV heads (default H)");
-  cmd->add_option("--head-dim", d->bench.head_dim, "Head dim d_h");
-  cmd->add_option("--rank", d->bench.rank, "LRKV rank r");
-  cmd->add_option("--batch", d->bench.batch, "Sequences decoded together");
-  cmd->add_option("--context", d->contexts, "Context lengths, comma-separated");
-  cmd->add_option("--dtype", d->dtype, "Cache storage: bf16 | fp32");
-  cmd->add_option("--threads", d->bench.threads,
-                  "OpenMP threads (default: all CPUs)");
-  cmd->add_option("--iters", d->bench.iterations,
-                  "Timed steps per variant and context");
-  cmd->add_option("--json", d->json_path, "Write the results as JSON");
+  AddDecodeBenchOptions(cmd, d.get());
   cmd->add_option(
-      "--checkpoint", d->checkpoint,
+      "--checkpoint", *checkpoint,
       "Take H, H_kv and d_h from this checkpoint (needed with --server)");
   RemoteSpec spec;
   spec.kind = "bench";
-  spec.skip = {"heads", "kv-heads", "head-dim"};
+  spec.skip = {"heads", "kv-heads", "head-dim", "device"};
   spec.rename = {{"iters", "iterations"}};
   spec.lists = {"context"};
   auto remote = RemoteJob::Attach(cmd, spec);
-  cmd->callback([d, remote, exit_code] {
-    *exit_code = remote->Requested() ? remote->Run() : RunDecode(*d);
+  cmd->callback([d, checkpoint, remote, exit_code] {
+    if (remote->Requested() && d->device != "cpu") {
+      *exit_code = Fail(absl::InvalidArgumentError(
+          "--device cuda runs the bench here; lrkvd's bench jobs run on the "
+          "server's CPU"));
+      return;
+    }
+    *exit_code =
+        remote->Requested() ? remote->Run() : RunDecode(*d, *checkpoint);
   });
 
   auto g = std::make_shared<GenerateBenchOptions>();
