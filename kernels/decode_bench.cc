@@ -142,6 +142,12 @@ struct Variant : TimedVariant {
 
 }  // namespace
 
+namespace {
+float ScaleOf(const DecodeBenchOptions& o) {
+  return 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+}
+}  // namespace
+
 MhaDecodeParams BenchMhaParams(const DecodeBenchOptions& o, int64_t context,
                                int64_t n_kv) {
   MhaDecodeParams p;
@@ -151,7 +157,7 @@ MhaDecodeParams BenchMhaParams(const DecodeBenchOptions& o, int64_t context,
   p.head_dim = o.head_dim;
   p.length = p.capacity = context;
   p.dtype = o.dtype;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+  p.scale = ScaleOf(o);
   return p;
 }
 
@@ -174,7 +180,22 @@ FactoredDecodeParams BenchMlaParams(const DecodeBenchOptions& o,
   p.dim = latent;
   p.length = p.capacity = context;
   p.dtype = o.dtype;
-  p.scale = 1.0f / std::sqrt(static_cast<float>(o.head_dim));
+  p.scale = ScaleOf(o);
+  return p;
+}
+
+FactoredDecodeParams BenchLrkvParams(const DecodeBenchOptions& o,
+                                     int64_t context, int64_t capacity) {
+  FactoredDecodeParams p;
+  p.batch = o.batch;
+  p.heads = o.heads;
+  p.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  p.dim = o.head_dim;
+  p.rank = o.rank;
+  p.length = context;
+  p.capacity = capacity;
+  p.dtype = o.dtype;
+  p.scale = ScaleOf(o);
   return p;
 }
 
@@ -257,7 +278,6 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   auto reads = std::make_shared<ReadBuffer>();
   const int64_t es = CacheDTypeSize(o.dtype);
   const int64_t dc = baselines->mla_latent;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
 
   for (int64_t L : o.contexts) {
     std::vector<std::unique_ptr<Variant>> variants;
@@ -317,15 +337,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     auto cos = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.8f));
     auto sin = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.6f));
     keep.insert(keep.end(), {bt, cos, sin});
-    FactoredDecodeParams lp;
-    lp.batch = B;
-    lp.heads = H;
-    lp.kv_heads = hkv;
-    lp.dim = dh;
-    lp.rank = r;
-    lp.length = L;
-    lp.capacity = cap;
-    lp.dtype = o.dtype;
+    FactoredDecodeParams lp = BenchLrkvParams(o, L, cap);
     lp.layout = CacheLayout::kTiles;
     lp.k = {ks->data(), k_stride};
     lp.v = {vs->data(), dh};
@@ -333,7 +345,6 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     lp.zv = {zv->data(), lat};
     lp.q = q->data();
     lp.q_latent = ql->data();
-    lp.scale = scale;
     lp.out = out->data();
     lp.out_latent = out_l->data();
     const int64_t lrkv_bytes = B * L * (k_stride + dh + zk_stride + lat) * es;

@@ -83,6 +83,9 @@ TimedVariant BenchMhaRow(const std::string& name, const DecodeBenchOptions& o,
                          int64_t context, int64_t n_kv);
 FactoredDecodeParams BenchMlaParams(const DecodeBenchOptions& o,
                                     int64_t context, int64_t latent);
+// The LRKV step (all RoPE modes but reconstruct's extra inputs), likewise.
+FactoredDecodeParams BenchLrkvParams(const DecodeBenchOptions& o,
+                                     int64_t context, int64_t capacity);
 TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
                          int64_t latent);
 // Appends a row per variant (median/min/max, GB/s, ratio to the "mha" row,

@@ -152,7 +152,6 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
   const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
   const int64_t hkv = base.kv_heads, dc = base.mla_latent, lat = hkv * r;
   const int64_t es = CacheDTypeSize(o.dtype);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
 
   ASSIGN_OR_RETURN(DeviceMemory reads, Allocate(kStreamBytes));
   ASSIGN_OR_RETURN(DeviceMemory sink, Allocate(sizeof(unsigned int)));
@@ -215,21 +214,13 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
       const int64_t lat_stride = std::max<int64_t>(lat, 1);
       ASSIGN_OR_RETURN(void* zk, buffers.Cache(B * L * lat_stride, 6));
       ASSIGN_OR_RETURN(void* zv, buffers.Cache(B * L * lat_stride, 7));
-      FactoredDecodeParams p;
-      p.batch = B;
-      p.heads = H;
-      p.kv_heads = hkv;
-      p.dim = dh;
-      p.rank = r;
-      p.length = p.capacity = L;
-      p.dtype = o.dtype;
+      FactoredDecodeParams p = BenchLrkvParams(o, L, L);
       p.k = {ks, dh};
       p.v = {vs, dh};
       p.zk = {zk, lat_stride};
       p.zv = {zv, lat_stride};
       p.q = q;
       p.q_latent = ql;
-      p.scale = scale;
       p.out = out;
       p.out_latent = out_l;
       for (const char* name : {"lrkv-norope", "lrkv-plane"}) {
