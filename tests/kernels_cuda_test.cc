@@ -80,15 +80,10 @@ TEST(DecodeKernels, MhaMatchesTheCpuReference_CUDA) {
       auto k = RandomFloats(kv, rng), v = RandomFloats(kv, rng);
       auto q = RandomFloats(s.b * s.h * s.dh, rng);
       std::vector<float> ref(s.b * s.h * s.dh);
-      MhaDecodeParams p;
-      p.batch = s.b;
-      p.heads = s.h;
-      p.kv_heads = s.hkv;
-      p.head_dim = s.dh;
-      p.length = p.capacity = s.length;
+      MhaDecodeParams p =
+          testing::MhaParamsOf(s.b, s.h, s.hkv, s.dh, s.length, s.length,
+                               bf16 ? CacheDType::kBF16 : CacheDType::kF32);
       p.position_major = position_major;
-      p.dtype = bf16 ? CacheDType::kBF16 : CacheDType::kF32;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
       const auto kb = ToBf16(k), vb = ToBf16(v);
       p.k = bf16 ? static_cast<const void*>(kb.data()) : k.data();
       p.v = bf16 ? static_cast<const void*>(vb.data()) : v.data();
@@ -132,15 +127,9 @@ TEST(DecodeKernels, FactoredLrkvMatchesTheCpuReference_CUDA) {
       auto q = RandomFloats(s.b * s.h * s.dh, rng),
            ql = RandomFloats(s.b * s.h * s.r, rng);
       std::vector<float> ref(s.b * s.h * s.dh), ref_l(s.b * s.h * s.r);
-      FactoredDecodeParams p;
-      p.batch = s.b;
-      p.heads = s.h;
-      p.kv_heads = s.hkv;
-      p.dim = s.dh;
-      p.rank = s.r;
-      p.length = p.capacity = s.length;
-      p.dtype = bf16 ? CacheDType::kBF16 : CacheDType::kF32;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
+      FactoredDecodeParams p = testing::FactoredParamsOf(
+          s.b, s.h, s.hkv, s.dh, s.r, s.length, s.length,
+          bf16 ? CacheDType::kBF16 : CacheDType::kF32);
       const auto ksb = ToBf16(ks), vsb = ToBf16(vs), zkb = ToBf16(zk),
                  zvb = ToBf16(zv);
       auto host = [&](const std::vector<float>& f,
@@ -233,13 +222,8 @@ TEST(DecodeKernels, WorkspaceIsReusedAcrossCalls_CUDA) {
          v = RandomFloats(k.size(), rng);
     auto q = RandomFloats(b * h * dh, rng);
     std::vector<float> ref(b * h * dh);
-    MhaDecodeParams p;
-    p.batch = b;
-    p.heads = h;
-    p.kv_heads = hkv;
-    p.head_dim = dh;
-    p.length = p.capacity = length;
-    p.scale = 0.125f;
+    MhaDecodeParams p =
+        testing::MhaParamsOf(b, h, hkv, dh, length, length, CacheDType::kF32);
     p.k = k.data();
     p.v = v.data();
     p.q = q.data();

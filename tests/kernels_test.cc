@@ -71,18 +71,11 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
       const Cache k = RandomCache(kv, rng), v = RandomCache(kv, rng);
       const auto q = Random(s.b * s.h * s.dh, rng);
       std::vector<float> out(s.b * s.h * s.dh), ref(out.size());
-      MhaDecodeParams p;
-      p.batch = s.b;
-      p.heads = s.h;
-      p.kv_heads = s.hkv;
-      p.head_dim = s.dh;
-      p.length = s.length;
-      p.capacity = s.capacity;
-      p.dtype = t;
+      MhaDecodeParams p =
+          testing::MhaParamsOf(s.b, s.h, s.hkv, s.dh, s.length, s.capacity, t);
       p.k = k.data(t);
       p.v = v.data(t);
       p.q = q.data();
-      p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
       p.out = out.data();
       ASSERT_TRUE(MhaDecode(p).ok());
       p.out = ref.data();
@@ -121,19 +114,11 @@ struct FactoredInputs {
         ql(Random(s.b * s.h * s.r, rng)) {}
   FactoredDecodeParams Params(const FactoredShape& s, CacheDType t,
                               int64_t capacity) const {
-    FactoredDecodeParams p;
-    p.batch = s.b;
-    p.heads = s.h;
-    p.kv_heads = s.hkv;
-    p.dim = s.dh;
-    p.rank = s.r;
-    p.length = s.length;
-    p.capacity = capacity;
-    p.dtype = t;
+    FactoredDecodeParams p = testing::FactoredParamsOf(
+        s.b, s.h, s.hkv, s.dh, s.r, s.length, capacity, t);
     p.sigma = s.sigma ? sigma.data() : nullptr;
     p.q = q.data();
     p.q_latent = ql.data();
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s.dh));
     return p;
   }
 };
