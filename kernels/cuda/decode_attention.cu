@@ -35,11 +35,6 @@ namespace {
 constexpr int64_t kTargetSharedBytes = 72 << 10;
 constexpr int kBlocksPerSm = 8;  // splits aim for this many blocks per SM
 
-absl::Status FromCuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 // Shared memory in 32-bit words: q, q_latent, accumulators, scores, m, l,
 // corr (padded to 16 bytes), then two staged tiles.
 __host__ __device__ int64_t SharedWords(const SplitArgs& a) {
@@ -366,15 +361,6 @@ int ChunkOf(int64_t n) {
   return 1;
 }
 
-int DeviceAttribute(cudaDeviceAttr attr, int fallback) {
-  int device = 0, value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) {
-    return fallback;
-  }
-  return value;
-}
-
 // Plans the CUDA-core kernel: row pitches, the largest tile under the target
 // (else the largest the device allows), head chunks and splits.
 absl::StatusOr<int64_t> PlanCoreSplits(SplitArgs& a, int64_t groups, int64_t es,
@@ -483,6 +469,20 @@ absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
 }
 
 }  // namespace
+
+absl::Status FromCuda(cudaError_t e, absl::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+int DeviceAttribute(cudaDeviceAttr attr, int fallback) {
+  int device = 0, value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) {
+    return fallback;
+  }
+  return value;
+}
 
 DecodeWorkspace::~DecodeWorkspace() { cudaFree(data_); }
 

@@ -26,7 +26,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "kernels/cuda/split_kernel.cuh"
 
@@ -375,11 +374,7 @@ int BlocksPerWarp(const SplitArgs& a) {
 }
 
 int MaxSharedBytes() {
-  int device = 0, value = 48 << 10;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                         device);
-  return value;
+  return DeviceAttribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 << 10);
 }
 
 template <int T, typename F>
@@ -477,10 +472,7 @@ absl::Status LaunchMmaSplits(const SplitArgs& a, int64_t groups, int64_t splits,
   return WithKernel(a, [&](auto kernel) {
     kernel<<<dim3(groups, splits), 32 * WarpsFor(a.tile), MmaLayout(a).total,
              stream>>>(a, ws_m, ws_l, ws_acc);
-    const cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess) return absl::OkStatus();
-    return absl::InternalError(std::string("tensor-core split kernel: ") +
-                               cudaGetErrorString(e));
+    return FromCuda(cudaGetLastError(), "tensor-core split kernel");
   });
 }
 

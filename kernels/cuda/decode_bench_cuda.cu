@@ -18,17 +18,13 @@
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/decode_attention_cuda.h"
 #include "kernels/cuda/decode_bench_cuda.h"
+#include "kernels/cuda/split_kernel.cuh"
 #include "model/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {
 
 constexpr size_t kStreamBytes = size_t{1} << 30;
-
-absl::Status FromCuda(cudaError_t e, const std::string& what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
 
 // Small pseudo-random cache values as in the CPU bench (no NaN, no
 // denormals).
