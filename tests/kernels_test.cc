@@ -164,13 +164,8 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
     const int64_t dc = 96, length = 333, h = 8;
     const Cache cache = RandomCache(2 * length * dc, rng);
     const auto q = Random(2 * h * dc, rng);
-    FactoredDecodeParams p;
-    p.batch = 2;
-    p.heads = h;
-    p.kv_heads = 1;
-    p.dim = dc;
-    p.length = p.capacity = length;
-    p.dtype = t;
+    FactoredDecodeParams p =
+        testing::FactoredParamsOf(2, h, 1, dc, 0, length, length, t);
     p.k = p.v = {cache.data(t), dc};
     p.q = q.data();
     p.scale = 0.1f;
@@ -202,23 +197,16 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
         sin[i * dh / 2 + c] = std::sin(a);
       }
     }
-    FactoredDecodeParams p;
-    p.batch = b;
-    p.heads = h;
-    p.kv_heads = hkv;
-    p.dim = dh;
-    p.rank = r;
-    p.length = p.capacity = length;
+    FactoredDecodeParams p =
+        testing::FactoredParamsOf(b, h, hkv, dh, r, length, length, t);
     p.k = {k.data(t), dh};
     p.v = {v.data(t), dh};
     p.zk = {zk.data(t), hkv * r};
     p.zv = {zv.data(t), hkv * r};
-    p.dtype = t;
     p.q = q.data();
     p.up_k_t = bt.data();
     p.rope_cos = cos.data();
-    p.rope_sin = sin.data();
-    p.scale = 0.25f;
+    p.rope_sin = sin.data();  // scale 1/sqrt(16) = 0.25
     std::vector<float> out(b * h * dh), out_l(b * h * r), ref(out.size()),
         ref_l(out_l.size());
     p.out = out.data();
