@@ -209,6 +209,19 @@ TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
   return v;
 }
 
+std::vector<std::vector<size_t>> InterleavedOrder(size_t variants,
+                                                  int iterations) {
+  std::vector<size_t> order(variants);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 shuffle(12345);
+  std::vector<std::vector<size_t>> orders;
+  for (int it = 0; it < iterations; ++it) {
+    std::shuffle(order.begin(), order.end(), shuffle);
+    orders.push_back(order);
+  }
+  return orders;
+}
+
 absl::StatusOr<BenchBaselines> BaselinesFor(const DecodeBenchOptions& o) {
   const int64_t H = o.heads, dh = o.head_dim, r = o.rank;
   const int64_t hkv = o.kv_heads > 0 ? o.kv_heads : H;
@@ -399,17 +412,11 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       var->step = [reads] { reads->Stream(); };
       variants.push_back(std::move(var));
     }
-    // Interleaved: every iteration times one step of every variant, in a
-    // fresh shuffled order (fixed seed), so that no variant always runs right
-    // after the same neighbour. A rotating order kept the neighbours fixed:
-    // the step after MHA's 200 MB stream measured a few percent slower, and
-    // no-RoPE, always after MLA, a few percent slower than plane after it.
+    // Interleaved and shuffled: a rotating order kept the neighbours fixed,
+    // and the step after MHA's 200 MB stream measured a few percent slower,
+    // no-RoPE (always after MLA) a few percent slower than plane after it.
     for (auto& v : variants) v->step();  // warm-up
-    std::vector<size_t> order(variants.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937 shuffle(12345);
-    for (int it = 0; it < o.iterations; ++it) {
-      std::shuffle(order.begin(), order.end(), shuffle);
+    for (const auto& order : InterleavedOrder(variants.size(), o.iterations)) {
       for (size_t i : order) {
         auto& v = variants[i];
         reads->Evict();

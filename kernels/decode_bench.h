@@ -88,6 +88,12 @@ FactoredDecodeParams BenchLrkvParams(const DecodeBenchOptions& o,
                                      int64_t context, int64_t capacity);
 TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
                          int64_t latent);
+// The order the benches time their variants in: every iteration one step of
+// each, in a fresh shuffled order (fixed seed), so that no variant always runs
+// right after the same neighbour. iterations × variants indices.
+std::vector<std::vector<size_t>> InterleavedOrder(size_t variants,
+                                                  int iterations);
+
 // Appends a row per variant (median/min/max, GB/s, ratio to the "mha" row,
 // fraction of the "stream" row) and raises report->stream_gbps to this
 // context's stream row.

@@ -9,8 +9,6 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -241,11 +239,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
     }
     for (auto& v : variants) RETURN_IF_ERROR(v.step());  // warm-up
     RETURN_IF_ERROR(FromCuda(cudaDeviceSynchronize(), "warm-up"));
-    std::vector<size_t> order(variants.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937 shuffle(12345);
-    for (int it = 0; it < o.iterations; ++it) {
-      std::shuffle(order.begin(), order.end(), shuffle);
+    for (const auto& order : InterleavedOrder(variants.size(), o.iterations)) {
       for (size_t i : order) {
         RETURN_IF_ERROR(read(flush_bytes));
         ASSIGN_OR_RETURN(const double ms, events.Time(variants[i].step));
