@@ -269,6 +269,7 @@ void AppendContextRows(int64_t context, std::vector<TimedVariant> variants,
     row.max_ms = v.times_ms.back();
     row.bytes_per_step = v.bytes;
     row.macs_per_step = v.macs;
+    row.host_us = v.host_us;
     row.gbps = v.bytes / (row.median_ms * 1e-3) / 1e9;
     row.bandwidth_fraction = stream_gbps > 0 ? row.gbps / stream_gbps : 0;
     row.ratio_to_mha =
@@ -469,7 +470,8 @@ std::string DecodeBenchReport::ToTable() const {
   absl::StrAppend(&out,
                   "context  variant           config                median ms "
                   "    min ms     max ms   MB/step     GB/s  %stream  vs MHA   "
-                  "GMAC/step\n");
+                  "GMAC/step",
+                  gpu ? "  host us\n" : "\n");
   for (const auto& r : rows) {
     absl::StrAppendFormat(&out,
                           "%7d  %-17s %-20s %10.3f %10.3f %10.3f %9.1f %8.1f "
@@ -478,10 +480,12 @@ std::string DecodeBenchReport::ToTable() const {
                           r.max_ms, r.bytes_per_step / 1e6, r.gbps,
                           100 * r.bandwidth_fraction);
     if (r.variant == "stream") {
-      absl::StrAppend(&out, "      -           -\n");
+      absl::StrAppend(&out, "      -           -", gpu ? "        -\n" : "\n");
     } else {
-      absl::StrAppendFormat(&out, "%7.3f %11.3f\n", r.ratio_to_mha,
+      absl::StrAppendFormat(&out, "%7.3f %11.3f", r.ratio_to_mha,
                             r.macs_per_step / 1e9);
+      absl::StrAppend(&out, gpu ? absl::StrFormat(" %8.1f\n", r.host_us)
+                                : std::string("\n"));
     }
   }
   return out;
@@ -500,7 +504,8 @@ std::string DecodeBenchReport::ToJson() const {
                          {"gbps", r.gbps},
                          {"bandwidth_fraction", r.bandwidth_fraction},
                          {"ratio_to_mha", r.ratio_to_mha},
-                         {"macs_per_step", r.macs_per_step}});
+                         {"macs_per_step", r.macs_per_step},
+                         {"host_us", r.host_us}});
   }
   nlohmann::json j = {
       {"heads", options.heads},

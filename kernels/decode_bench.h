@@ -37,6 +37,9 @@ struct DecodeBenchRow {
   double ratio_to_mha = 0;        // median / MHA median
   double bandwidth_fraction = 0;  // gbps / this context's "stream" row
   int64_t macs_per_step = 0;      // multiply-adds of the attention itself
+  // CUDA: host microseconds to enqueue one step (planning and launches,
+  // mean over back-to-back calls); 0 on the CPU.
+  double host_us = 0;
 };
 
 struct DecodeBenchReport {
@@ -71,6 +74,7 @@ struct TimedVariant {
   std::string name, config;
   int64_t bytes = 0, macs = 0;
   std::vector<double> times_ms;
+  double host_us = 0;  // as DecodeBenchRow::host_us
 };
 
 // The MHA/GQA step over n_kv KV heads ([B, n_kv, L, d_h] caches) and the
