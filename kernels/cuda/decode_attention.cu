@@ -409,18 +409,14 @@ absl::Status LaunchCoreSplits(const SplitArgs& a, CacheDType dtype,
   const size_t shared = SharedWords(a) * 4;
   const int threads = a.heads * (a.dim + a.rank) >= 1024 ? 256 : 128;
   const dim3 grid(groups, splits);
-  if (dtype == CacheDType::kBF16) {
-    auto kernel = SplitKernel<__nv_bfloat16>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(shared));
+  auto launch = [&](auto kernel) {
+    RETURN_IF_ERROR(AllowSharedMemory(reinterpret_cast<const void*>(kernel),
+                                      static_cast<int>(shared)));
     kernel<<<grid, threads, shared, stream>>>(a, ws_m, ws_l, ws_acc);
-  } else {
-    auto kernel = SplitKernel<float>;
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(shared));
-    kernel<<<grid, threads, shared, stream>>>(a, ws_m, ws_l, ws_acc);
-  }
-  return FromCuda(cudaGetLastError(), what);
+    return FromCuda(cudaGetLastError(), what);
+  };
+  return dtype == CacheDType::kBF16 ? launch(SplitKernel<__nv_bfloat16>)
+                                    : launch(SplitKernel<float>);
 }
 
 // Sets the load widths, plans and launches the split kernel for `groups`
@@ -473,15 +469,6 @@ absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
 absl::Status FromCuda(cudaError_t e, absl::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
-int DeviceAttribute(cudaDeviceAttr attr, int fallback) {
-  int device = 0, value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) {
-    return fallback;
-  }
-  return value;
 }
 
 DecodeWorkspace::~DecodeWorkspace() { cudaFree(data_); }

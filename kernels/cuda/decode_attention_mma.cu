@@ -28,6 +28,7 @@
 #include <cmath>
 
 #include "kernels/cuda/split_kernel.cuh"
+#include "model/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {
@@ -380,8 +381,8 @@ int MaxSharedBytes() {
 template <int T, typename F>
 absl::Status WithKernelTile(const SplitArgs& a, F&& f) {
   auto run = [&](auto kernel) {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         MmaLayout(a).total);
+    RETURN_IF_ERROR(AllowSharedMemory(reinterpret_cast<const void*>(kernel),
+                                      MmaLayout(a).total));
     return f(kernel);
   };
   switch (BlocksPerWarp(a)) {
@@ -452,11 +453,10 @@ int64_t PlanMmaSplits(SplitArgs& a, int64_t groups, int multiprocessors) {
   // and no more: a second, partial wave would cost a whole block's time.
   int per_sm = 1;
   (void)WithKernel(a, [&](auto kernel) {
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, kernel, 32 * WarpsFor(a.tile), lay.total);
+    per_sm = ResidentBlocks(reinterpret_cast<const void*>(kernel),
+                            32 * WarpsFor(a.tile), lay.total);
     return absl::OkStatus();
   });
-  per_sm = std::max(per_sm, 1);
   int64_t splits = static_cast<int64_t>(per_sm) * multiprocessors / groups;
   splits = std::clamp<int64_t>(
       splits, 1,

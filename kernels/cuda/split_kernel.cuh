@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "kernels/cuda/device_facts.cuh"
 #include "kernels/decode_params.h"
 
 namespace lrkv::kernels::cuda {
@@ -200,8 +201,6 @@ __device__ void StageTile(const SplitArgs& a, const TileRows& rows, int64_t b,
 
 // InternalError "what: <CUDA's message>" unless e is cudaSuccess.
 absl::Status FromCuda(cudaError_t e, absl::string_view what);
-// An attribute of the current device, or `fallback` where it cannot be read.
-int DeviceAttribute(cudaDeviceAttr attr, int fallback);
 
 // The tensor-core kernel (decode_attention_mma.cu), for bf16 caches and at
 // most 16 query heads per group.
