@@ -6,17 +6,22 @@
 # >= 60 % of the streaming read bandwidth measured in the same run. One run of
 # the bench cannot say how much a shared machine's memory moves between runs;
 # several in a row can. Usage: scripts/decode_bench_runs.sh [N] [extra bench flags]
+# THREADS (default 2) sets --threads; LRKV_BENCH (default "build/bin/lrkv bench
+# decode") the command, e.g. "build/bin/lrkv-kernel-bench" on a host without
+# LibTorch.
 set -eu
 cd "$(dirname "$0")/.."
 n=${1:-10}
+threads=${THREADS:-2}
+bench=${LRKV_BENCH:-build/bin/lrkv bench decode}
 [ $# -gt 0 ] && shift
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 i=1
 while [ "$i" -le "$n" ]; do
-  build/bin/lrkv bench decode --heads 12 --head-dim 128 --rank 51 --batch 4 \
-    --context 8192 --dtype bf16 --threads 2 "$@" --json "$dir/run$i.json" \
-    >/dev/null
+  # shellcheck disable=SC2086  # $bench is a command and its words
+  $bench --heads 12 --head-dim 128 --rank 51 --batch 4 --context 8192 \
+    --dtype bf16 --threads "$threads" "$@" --json "$dir/run$i.json" >/dev/null
   i=$((i + 1))
 done
 python3 - "$dir" "$n" <<'PY'
@@ -27,7 +32,8 @@ rho = runs[0]["cache_ratio"]
 bar = 1.15 * rho
 names = [r["variant"] for r in runs[0]["rows"]
          if r["variant"].startswith("lrkv") and "tiles" in r["config"]]
-print("bars: step <= %.3f x MHA (1.15 rho, rho = %.4f), >= 60%% of the stream" % (bar, rho))
+print("%d threads, %s kernels; bars: step <= %.3f x MHA (1.15 rho, rho = %.4f), "
+      ">= 60%% of the stream" % (runs[0]["threads"], runs[0]["isa"], bar, rho))
 print("run  stream GB/s  MHA ms  " + "  ".join("%-22s" % v for v in names))
 met = {v: 0 for v in names}
 for i, r in enumerate(runs, 1):
