@@ -68,10 +68,13 @@ TEST(DecodeKernels, MhaMatchesTheCpuReference_CUDA) {
                 {2, 8, 2, 128, 333},
                 {4, 12, 12, 128, 4096},
                 {3, 16, 2, 64, 1000},
-                {1, 2, 1, 8, 31}};
+                {1, 2, 1, 8, 31},
+                {2, 12, 4, 128, 5000},
+                {1, 8, 8, 256, 777}};
   for (const auto& s : shapes) {
-    // fp32 (CUDA cores) and bf16 (tensor cores), each head-major and
-    // position-major.
+    // fp32 and bf16, each head-major and position-major: up to 4 query heads
+    // per KV head run the streaming kernel, more the tensor-core (bf16) or
+    // CUDA-core (fp32) split kernel.
     for (int variant = 0; variant < 4; ++variant) {
       const bool bf16 = variant % 2 == 1, position_major = variant >= 2;
       SCOPED_TRACE(::testing::Message() << "L=" << s.length << " h=" << s.h

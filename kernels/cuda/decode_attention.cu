@@ -430,9 +430,13 @@ absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
     if (s->width > 0) s->vector = VectorBytes(*s, es);
   }
   const int sms = DeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
-  const bool mma = dtype == CacheDType::kBF16 && MmaKernelSupports(a);
+  const bool streamed = StreamKernelSupports(a, dtype);
+  const bool mma =
+      !streamed && dtype == CacheDType::kBF16 && MmaKernelSupports(a);
   int64_t splits = 0;
-  if (mma) {
+  if (streamed) {
+    splits = PlanStreamSplits(a, dtype, groups, sms);
+  } else if (mma) {
     splits = PlanMmaSplits(a, groups, sms);
   } else {
     ASSIGN_OR_RETURN(splits, PlanCoreSplits(a, groups, es, sms, what));
@@ -448,7 +452,10 @@ absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
   float* ws_m = static_cast<float*>(ws->data());
   float* ws_l = ws_m + items;
   float* ws_acc = ws_l + items;
-  if (mma) {
+  if (streamed) {
+    RETURN_IF_ERROR(LaunchStreamSplits(a, dtype, groups, splits, ws_m, ws_l,
+                                       ws_acc, stream));
+  } else if (mma) {
     RETURN_IF_ERROR(
         LaunchMmaSplits(a, groups, splits, ws_m, ws_l, ws_acc, stream));
   } else {

@@ -1,7 +1,8 @@
-// What the two split kernels share (decode_attention.cu's CUDA-core kernel and
-// decode_attention_mma.cu's tensor-core kernel): the description of a group of
-// query heads over a cache, and the cp.async staging of a tile's rows into
-// shared memory. Included by the .cu files only.
+// What the split kernels share (decode_attention.cu's CUDA-core kernel,
+// decode_attention_mma.cu's tensor-core kernel, mha_stream.cu's streaming
+// kernel): the description of a group of query heads over a cache, and the
+// cp.async staging of a tile's rows into shared memory. Included by the .cu
+// files only.
 #ifndef LRKV_KERNELS_CUDA_SPLIT_KERNEL_CUH_
 #define LRKV_KERNELS_CUDA_SPLIT_KERNEL_CUH_
 
@@ -213,6 +214,17 @@ int64_t PlanMmaSplits(SplitArgs& a, int64_t groups, int multiprocessors);
 absl::Status LaunchMmaSplits(const SplitArgs& a, int64_t groups, int64_t splits,
                              float* ws_m, float* ws_l, float* ws_acc,
                              cudaStream_t stream);
+
+// The streaming kernel (mha_stream.cu), for plain MHA/GQA attention of at
+// most 4 query heads per KV head over 16-byte-aligned rows.
+bool StreamKernelSupports(const SplitArgs& a, CacheDType dtype);
+// Splits of `length` positions for `groups` groups; fills a.chunk.
+int64_t PlanStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
+                         int multiprocessors);
+absl::Status LaunchStreamSplits(const SplitArgs& a, CacheDType dtype,
+                                int64_t groups, int64_t splits, float* ws_m,
+                                float* ws_l, float* ws_acc,
+                                cudaStream_t stream);
 
 }  // namespace lrkv::kernels::cuda
 
