@@ -64,12 +64,9 @@ TEST(DecodeKernels, MhaMatchesTheCpuReference_CUDA) {
   std::mt19937 rng(7);
   struct Shape {
     int64_t b, h, hkv, dh, length;
-  } shapes[] = {{1, 4, 4, 64, 1},
-                {2, 8, 2, 128, 333},
-                {4, 12, 12, 128, 4096},
-                {3, 16, 2, 64, 1000},
-                {1, 2, 1, 8, 31},
-                {2, 12, 4, 128, 5000},
+  } shapes[] = {{1, 4, 4, 64, 1},       {2, 8, 2, 128, 333},
+                {4, 12, 12, 128, 4096}, {3, 16, 2, 64, 1000},
+                {1, 2, 1, 8, 31},       {2, 12, 4, 128, 5000},
                 {1, 8, 8, 256, 777}};
   for (const auto& s : shapes) {
     // fp32 and bf16, each head-major and position-major: up to 4 query heads
@@ -114,7 +111,8 @@ TEST(DecodeKernels, FactoredLrkvMatchesTheCpuReference_CUDA) {
   } shapes[] = {{1, 4, 4, 64, 16, 1},       {2, 8, 4, 8, 2, 77},
                 {4, 12, 12, 128, 51, 2048}, {1, 6, 2, 32, 0, 500},
                 {2, 12, 12, 128, 51, 3001}, {1, 8, 2, 64, 64, 257},
-                {2, 4, 1, 16, 5, 100}};
+                {2, 4, 1, 16, 5, 100},      {1, 32, 8, 128, 32, 300},
+                {3, 9, 3, 128, 40, 1100}};
   for (const auto& s : shapes) {
     for (int variant = 0; variant < 4; ++variant) {
       const bool bf16 = variant % 2 == 1, with_sigma = variant >= 2;

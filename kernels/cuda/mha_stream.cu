@@ -17,43 +17,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/split_kernel.cuh"
+#include "kernels/cuda/stream_common.cuh"
 #include "model/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 8;     // warps per block
-constexpr int kAhead = 4;     // positions per lane group loaded before use
 constexpr int kMaxHeads = 4;  // query heads per KV head
-constexpr float kLog2e = 1.4426950408889634f;
-
-// Elements in one 16-byte load.
-template <typename E>
-__host__ __device__ constexpr int PerLoad() {
-  return 16 / static_cast<int>(sizeof(E));
-}
-
-// The N floats of one 16-byte load.
-__device__ __forceinline__ void Widen(const uint4& x, float* f, const float*) {
-  f[0] = __uint_as_float(x.x);
-  f[1] = __uint_as_float(x.y);
-  f[2] = __uint_as_float(x.z);
-  f[3] = __uint_as_float(x.w);
-}
-__device__ __forceinline__ void Widen(const uint4& x, float* f,
-                                      const __nv_bfloat16*) {
-  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-// exp2(x - m), 0 where x is -inf (masked) — m is finite whenever x is.
-__device__ __forceinline__ float Weight(float x, float m) {
-  return x == -INFINITY ? 0.0f : exp2f(x - m);
-}
+constexpr int kAhead = kStreamAhead;
 
 template <typename E, int G, int LP>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -114,10 +86,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         float d = 0;
 #pragma unroll
         for (int e = 0; e < N; ++e) d = fmaf(q[g][e], kf[e], d);
-#pragma unroll
-        for (int o = LP / 2; o > 0; o >>= 1) {
-          d += __shfl_xor_sync(0xffffffffu, d, o);
-        }
+        d = GroupSum<LP>(d);
         s[u][g] = t_warp + u * kStep + sub < t1 ? d : -INFINITY;
       }
     }
@@ -148,23 +117,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
   // The warp's lane groups into one state (every group then holds it).
 #pragma unroll
-  for (int o = LP; o < 32; o <<= 1) {
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m[g], o);
-      const float l2 = __shfl_xor_sync(0xffffffffu, l[g], o);
-      const float mx = fmaxf(m[g], m2);
-      const float c1 = mx == -INFINITY ? 0.0f : Weight(m[g], mx);
-      const float c2 = mx == -INFINITY ? 0.0f : Weight(m2, mx);
-      l[g] = l[g] * c1 + l2 * c2;
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float a2 = __shfl_xor_sync(0xffffffffu, acc[g][e], o);
-        acc[g][e] = acc[g][e] * c1 + a2 * c2;
-      }
-      m[g] = mx;
-    }
-  }
+  for (int g = 0; g < G; ++g) MergeLaneGroups<LP>(m[g], l[g], acc[g]);
   const int row = 2 + a.dim;  // floats per (warp, head) in shared memory
   if (sub == 0) {
 #pragma unroll
@@ -197,7 +150,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     ws_acc[item * a.dim + col] = sum;
     if (col == 0) {
       // m back in natural-log units, as the merge kernel reads it.
-      ws_m[item] = mx * 0.6931471805599453f;
+      ws_m[item] = mx * kLn2;
       ws_l[item] = total;
     }
   }

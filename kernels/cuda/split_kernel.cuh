@@ -1,6 +1,6 @@
 // What the split kernels share (decode_attention.cu's CUDA-core kernel,
-// decode_attention_mma.cu's tensor-core kernel, mha_stream.cu's streaming
-// kernel): the description of a group of query heads over a cache, and the
+// decode_attention_mma.cu's tensor-core kernel, the streaming kernels of
+// mha_stream.cu and lrkv_stream.cu): the description of a group of query heads over a cache, and the
 // cp.async staging of a tile's rows into shared memory. Included by the .cu
 // files only.
 #ifndef LRKV_KERNELS_CUDA_SPLIT_KERNEL_CUH_
@@ -225,6 +225,16 @@ absl::Status LaunchStreamSplits(const SplitArgs& a, CacheDType dtype,
                                 int64_t groups, int64_t splits, float* ws_m,
                                 float* ws_l, float* ws_acc,
                                 cudaStream_t stream);
+
+// The streaming factored kernel (lrkv_stream.cu), for LRKV caches of at most
+// 32 heads with 16-byte-aligned shared rows and rank <= 4 lanes' worth.
+bool LrkvStreamKernelSupports(const SplitArgs& a, CacheDType dtype);
+int64_t PlanLrkvStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
+                             int multiprocessors);
+absl::Status LaunchLrkvStreamSplits(const SplitArgs& a, CacheDType dtype,
+                                    int64_t groups, int64_t splits,
+                                    float* ws_m, float* ws_l, float* ws_acc,
+                                    cudaStream_t stream);
 
 }  // namespace lrkv::kernels::cuda
 
