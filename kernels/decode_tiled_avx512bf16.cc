@@ -44,9 +44,10 @@ constexpr int64_t kPrefetchTiles = 4;
 // array, or every value block made contiguous in its order of use (a purely
 // sequential read), gained 0-5 %, and with the hardware prefetcher alone that
 // sequential read took 3.1-3.2 ms without the multiplies but 3.9-4.1 ms with
-// them. PREFETCHT0 a tile ahead, or a second T0 pass 8-16 KB ahead of the
-// loads, measured 0-5 % better or worse; on Zen 4 PREFETCHT1/T2 are dropped
-// under load (a loop of prefetches alone "read" 230-270 GB/s).
+// them. PREFETCHT0 a tile ahead measured 1.2-1.3x slower, a second T0 pass
+// 8-16 KB ahead of the loads beside the T1 pass 0-5 % faster; on Zen 4
+// PREFETCHT1/T2 are dropped under load (a loop of prefetches alone "read"
+// 230-270 GB/s).
 
 // Prefetches the cache lines of the tile kPrefetchTiles ahead (all four
 // segments) a few at a time from inside the compute-bound loops, so that memory
