@@ -431,22 +431,22 @@ absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
     if (s->width > 0) s->vector = VectorBytes(*s, es);
   }
   const int sms = DeviceAttribute(cudaDevAttrMultiProcessorCount, 1);
-  enum { kStream, kLrkvStream, kMma, kCore } kernel = kCore;
+  enum { kMhaStream, kLrkvStream, kMma, kCore } kernel = kCore;
   // Measured on an H200 at the paper shape: MHA/GQA stream at 80-95 % of
   // the read bandwidth on the streaming kernel (35-39 % on tensor cores); a
   // bf16 LRKV cache takes 0.083 ms on tensor cores against 0.147 streaming
   // (L = 8192, b = 4), an fp32 one 0.112 streaming against 0.296 on the
   // CUDA-core kernel, and 32-head groups 0.70 against 0.87 ms.
-  if (StreamKernelSupports(a, dtype)) {
-    kernel = kStream;
+  if (MhaStreamKernelSupports(a, dtype)) {
+    kernel = kMhaStream;
   } else if (dtype == CacheDType::kBF16 && MmaKernelSupports(a)) {
     kernel = kMma;
   } else if (LrkvStreamKernelSupports(a, dtype)) {
     kernel = kLrkvStream;
   }
   int64_t splits = 0;
-  if (kernel == kStream) {
-    splits = PlanStreamSplits(a, dtype, groups, sms);
+  if (kernel == kMhaStream) {
+    splits = PlanMhaStreamSplits(a, dtype, groups, sms);
   } else if (kernel == kLrkvStream) {
     splits = PlanLrkvStreamSplits(a, dtype, groups, sms);
   } else if (kernel == kMma) {
@@ -465,9 +465,9 @@ absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
   float* ws_m = static_cast<float*>(ws->data());
   float* ws_l = ws_m + items;
   float* ws_acc = ws_l + items;
-  if (kernel == kStream) {
-    RETURN_IF_ERROR(LaunchStreamSplits(a, dtype, groups, splits, ws_m, ws_l,
-                                       ws_acc, stream));
+  if (kernel == kMhaStream) {
+    RETURN_IF_ERROR(LaunchMhaStreamSplits(a, dtype, groups, splits, ws_m, ws_l,
+                                          ws_acc, stream));
   } else if (kernel == kLrkvStream) {
     RETURN_IF_ERROR(LaunchLrkvStreamSplits(a, dtype, groups, splits, ws_m, ws_l,
                                            ws_acc, stream));

@@ -29,7 +29,7 @@ constexpr int kAhead = kStreamAhead;
 
 template <typename E, int G, int LP>
 __global__ void __launch_bounds__(32 * kWarps)
-    StreamSplitKernel(SplitArgs a, float* ws_m, float* ws_l, float* ws_acc) {
+    MhaStreamKernel(SplitArgs a, float* ws_m, float* ws_l, float* ws_acc) {
   constexpr int N = PerLoad<E>(), S = 32 / LP;
   extern __shared__ float shared[];  // [kWarps][G][2 + dim]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -162,17 +162,17 @@ template <typename E, int G, typename F>
 absl::Status WithLanes(int lanes, F&& f) {
   switch (lanes) {
     case 1:
-      return f(StreamSplitKernel<E, G, 1>);
+      return f(MhaStreamKernel<E, G, 1>);
     case 2:
-      return f(StreamSplitKernel<E, G, 2>);
+      return f(MhaStreamKernel<E, G, 2>);
     case 4:
-      return f(StreamSplitKernel<E, G, 4>);
+      return f(MhaStreamKernel<E, G, 4>);
     case 8:
-      return f(StreamSplitKernel<E, G, 8>);
+      return f(MhaStreamKernel<E, G, 8>);
     case 16:
-      return f(StreamSplitKernel<E, G, 16>);
+      return f(MhaStreamKernel<E, G, 16>);
     case 32:
-      return f(StreamSplitKernel<E, G, 32>);
+      return f(MhaStreamKernel<E, G, 32>);
     default:
       return absl::InvalidArgumentError("streaming MHA kernel: row width");
   }
@@ -197,7 +197,7 @@ absl::Status WithHeads(int heads, int lanes, F&& f) {
 // Calls f(kernel) with the kernel for the arguments, its shared memory
 // allowed.
 template <typename F>
-absl::Status WithStreamKernel(const SplitArgs& a, CacheDType dtype, F&& f) {
+absl::Status WithMhaStreamKernel(const SplitArgs& a, CacheDType dtype, F&& f) {
   const int n =
       dtype == CacheDType::kBF16 ? PerLoad<__nv_bfloat16>() : PerLoad<float>();
   const int bytes = kWarps * a.heads * (2 + a.dim) * 4;
@@ -213,7 +213,7 @@ absl::Status WithStreamKernel(const SplitArgs& a, CacheDType dtype, F&& f) {
 
 }  // namespace
 
-bool StreamKernelSupports(const SplitArgs& a, CacheDType dtype) {
+bool MhaStreamKernelSupports(const SplitArgs& a, CacheDType dtype) {
   const int n =
       dtype == CacheDType::kBF16 ? PerLoad<__nv_bfloat16>() : PerLoad<float>();
   const int lanes = a.dim / n;
@@ -225,12 +225,12 @@ bool StreamKernelSupports(const SplitArgs& a, CacheDType dtype) {
          (lanes & (lanes - 1)) == 0;
 }
 
-int64_t PlanStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
-                         int multiprocessors) {
+int64_t PlanMhaStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
+                            int multiprocessors) {
   // One wave of as many blocks as fit on the SMs, each split at least
   // kMinSplitPositions long.
   int per_sm = 1;
-  (void)WithStreamKernel(a, dtype, [&](auto kernel, int bytes) {
+  (void)WithMhaStreamKernel(a, dtype, [&](auto kernel, int bytes) {
     per_sm = ResidentBlocks(reinterpret_cast<const void*>(kernel), 32 * kWarps,
                             bytes);
     return absl::OkStatus();
@@ -243,11 +243,11 @@ int64_t PlanStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
   return (a.length + a.chunk - 1) / a.chunk;
 }
 
-absl::Status LaunchStreamSplits(const SplitArgs& a, CacheDType dtype,
-                                int64_t groups, int64_t splits, float* ws_m,
-                                float* ws_l, float* ws_acc,
-                                cudaStream_t stream) {
-  return WithStreamKernel(a, dtype, [&](auto kernel, int bytes) {
+absl::Status LaunchMhaStreamSplits(const SplitArgs& a, CacheDType dtype,
+                                   int64_t groups, int64_t splits, float* ws_m,
+                                   float* ws_l, float* ws_acc,
+                                   cudaStream_t stream) {
+  return WithMhaStreamKernel(a, dtype, [&](auto kernel, int bytes) {
     kernel<<<dim3(groups, splits), 32 * kWarps, bytes, stream>>>(a, ws_m, ws_l,
                                                                  ws_acc);
     return FromCuda(cudaGetLastError(), "streaming MHA split kernel");

@@ -1,8 +1,8 @@
 // What the split kernels share (decode_attention.cu's CUDA-core kernel,
 // decode_attention_mma.cu's tensor-core kernel, the streaming kernels of
-// mha_stream.cu and lrkv_stream.cu): the description of a group of query heads over a cache, and the
-// cp.async staging of a tile's rows into shared memory. Included by the .cu
-// files only.
+// mha_stream.cu and lrkv_stream.cu): the description of a group of query heads
+// over a cache, and the cp.async staging of a tile's rows into shared memory.
+// Included by the .cu files only.
 #ifndef LRKV_KERNELS_CUDA_SPLIT_KERNEL_CUH_
 #define LRKV_KERNELS_CUDA_SPLIT_KERNEL_CUH_
 
@@ -217,14 +217,14 @@ absl::Status LaunchMmaSplits(const SplitArgs& a, int64_t groups, int64_t splits,
 
 // The streaming kernel (mha_stream.cu), for plain MHA/GQA attention of at
 // most 4 query heads per KV head over 16-byte-aligned rows.
-bool StreamKernelSupports(const SplitArgs& a, CacheDType dtype);
+bool MhaStreamKernelSupports(const SplitArgs& a, CacheDType dtype);
 // Splits of `length` positions for `groups` groups; fills a.chunk.
-int64_t PlanStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
-                         int multiprocessors);
-absl::Status LaunchStreamSplits(const SplitArgs& a, CacheDType dtype,
-                                int64_t groups, int64_t splits, float* ws_m,
-                                float* ws_l, float* ws_acc,
-                                cudaStream_t stream);
+int64_t PlanMhaStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
+                            int multiprocessors);
+absl::Status LaunchMhaStreamSplits(const SplitArgs& a, CacheDType dtype,
+                                   int64_t groups, int64_t splits, float* ws_m,
+                                   float* ws_l, float* ws_acc,
+                                   cudaStream_t stream);
 
 // The streaming factored kernel (lrkv_stream.cu), for LRKV caches of at most
 // 32 heads with 16-byte-aligned shared rows and rank <= 4 lanes' worth.
@@ -232,8 +232,8 @@ bool LrkvStreamKernelSupports(const SplitArgs& a, CacheDType dtype);
 int64_t PlanLrkvStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
                              int multiprocessors);
 absl::Status LaunchLrkvStreamSplits(const SplitArgs& a, CacheDType dtype,
-                                    int64_t groups, int64_t splits,
-                                    float* ws_m, float* ws_l, float* ws_acc,
+                                    int64_t groups, int64_t splits, float* ws_m,
+                                    float* ws_l, float* ws_acc,
                                     cudaStream_t stream);
 
 }  // namespace lrkv::kernels::cuda
