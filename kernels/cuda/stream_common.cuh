@@ -39,16 +39,6 @@ __device__ __forceinline__ void Widen(const uint4& x, float* f,
   }
 }
 
-// One cached element as a float.
-__device__ __forceinline__ float Element(const unsigned char* p, const float*) {
-  return *reinterpret_cast<const float*>(p);
-}
-__device__ __forceinline__ float Element(const unsigned char* p,
-                                         const __nv_bfloat16*) {
-  return __uint_as_float(
-      static_cast<uint32_t>(*reinterpret_cast<const unsigned short*>(p)) << 16);
-}
-
 // exp2(x - m), 0 where x is -inf (masked); m is finite whenever x is.
 __device__ __forceinline__ float Weight(float x, float m) {
   return x == -INFINITY ? 0.0f : exp2f(x - m);
