@@ -391,15 +391,8 @@ absl::StatusOr<int64_t> PlanCoreSplits(SplitArgs& a, int64_t groups, int64_t es,
                      max_shared));
   }
   a.tile = tile;
-  const int64_t tiles = (a.length + tile - 1) / tile;
-  // Enough splits for kBlocksPerSm blocks per SM, each of at least
-  // kMinSplitPositions positions.
-  int64_t splits = (kBlocksPerSm * sms + groups - 1) / groups;
-  splits = std::clamp<int64_t>(
-      splits, 1,
-      std::clamp<int64_t>(a.length / kMinSplitPositions, 1, kMaxSplits));
-  a.chunk = (tiles + splits - 1) / splits * tile;
-  return (a.length + a.chunk - 1) / a.chunk;
+  // Enough splits for kBlocksPerSm blocks per SM.
+  return ChunkSplits(a, (kBlocksPerSm * sms + groups - 1) / groups, tile);
 }
 
 absl::Status LaunchCoreSplits(const SplitArgs& a, CacheDType dtype,

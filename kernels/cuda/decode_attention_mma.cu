@@ -457,13 +457,8 @@ int64_t PlanMmaSplits(SplitArgs& a, int64_t groups, int multiprocessors) {
                             32 * WarpsFor(a.tile), lay.total);
     return absl::OkStatus();
   });
-  int64_t splits = static_cast<int64_t>(per_sm) * multiprocessors / groups;
-  splits = std::clamp<int64_t>(
-      splits, 1,
-      std::clamp<int64_t>(a.length / kMinSplitPositions, 1, kMaxSplits));
-  const int64_t tiles = (a.length + a.tile - 1) / a.tile;
-  a.chunk = (tiles + splits - 1) / splits * a.tile;
-  return (a.length + a.chunk - 1) / a.chunk;
+  return ChunkSplits(a, static_cast<int64_t>(per_sm) * multiprocessors / groups,
+                     a.tile);
 }
 
 absl::Status LaunchMmaSplits(const SplitArgs& a, int64_t groups, int64_t splits,

@@ -283,14 +283,9 @@ int64_t PlanLrkvStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
     per_sm = ResidentBlocks(reinterpret_cast<const void*>(kernel), threads, 0);
     return absl::OkStatus();
   });
-  // One wave of as many blocks as fit, each split at least
-  // kMinSplitPositions long.
-  int64_t splits = static_cast<int64_t>(per_sm) * multiprocessors / groups;
-  splits = std::clamp<int64_t>(
-      splits, 1,
-      std::clamp<int64_t>(a.length / kMinSplitPositions, 1, kMaxSplits));
-  a.chunk = ((a.length + splits - 1) / splits + 15) / 16 * 16;
-  return (a.length + a.chunk - 1) / a.chunk;
+  // One wave of as many blocks as fit on the SMs.
+  return ChunkSplits(a, static_cast<int64_t>(per_sm) * multiprocessors / groups,
+                     16);
 }
 
 absl::Status LaunchLrkvStreamSplits(const SplitArgs& a, CacheDType dtype,

@@ -227,20 +227,15 @@ bool MhaStreamKernelSupports(const SplitArgs& a, CacheDType dtype) {
 
 int64_t PlanMhaStreamSplits(SplitArgs& a, CacheDType dtype, int64_t groups,
                             int multiprocessors) {
-  // One wave of as many blocks as fit on the SMs, each split at least
-  // kMinSplitPositions long.
+  // One wave of as many blocks as fit on the SMs.
   int per_sm = 1;
   (void)WithMhaStreamKernel(a, dtype, [&](auto kernel, int bytes) {
     per_sm = ResidentBlocks(reinterpret_cast<const void*>(kernel), 32 * kWarps,
                             bytes);
     return absl::OkStatus();
   });
-  int64_t splits = static_cast<int64_t>(per_sm) * multiprocessors / groups;
-  splits = std::clamp<int64_t>(
-      splits, 1,
-      std::clamp<int64_t>(a.length / kMinSplitPositions, 1, kMaxSplits));
-  a.chunk = ((a.length + splits - 1) / splits + 15) / 16 * 16;
-  return (a.length + a.chunk - 1) / a.chunk;
+  return ChunkSplits(a, static_cast<int64_t>(per_sm) * multiprocessors / groups,
+                     16);
 }
 
 absl::Status LaunchMhaStreamSplits(const SplitArgs& a, CacheDType dtype,

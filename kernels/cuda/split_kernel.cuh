@@ -10,6 +10,7 @@
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -61,6 +62,19 @@ struct SplitArgs {
   int latent_chunk = 1;  // heads per thread over the latent value columns
   int stages = 2;        // tensor-core kernel: tiles in the shared-memory ring
 };
+
+// The splits of a.length positions when `wanted` are asked for: at least one,
+// none shorter than kMinSplitPositions, at most kMaxSplits. Sets a.chunk to the
+// split length rounded up to whole `granule`s of positions and returns the
+// splits that chunk gives.
+inline int64_t ChunkSplits(SplitArgs& a, int64_t wanted, int64_t granule) {
+  const int64_t splits = std::clamp<int64_t>(
+      wanted, 1,
+      std::clamp<int64_t>(a.length / kMinSplitPositions, 1, kMaxSplits));
+  const int64_t granules = (a.length + granule - 1) / granule;
+  a.chunk = (granules + splits - 1) / splits * granule;
+  return (a.length + a.chunk - 1) / a.chunk;
+}
 
 // Words of one staged tile: the rows of every segment.
 inline __host__ __device__ int64_t TileWords(const SplitArgs& a) {
