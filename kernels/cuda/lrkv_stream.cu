@@ -150,18 +150,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps)
         s[u][g] = t < t1 ? d : -INFINITY;
       }
     }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float mx = m[g];
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) mx = fmaxf(mx, s[u][g]);
-      if (mx == -INFINITY) continue;  // nothing valid yet
-      const float corr = Weight(m[g], mx);
-      l[g] *= corr;
-#pragma unroll
-      for (int e = 0; e < NA; ++e) acc[g][e] *= corr;
-      m[g] = mx;
-    }
+    RaiseMax(s, m, l, acc);
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       float vf[N];

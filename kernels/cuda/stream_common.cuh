@@ -44,6 +44,26 @@ __device__ __forceinline__ float Weight(float x, float m) {
   return x == -INFINITY ? 0.0f : exp2f(x - m);
 }
 
+// Raises each of G heads' running maximum m to cover this step's U scores
+// s[u][g], rescaling its sum l and its NA accumulators; heads with no valid
+// score yet are left as they are.
+template <int U, int G, int NA>
+__device__ __forceinline__ void RaiseMax(const float (&s)[U][G], float (&m)[G],
+                                         float (&l)[G], float (&acc)[G][NA]) {
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float mx = m[g];
+#pragma unroll
+    for (int u = 0; u < U; ++u) mx = fmaxf(mx, s[u][g]);
+    if (mx == -INFINITY) continue;
+    const float corr = Weight(m[g], mx);
+    l[g] *= corr;
+#pragma unroll
+    for (int e = 0; e < NA; ++e) acc[g][e] *= corr;
+    m[g] = mx;
+  }
+}
+
 // Sum over the LP lanes of a group (xor shuffles; every lane takes part).
 template <int LP>
 __device__ __forceinline__ float GroupSum(float d) {
