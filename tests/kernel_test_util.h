@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,15 @@
 #include "kernels/decode_params.h"
 
 namespace lrkv::kernels::testing {
+
+// n standard-normal values times `scale`.
+inline std::vector<float> RandomNormals(size_t n, std::mt19937& rng,
+                                        float scale = 1) {
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * dist(rng);
+  return v;
+}
 
 // The decode parameters of a shape, scale 1/sqrt(d_h); buffers are the
 // caller's.

@@ -41,12 +41,7 @@ struct DeviceBuffer {
   }
 };
 
-std::vector<float> RandomFloats(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
+using testing::RandomNormals;
 
 std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
   std::vector<uint16_t> out(v.size());
@@ -77,8 +72,8 @@ TEST(DecodeKernels, MhaMatchesTheCpuReference_CUDA) {
       SCOPED_TRACE(::testing::Message() << "L=" << s.length << " h=" << s.h
                                         << " variant " << variant);
       const size_t kv = s.b * s.hkv * s.length * s.dh;
-      auto k = RandomFloats(kv, rng), v = RandomFloats(kv, rng);
-      auto q = RandomFloats(s.b * s.h * s.dh, rng);
+      auto k = RandomNormals(kv, rng), v = RandomNormals(kv, rng);
+      auto q = RandomNormals(s.b * s.h * s.dh, rng);
       std::vector<float> ref(s.b * s.h * s.dh);
       MhaDecodeParams p =
           testing::MhaParamsOf(s.b, s.h, s.hkv, s.dh, s.length, s.length,
@@ -120,13 +115,13 @@ TEST(DecodeKernels, FactoredLrkvMatchesTheCpuReference_CUDA) {
                    << "L=" << s.length << " h=" << s.h << " r=" << s.r
                    << " variant " << variant);
       const int64_t lat = s.hkv * s.r;
-      auto ks = RandomFloats(s.b * s.length * s.dh, rng),
-           vs = RandomFloats(ks.size(), rng);
-      auto zk = RandomFloats(s.b * s.length * lat, rng),
-           zv = RandomFloats(zk.size(), rng);
-      auto sigma = RandomFloats(s.b * s.length * s.hkv, rng);
-      auto q = RandomFloats(s.b * s.h * s.dh, rng),
-           ql = RandomFloats(s.b * s.h * s.r, rng);
+      auto ks = RandomNormals(s.b * s.length * s.dh, rng),
+           vs = RandomNormals(ks.size(), rng);
+      auto zk = RandomNormals(s.b * s.length * lat, rng),
+           zv = RandomNormals(zk.size(), rng);
+      auto sigma = RandomNormals(s.b * s.length * s.hkv, rng);
+      auto q = RandomNormals(s.b * s.h * s.dh, rng),
+           ql = RandomNormals(s.b * s.h * s.r, rng);
       std::vector<float> ref(s.b * s.h * s.dh), ref_l(s.b * s.h * s.r);
       FactoredDecodeParams p = testing::FactoredParamsOf(
           s.b, s.h, s.hkv, s.dh, s.r, s.length, s.length,
@@ -185,8 +180,8 @@ TEST(DecodeKernels, AbsorbedMlaMatchesTheCpuReference_CUDA) {
     for (bool bf16 : {false, true}) {
       SCOPED_TRACE(::testing::Message()
                    << "d_c=" << s.dc << " h=" << s.h << " bf16 " << bf16);
-      auto c = RandomFloats(s.b * s.length * s.dc, rng);
-      auto q = RandomFloats(s.b * s.h * s.dc, rng);
+      auto c = RandomNormals(s.b * s.length * s.dc, rng);
+      auto q = RandomNormals(s.b * s.h * s.dc, rng);
       const auto cb = ToBf16(c);
       std::vector<float> ref(s.b * s.h * s.dc);
       FactoredDecodeParams p;
@@ -219,9 +214,9 @@ TEST(DecodeKernels, WorkspaceIsReusedAcrossCalls_CUDA) {
   cuda::DecodeWorkspace workspace;
   for (int64_t length : {5000, 17, 900}) {
     const int64_t b = 2, h = 8, hkv = 4, dh = 64;
-    auto k = RandomFloats(b * hkv * length * dh, rng),
-         v = RandomFloats(k.size(), rng);
-    auto q = RandomFloats(b * h * dh, rng);
+    auto k = RandomNormals(b * hkv * length * dh, rng),
+         v = RandomNormals(k.size(), rng);
+    auto q = RandomNormals(b * h * dh, rng);
     std::vector<float> ref(b * h * dh);
     MhaDecodeParams p =
         testing::MhaParamsOf(b, h, hkv, dh, length, length, CacheDType::kF32);

@@ -39,12 +39,7 @@ Cache RandomCache(size_t n, std::mt19937& rng) {
   return c;
 }
 
-std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1) {
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (auto& x : v) x = scale * dist(rng);
-  return v;
-}
+using testing::RandomNormals;
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref,
                  CacheDType t, const std::string& what) {
@@ -69,7 +64,7 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
       const size_t kv = s.b * s.hkv * s.capacity * s.dh;
       const Cache k = RandomCache(kv, rng), v = RandomCache(kv, rng);
-      const auto q = Random(s.b * s.h * s.dh, rng);
+      const auto q = RandomNormals(s.b * s.h * s.dh, rng);
       std::vector<float> out(s.b * s.h * s.dh), ref(out.size());
       MhaDecodeParams p =
           testing::MhaParamsOf(s.b, s.h, s.hkv, s.dh, s.length, s.capacity, t);
@@ -109,9 +104,9 @@ constexpr FactoredShape kFactoredShapes[] = {
 struct FactoredInputs {
   std::vector<float> sigma, q, ql;
   FactoredInputs(const FactoredShape& s, int64_t capacity, std::mt19937& rng)
-      : sigma(Random(s.b * capacity * s.hkv, rng, 0.3f)),
-        q(Random(s.b * s.h * s.dh, rng)),
-        ql(Random(s.b * s.h * s.r, rng)) {}
+      : sigma(RandomNormals(s.b * capacity * s.hkv, rng, 0.3f)),
+        q(RandomNormals(s.b * s.h * s.dh, rng)),
+        ql(RandomNormals(s.b * s.h * s.r, rng)) {}
   FactoredDecodeParams Params(const FactoredShape& s, CacheDType t,
                               int64_t capacity) const {
     FactoredDecodeParams p = testing::FactoredParamsOf(
@@ -163,7 +158,7 @@ TEST_P(KernelTest, FactoredLrkvAndMlaMatchTheReference) {
   for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
     const int64_t dc = 96, length = 333, h = 8;
     const Cache cache = RandomCache(2 * length * dc, rng);
-    const auto q = Random(2 * h * dc, rng);
+    const auto q = RandomNormals(2 * h * dc, rng);
     FactoredDecodeParams p =
         testing::FactoredParamsOf(2, h, 1, dc, 0, length, length, t);
     p.k = p.v = {cache.data(t), dc};
@@ -187,8 +182,8 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
                 v = RandomCache(b * length * dh, rng),
                 zk = RandomCache(b * length * hkv * r, rng),
                 zv = RandomCache(b * length * hkv * r, rng);
-    const auto q = Random(b * h * dh, rng),
-               bt = Random(hkv * r * dh, rng, 0.5f);
+    const auto q = RandomNormals(b * h * dh, rng),
+               bt = RandomNormals(hkv * r * dh, rng, 0.5f);
     std::vector<float> cos(length * dh / 2), sin(cos.size());
     for (int64_t i = 0; i < length; ++i) {
       for (int64_t c = 0; c < dh / 2; ++c) {
