@@ -140,12 +140,29 @@ struct Variant : TimedVariant {
   std::function<void()> step;
 };
 
-}  // namespace
-
-namespace {
 float ScaleOf(const DecodeBenchOptions& o) {
   return 1.0f / std::sqrt(static_cast<float>(o.head_dim));
 }
+
+// A factored step of the options' batch and heads over a cache of `dim`-wide
+// shared rows and `kv_heads` latents of `rank`.
+FactoredDecodeParams FactoredBenchParams(const DecodeBenchOptions& o,
+                                         int64_t kv_heads, int64_t dim,
+                                         int64_t rank, int64_t context,
+                                         int64_t capacity) {
+  FactoredDecodeParams p;
+  p.batch = o.batch;
+  p.heads = o.heads;
+  p.kv_heads = kv_heads;
+  p.dim = dim;
+  p.rank = rank;
+  p.length = context;
+  p.capacity = capacity;
+  p.dtype = o.dtype;
+  p.scale = ScaleOf(o);
+  return p;
+}
+
 }  // namespace
 
 MhaDecodeParams BenchMhaParams(const DecodeBenchOptions& o, int64_t context,
@@ -173,30 +190,13 @@ TimedVariant BenchMhaRow(const std::string& name, const DecodeBenchOptions& o,
 
 FactoredDecodeParams BenchMlaParams(const DecodeBenchOptions& o,
                                     int64_t context, int64_t latent) {
-  FactoredDecodeParams p;
-  p.batch = o.batch;
-  p.heads = o.heads;
-  p.kv_heads = 1;
-  p.dim = latent;
-  p.length = p.capacity = context;
-  p.dtype = o.dtype;
-  p.scale = ScaleOf(o);
-  return p;
+  return FactoredBenchParams(o, 1, latent, 0, context, context);
 }
 
 FactoredDecodeParams BenchLrkvParams(const DecodeBenchOptions& o,
                                      int64_t context, int64_t capacity) {
-  FactoredDecodeParams p;
-  p.batch = o.batch;
-  p.heads = o.heads;
-  p.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
-  p.dim = o.head_dim;
-  p.rank = o.rank;
-  p.length = context;
-  p.capacity = capacity;
-  p.dtype = o.dtype;
-  p.scale = ScaleOf(o);
-  return p;
+  return FactoredBenchParams(o, o.kv_heads > 0 ? o.kv_heads : o.heads,
+                             o.head_dim, o.rank, context, capacity);
 }
 
 TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
