@@ -1,12 +1,14 @@
 // A checkpoint on disk, whatever its format (see checkpoint.h).
 #include "model/checkpoint.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "model/status_macros.h"
 
@@ -69,7 +71,84 @@ constexpr NameMap kLayerNames[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
+absl::StatusOr<std::optional<Tokenizer>> TokenizerInFolder(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path hf = dir / kHfTokenizerFileName;
+  if (fs::exists(hf, ec)) {
+    ASSIGN_OR_RETURN(std::string tok, ReadSmallFile(hf.string(), 256 << 20));
+    std::string config;
+    if (const fs::path c = dir / kHfTokenizerConfigFileName; fs::exists(c, ec)) {
+      ASSIGN_OR_RETURN(config, ReadSmallFile(c.string(), 64 << 20));
+    }
+    ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::FromHfFiles(tok, config, dir.string()));
+    return std::optional<Tokenizer>(std::move(t));
+  }
+  const fs::path lrkv = dir / kTokenizerFileName;
+  if (fs::exists(lrkv, ec)) {
+    ASSIGN_OR_RETURN(std::string text, ReadSmallFile(lrkv.string(), 64 << 20));
+    ASSIGN_OR_RETURN(Tokenizer t, Tokenizer::FromJson(text, lrkv.string()));
+    return std::optional<Tokenizer>(std::move(t));
+  }
+  return std::optional<Tokenizer>();
+}
+
 }  // namespace
+
+absl::StatusOr<Tokenizer> LoadTokenizer(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  }
+  if (!fs::is_directory(path, ec) && HasGgufMagic(path)) {
+    ASSIGN_OR_RETURN(auto gguf, GgufReader::Open(path));
+    if (gguf->contents().metadata.count("tokenizer.ggml.model") == 0) {
+      return absl::NotFoundError(
+          absl::StrCat(path, ": the GGUF file has no tokenizer (tokenizer.ggml.* metadata)"));
+    }
+    auto t = Tokenizer::FromGguf(gguf->contents());
+    if (!t.ok()) return WithPath(t.status(), path);
+    return t;
+  }
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  ASSIGN_OR_RETURN(std::optional<Tokenizer> t, TokenizerInFolder(dir));
+  if (!t) {
+    return absl::NotFoundError(absl::StrCat(path, ": no tokenizer: looked for ",
+                                            kHfTokenizerFileName, " (with ",
+                                            kHfTokenizerConfigFileName, ") and ",
+                                            kTokenizerFileName, " in ", dir.string()));
+  }
+  return std::move(*t);
+}
+
+absl::Status ReconcileTokenizer(const Tokenizer& tok, const std::string& path,
+                                ModelConfig* config) {
+  const int64_t n = tok.size(), rows = config->vocab_size;
+  if (n > rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the tokenizer has ", n, " tokens but the model's vocab_size is ", rows));
+  }
+  if (n * 10 < rows * 9) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the tokenizer has ", n, " tokens but the model's embedding has ", rows,
+        " rows: not this model's tokenizer (padding never leaves 10 % of the rows unused)"));
+  }
+  const SpecialTokens& s = tok.specials();
+  if (s.bos_id >= 0 && config->bos_token_id >= 0 && s.bos_id != config->bos_token_id) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the tokenizer's BOS token is id ", s.bos_id,
+        " but the model config's bos_token_id is ", config->bos_token_id));
+  }
+  auto& eos = config->eos_token_ids;
+  if (s.eos_id >= 0 && !eos.empty() && std::find(eos.begin(), eos.end(), s.eos_id) == eos.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the tokenizer's EOS token is id ", s.eos_id,
+        " but the model config's eos_token_id is ",
+        eos.size() == 1 ? absl::StrCat(eos[0]) : absl::StrCat("[", absl::StrJoin(eos, ", "), "]")));
+  }
+  if (config->bos_token_id < 0) config->bos_token_id = s.bos_id;
+  if (eos.empty() && s.eos_id >= 0) eos.push_back(s.eos_id);
+  return absl::OkStatus();
+}
 
 std::string CanonicalNameFromGguf(const std::string& name) {
   for (const auto& m : kGlobalNames) {
@@ -91,6 +170,18 @@ std::string CanonicalNameFromGguf(const std::string& name) {
 void Checkpoint::Index() {
   index_.clear();
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+}
+
+absl::StatusOr<const Tokenizer*> Checkpoint::RequireTokenizer() const {
+  if (tokenizer_) return &*tokenizer_;
+  if (format_ == CheckpointFormat::kGguf) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": no tokenizer: the GGUF file has no tokenizer.ggml.* metadata"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(path_, ": no tokenizer: looked for ", kHfTokenizerFileName, " (with ",
+                   kHfTokenizerConfigFileName, ") and ", kTokenizerFileName,
+                   " beside the weights"));
 }
 
 const TensorView* Checkpoint::Find(const std::string& name) const {
@@ -115,6 +206,7 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     if (g.metadata.count("tokenizer.ggml.model") != 0) {
       auto tok = Tokenizer::FromGguf(g);
       if (!tok.ok()) return WithPath(tok.status(), path);
+      RETURN_IF_ERROR(ReconcileTokenizer(*tok, path, &ckpt->config_));
       ckpt->tokenizer_ = std::move(*tok);
     }
     for (const auto& t : g.tensors) {
@@ -142,11 +234,9 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   }
   ASSIGN_OR_RETURN(std::string config_text, ReadSmallFile(config_path, 1 << 20));
   ASSIGN_OR_RETURN(ckpt->config_, ConfigFromHfJson(config_text, config_path));
-  const std::string tok_path = (dir / kTokenizerFileName).string();
-  if (fs::exists(tok_path, ec)) {
-    ASSIGN_OR_RETURN(std::string tok_text, ReadSmallFile(tok_path, 64 << 20));
-    ASSIGN_OR_RETURN(auto tok, Tokenizer::FromJson(tok_text, tok_path));
-    ckpt->tokenizer_ = std::move(tok);
+  ASSIGN_OR_RETURN(ckpt->tokenizer_, TokenizerInFolder(dir));
+  if (ckpt->tokenizer_) {
+    RETURN_IF_ERROR(ReconcileTokenizer(*ckpt->tokenizer_, path, &ckpt->config_));
   }
   ckpt->tensors_ = ckpt->safetensors_->tensors();
   ckpt->Index();

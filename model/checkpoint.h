@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint_files.h"
 #include "model/config.h"
 #include "model/gguf.h"
 #include "model/safetensors.h"
@@ -21,9 +22,6 @@ namespace lrkv {
 
 enum class CheckpointFormat { kGguf, kSafetensors };
 
-// File names inside a safetensors checkpoint directory.
-inline constexpr char kConfigFileName[] = "config.json";
-inline constexpr char kTokenizerFileName[] = "tokenizer.lrkv.json";
 
 class Checkpoint {
  public:
@@ -37,6 +35,8 @@ class Checkpoint {
   const ModelConfig& config() const { return config_; }
   // nullptr when the checkpoint stores no tokenizer.
   const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  // The tokenizer, or InvalidArgument naming the files looked for.
+  absl::StatusOr<const Tokenizer*> RequireTokenizer() const;
   // All tensors, under canonical names ("model.layers.0.self_attn.q_proj.weight").
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView* Find(const std::string& canonical_name) const;
@@ -54,6 +54,19 @@ class Checkpoint {
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t> index_;
 };
+
+// The tokenizer of a checkpoint path without reading its weights: a GGUF file's
+// tokenizer.ggml.* metadata, or the files of a folder (or of a .safetensors file's
+// folder): tokenizer.json with tokenizer_config.json, else tokenizer.lrkv.json.
+// NotFound naming what was looked for when there is none.
+absl::StatusOr<Tokenizer> LoadTokenizer(const std::string& path);
+
+// Refuses a tokenizer that is not the model's: more tokens than embedding rows, far
+// fewer (under 90 % of them: padding is a few hundred rows, not a different
+// vocabulary), or BOS/EOS ids that config.json contradicts; both numbers are named.
+// Ids the config leaves unstated are taken from the tokenizer.
+absl::Status ReconcileTokenizer(const Tokenizer& tokenizer, const std::string& path,
+                                ModelConfig* config);
 
 // The canonical name of a GGUF `llama` tensor ("blk.3.attn_k.weight" ->
 // "model.layers.3.self_attn.k_proj.weight"); the input unchanged when unknown.

@@ -2,6 +2,9 @@
 // GGUF metadata, validated, and written back as config.json.
 #include "model/config.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -66,6 +69,124 @@ absl::StatusOr<bool> BoolField(const json& j, const char* field,
 
 }  // namespace
 
+const char* RopeScalingName(RopeScalingType type) {
+  switch (type) {
+    case RopeScalingType::kNone: return "default";
+    case RopeScalingType::kLinear: return "linear";
+    case RopeScalingType::kDynamic: return "dynamic";
+    case RopeScalingType::kLlama3: return "llama3";
+    case RopeScalingType::kYarn: return "yarn";
+  }
+  return "?";
+}
+
+namespace {
+
+double YarnMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+// config.json's rope_scaling object. `max_positions` is the config's
+// max_position_embeddings (yarn derives its factor from it, as transformers does
+// when original_max_position_embeddings is given).
+absl::StatusOr<RopeScaling> ParseRopeScaling(const json& r, int64_t max_positions,
+                                             const std::string& source) {
+  RopeScaling s;
+  if (!r.is_object()) {
+    return Invalid(absl::StrCat(source, ": field 'rope_scaling' must be an object, got ", r.dump()));
+  }
+  const json type_field = r.contains("rope_type") ? r["rope_type"] : r.value("type", json());
+  const std::string type = type_field.is_string() ? type_field.get<std::string>() : "";
+  const std::string where = absl::StrCat(source, ": field 'rope_scaling'");
+  if (type == "default") return s;
+  if (type == "linear") {
+    s.type = RopeScalingType::kLinear;
+  } else if (type == "dynamic") {
+    s.type = RopeScalingType::kDynamic;
+  } else if (type == "llama3") {
+    s.type = RopeScalingType::kLlama3;
+  } else if (type == "yarn") {
+    s.type = RopeScalingType::kYarn;
+  } else {
+    return Invalid(absl::StrCat(where, ".rope_type is ", type_field.dump(),
+                                ": not supported (supported: default, linear, dynamic, "
+                                "llama3, yarn)"));
+  }
+  auto number = [&](const char* f, double fallback, bool required) -> absl::StatusOr<double> {
+    auto it = r.find(f);
+    if (it == r.end() || it->is_null()) {
+      if (required) return Invalid(absl::StrCat(where, " (", type, ") needs '", f, "'"));
+      return fallback;
+    }
+    if (!it->is_number()) return Invalid(absl::StrCat(where, ".", f, " must be a number"));
+    return it->get<double>();
+  };
+  ASSIGN_OR_RETURN(s.factor, number("factor", 1.0, true));
+  if (!(s.factor >= 1.0) || s.factor > 1e6) {
+    return Invalid(absl::StrCat(where, ".factor is ", s.factor, "; it must lie in [1, 1e6]"));
+  }
+  const bool needs_original = s.type == RopeScalingType::kLlama3;
+  ASSIGN_OR_RETURN(double original, number("original_max_position_embeddings", 0, needs_original));
+  s.original_max_position_embeddings = static_cast<int64_t>(original);
+  if (s.type == RopeScalingType::kLlama3) {
+    ASSIGN_OR_RETURN(s.low_freq_factor, number("low_freq_factor", 1.0, true));
+    ASSIGN_OR_RETURN(s.high_freq_factor, number("high_freq_factor", 4.0, true));
+    if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0) ||
+        s.original_max_position_embeddings <= 0) {
+      return Invalid(absl::StrCat(where, ": llama3 needs 0 < low_freq_factor < "
+                                  "high_freq_factor and original_max_position_embeddings > 0"));
+    }
+  }
+  if (s.type == RopeScalingType::kYarn) {
+    if (s.original_max_position_embeddings > 0) {
+      s.factor = static_cast<double>(max_positions) / s.original_max_position_embeddings;
+    } else {
+      s.original_max_position_embeddings = max_positions;
+    }
+    ASSIGN_OR_RETURN(s.beta_fast, number("beta_fast", 32.0, false));
+    ASSIGN_OR_RETURN(s.beta_slow, number("beta_slow", 1.0, false));
+    ASSIGN_OR_RETURN(s.mscale, number("mscale", 0.0, false));
+    ASSIGN_OR_RETURN(s.mscale_all_dim, number("mscale_all_dim", 0.0, false));
+    s.truncate = r.value("truncate", true);
+    if (auto af = r.find("attention_factor"); af != r.end() && !af->is_null()) {
+      ASSIGN_OR_RETURN(s.attention_factor, number("attention_factor", 1.0, true));
+      s.attention_factor_given = true;
+    } else if (s.mscale != 0 && s.mscale_all_dim != 0) {
+      s.attention_factor = YarnMscale(s.factor, s.mscale) / YarnMscale(s.factor, s.mscale_all_dim);
+    } else {
+      s.attention_factor = YarnMscale(s.factor, 1.0);
+    }
+  }
+  return s;
+}
+
+json RopeScalingToJson(const RopeScaling& s, int64_t max_positions) {
+  json j = {{"rope_type", RopeScalingName(s.type)}, {"factor", s.factor}};
+  switch (s.type) {
+    case RopeScalingType::kLlama3:
+      j["low_freq_factor"] = s.low_freq_factor;
+      j["high_freq_factor"] = s.high_freq_factor;
+      j["original_max_position_embeddings"] = s.original_max_position_embeddings;
+      break;
+    case RopeScalingType::kYarn:
+      if (s.original_max_position_embeddings != max_positions) {
+        j["original_max_position_embeddings"] = s.original_max_position_embeddings;
+      }
+      j["beta_fast"] = s.beta_fast;
+      j["beta_slow"] = s.beta_slow;
+      if (!s.truncate) j["truncate"] = false;
+      if (s.attention_factor_given) j["attention_factor"] = s.attention_factor;
+      if (s.mscale != 0) j["mscale"] = s.mscale;
+      if (s.mscale_all_dim != 0) j["mscale_all_dim"] = s.mscale_all_dim;
+      break;
+    default:
+      break;
+  }
+  return j;
+}
+
+}  // namespace
+
 const char* RopeLayoutName(RopeLayout layout) {
   return layout == RopeLayout::kHalfSplit ? "half-split" : "adjacent";
 }
@@ -94,6 +215,10 @@ absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name) {
   }
   return Invalid(absl::StrCat("unknown RoPE mode '", name,
                               "'; valid: reconstruct, plane, partial"));
+}
+
+bool ModelConfig::IsEos(int64_t id) const {
+  return std::find(eos_token_ids.begin(), eos_token_ids.end(), id) != eos_token_ids.end();
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -193,18 +318,28 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   c.qk_norm = c.model_type == "qwen3";
   c.rope_dim = c.head_dim;
   c.rope_layout = RopeLayout::kHalfSplit;
-  ASSIGN_OR_RETURN(c.bos_token_id, IntField(j, "bos_token_id", source, 1));
-  if (auto e = j.find("eos_token_id"); e != j.end() && e->is_array() && !e->empty() &&
-                                       (*e)[0].is_number_integer()) {
-    c.eos_token_id = (*e)[0].get<int64_t>();
-  } else {
-    ASSIGN_OR_RETURN(c.eos_token_id, IntField(j, "eos_token_id", source, 2));
+  if (auto b = j.find("bos_token_id"); b != j.end() && !b->is_null()) {
+    if (!b->is_number_integer() || b->get<int64_t>() < 0) {
+      return Invalid(absl::StrCat(source, ": field 'bos_token_id' must be a non-negative "
+                                  "integer, got ", b->dump()));
+    }
+    c.bos_token_id = b->get<int64_t>();
+  }
+  if (auto e = j.find("eos_token_id"); e != j.end() && !e->is_null()) {
+    const json list = e->is_array() ? *e : json::array({*e});
+    for (const auto& id : list) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+        return Invalid(absl::StrCat(source, ": field 'eos_token_id' must be a non-negative "
+                                    "integer or a list of them, got ", e->dump()));
+      }
+      c.eos_token_ids.push_back(id.get<int64_t>());
+    }
+  }
+  if (auto r = j.find("rope_scaling"); r != j.end() && !r->is_null()) {
+    ASSIGN_OR_RETURN(c.rope_scaling,
+                     ParseRopeScaling(*r, c.max_position_embeddings, source));
   }
   // Settings the runtime does not implement are refused rather than ignored.
-  if (auto r = j.find("rope_scaling"); r != j.end() && !r->is_null()) {
-    return Invalid(absl::StrCat(source, ": field 'rope_scaling' (", r->dump(),
-                                ") is not supported; only plain RoPE"));
-  }
   if (auto act = j.value("hidden_act", std::string("silu")); act != "silu") {
     return Invalid(absl::StrCat(source, ": field 'hidden_act' is '", act,
                                 "'; only 'silu' (SwiGLU) is supported"));
@@ -291,7 +426,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
   }
   if (auto v = GgufUint(g, "llama.vocab_size"); v.ok()) c.vocab_size = *v;
   if (auto v = GgufUint(g, "tokenizer.ggml.bos_token_id"); v.ok()) c.bos_token_id = *v;
-  if (auto v = GgufUint(g, "tokenizer.ggml.eos_token_id"); v.ok()) c.eos_token_id = *v;
+  if (auto v = GgufUint(g, "tokenizer.ggml.eos_token_id"); v.ok()) c.eos_token_ids = {
+      static_cast<int64_t>(*v)};
   c.model_type = "llama";
   RETURN_IF_ERROR(c.Validate());
   return c;
@@ -320,8 +456,10 @@ std::string ConfigToHfJson(const ModelConfig& c) {
       {"hidden_act", "silu"},
       {"tie_word_embeddings", c.tie_word_embeddings},
       {"attention_bias", c.qkv_bias},
-      {"bos_token_id", c.bos_token_id},
-      {"eos_token_id", c.eos_token_id},
+      {"bos_token_id", c.bos_token_id >= 0 ? json(c.bos_token_id) : json()},
+      {"eos_token_id", c.eos_token_ids.empty()       ? json()
+                       : c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0])
+                                                     : json(c.eos_token_ids)},
       {"torch_dtype", "float32"},
   };
   if (c.kv.layout != KvLayout::kDense || c.kv.rope_mode == RopeMode::kPartial) {
@@ -330,6 +468,9 @@ std::string ConfigToHfJson(const ModelConfig& c) {
                     {"latent", c.kv.latent},
                     {"rope_mode", RopeModeName(c.kv.rope_mode)},
                     {"rope_planes_kept", c.kv.rope_planes_kept}};
+  }
+  if (c.rope_scaling.type != RopeScalingType::kNone) {
+    j["rope_scaling"] = RopeScalingToJson(c.rope_scaling, c.max_position_embeddings);
   }
   if (c.rope_dim != c.head_dim) {
     j["partial_rotary_factor"] = static_cast<double>(c.rope_dim) / c.head_dim;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +22,32 @@ enum class RopeLayout {
 };
 
 const char* RopeLayoutName(RopeLayout layout);
+
+// RoPE frequency scaling for long contexts (HF config.json `rope_scaling`), with
+// the formulas of transformers' modeling_rope_utils.
+enum class RopeScalingType { kNone, kLinear, kDynamic, kLlama3, kYarn };
+
+const char* RopeScalingName(RopeScalingType type);
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  /// Context extension factor (linear, dynamic, llama3, yarn); >= 1.
+  double factor = 1.0;
+  /// The pretraining context (llama3, yarn; dynamic uses max_position_embeddings).
+  int64_t original_max_position_embeddings = 0;
+  /// llama3: wavelengths longer than original/low_freq_factor are divided by factor,
+  /// shorter than original/high_freq_factor kept, those between interpolated.
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;
+  /// yarn: the rotation counts bounding the interpolation ramp, and whether the
+  /// ramp's ends are rounded to whole dimensions.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  /// yarn: cos and sin are multiplied by this (given, or from mscale/mscale_all_dim).
+  double attention_factor = 1.0;
+  /// yarn: the stated values, kept for export (0 when absent).
+  double mscale = 0.0, mscale_all_dim = 0.0;
+  bool attention_factor_given = false;
+};
 
 // How converted K/V projections are stored (dense = the usual per-KV-head weights,
 // which also covers GQA/MQA conversions).
@@ -70,6 +97,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   /// Dimensions of each head that RoPE rotates (the leading ones); == head_dim for Llama.
   int64_t rope_dim = 0;
+  RopeScaling rope_scaling;
   RopeLayout rope_layout = RopeLayout::kHalfSplit;
   /// Per-head RMSNorm on q and k after projection, before RoPE (Qwen3, OLMo2-style).
   bool qk_norm = false;
@@ -77,8 +105,11 @@ struct ModelConfig {
   bool qkv_bias = false;
   /// The output head reuses the token embedding.
   bool tie_word_embeddings = false;
-  int64_t bos_token_id = 1;
-  int64_t eos_token_id = 2;
+  /// -1 when neither config.json nor the tokenizer names one.
+  int64_t bos_token_id = -1;
+  /// Every id that ends a generation (HF allows a list: Llama-3.1 has three).
+  std::vector<int64_t> eos_token_ids;
+  bool IsEos(int64_t id) const;
   /// Compressed K/V projections of a converted model (dense for source models).
   KvCompression kv;
 

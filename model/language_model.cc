@@ -36,20 +36,17 @@ const ModelConfig& LanguageModel::config() const { return transformer_->config()
 absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
     const std::string& path) {
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(path));
-  if (ckpt->tokenizer() == nullptr) {
+  ASSIGN_OR_RETURN(const Tokenizer* tok, ckpt->RequireTokenizer());
+  if (tok->document_start_id() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the checkpoint stores no tokenizer"));
-  }
-  if (ckpt->tokenizer()->size() > ckpt->config().vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": tokenizer has ", ckpt->tokenizer()->size(),
-        " tokens but the model's vocab_size is ", ckpt->config().vocab_size));
+        absl::StrCat(path, ": the tokenizer names neither a BOS nor an EOS token, so "
+                           "documents have no start token"));
   }
   try {
     ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(*ckpt));
     ASSIGN_OR_RETURN(auto t, Transformer::Create(ckpt->config(), std::move(w)));
     return std::unique_ptr<LanguageModel>(
-        new LanguageModel(std::move(t), *ckpt->tokenizer()));
+        new LanguageModel(std::move(t), *tok));
   } catch (const c10::Error& e) {
     return FromTorch(e, path);
   }
@@ -81,7 +78,7 @@ absl::StatusOr<GenerationResult> LanguageModel::Generate(const std::string& prom
   }
   const auto t0 = std::chrono::steady_clock::now();
   GenerationResult r;
-  r.prompt_ids.push_back(tokenizer_.vocab().bos_id);
+  r.prompt_ids.push_back(tokenizer_.document_start_id());
   for (int32_t id : tokenizer_.Encode(prompt)) r.prompt_ids.push_back(id);
   try {
     r.new_ids = transformer_->GenerateGreedy(r.prompt_ids, max_tokens, true);

@@ -342,8 +342,9 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
   RETURN_IF_ERROR(WriteFileAtomically(
       (fs::path(dir) / kConfigFileName).string(), ConfigToHfJson(c)));
   if (tokenizer != nullptr) {
-    RETURN_IF_ERROR(WriteFileAtomically(
-        (fs::path(dir) / kTokenizerFileName).string(), tokenizer->ToJson()));
+    for (const TokenizerFile& f : tokenizer->Files()) {
+      RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));
+    }
   }
   return absl::OkStatus();
 }

@@ -13,7 +13,7 @@ absl::StatusOr<PerplexityStats> MeasurePerplexity(const Transformer& model,
   PerplexityStats r;
   at::NoGradGuard no_grad;
   for (const auto& doc : docs) {
-    std::vector<int64_t> ids = {tokenizer.vocab().bos_id};
+    std::vector<int64_t> ids = {tokenizer.document_start_id()};
     for (int32_t id : tokenizer.Encode(doc)) ids.push_back(id);
     if (ids.size() < 2) continue;
     const auto t = at::tensor(ids, at::kLong).unsqueeze(0);

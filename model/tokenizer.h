@@ -1,68 +1,63 @@
-// The SentencePiece BPE tokenizer (llama.cpp's "SPM" vocabulary) over a vocabulary of
-// pieces, scores and token types read from GGUF metadata or our tokenizer file.
-// Written in the project because Debian's libsentencepiece cannot be loaded next to
-// libprotobuf 3.21 (DESIGN.md §5).
+// The tokenizers lrkv reads, behind one interface: SentencePiece BPE over a GGUF
+// `llama` vocabulary or our tokenizer.lrkv.json (spm_tokenizer.h), and the Hugging
+// Face pipeline of tokenizer.json / tokenizer_config.json or a GGUF `gpt2`
+// vocabulary (hf_tokenizer.h). Copies share the loaded tables.
 #ifndef LRKV_MODEL_TOKENIZER_H_
 #define LRKV_MODEL_TOKENIZER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/gguf.h"
+#include "model/spm_tokenizer.h"
+#include "model/tokenizer_backend.h"
 
 namespace lrkv {
 
-// GGUF token types (tokenizer.ggml.token_type).
-enum class TokenType : int32_t {
-  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
-};
-
-struct Vocabulary {
-  std::vector<std::string> pieces;
-  std::vector<float> scores;
-  std::vector<TokenType> types;
-  int32_t bos_id = 1;
-  int32_t eos_id = 2;
-  int32_t unk_id = 0;
-  // SentencePiece's dummy prefix: a "▁" is prepended before encoding.
-  bool add_space_prefix = true;
-  // Whether sequences start with BOS.
-  bool add_bos = true;
-};
-
 class Tokenizer {
  public:
-  // Validates the vocabulary (sizes agree, ids in range, unique pieces).
+  // The SentencePiece BPE tokenizer of `vocab` (validated).
   static absl::StatusOr<Tokenizer> Create(Vocabulary vocab);
-  // Reads tokenizer.ggml.* metadata; only the "llama" (SPM) model is supported.
+  // From tokenizer.ggml.* metadata: model "llama" (SentencePiece) or "gpt2" (BPE,
+  // pre-tokenizer chosen by tokenizer.ggml.pre).
   static absl::StatusOr<Tokenizer> FromGguf(const GgufContents& gguf);
-  // Reads/writes the JSON form stored beside exported safetensors checkpoints.
+  // Our tokenizer.lrkv.json (a SentencePiece vocabulary).
   static absl::StatusOr<Tokenizer> FromJson(const std::string& text,
                                             const std::string& source);
-  std::string ToJson() const;
+  // A Hugging Face tokenizer.json and (optional, may be empty) tokenizer_config.json;
+  // `source` names the folder in messages.
+  static absl::StatusOr<Tokenizer> FromHfFiles(const std::string& tokenizer_json,
+                                               const std::string& tokenizer_config,
+                                               const std::string& source);
 
-  // Token ids for `text` (no BOS; special-token text is treated as plain text).
-  std::vector<int32_t> Encode(std::string_view text) const;
-  // Text for `ids`: control tokens vanish, byte tokens are reassembled, and the
-  // dummy-prefix space of the first piece is removed, as llama.cpp detokenizes.
+  // Ids of `text`. With `add_special`, BOS / EOS as the tokenizer's configuration
+  // says (add_bos_token / add_eos_token).
+  std::vector<int32_t> Encode(std::string_view text, bool add_special = false) const;
+  // Text of `ids` from the start of a text (invalid UTF-8 is replaced by U+FFFD).
   std::string Decode(const std::vector<int32_t>& ids) const;
-  // The text one token contributes in the middle of a sequence.
+  // The bytes one token contributes in the middle of a sequence (may be part of a
+  // UTF-8 character: concatenating pieces gives the text).
   std::string TokenToPiece(int32_t id) const;
 
-  const Vocabulary& vocab() const { return vocab_; }
-  int64_t size() const { return static_cast<int64_t>(vocab_.pieces.size()); }
+  int64_t size() const { return backend_->size(); }
+  const SpecialTokens& specials() const { return backend_->specials(); }
+  // The token every evaluated or generated document starts with: BOS, or EOS for
+  // tokenizers without one (Qwen), as lm-eval's prefix token.
+  int32_t document_start_id() const;
+  std::string_view kind() const { return backend_->kind(); }
+  // What an exporter writes beside safetensors weights.
+  std::vector<TokenizerFile> Files() const { return backend_->Files(); }
+  // The SentencePiece implementation, or nullptr for BPE tokenizers.
+  const SpmTokenizer* spm() const { return dynamic_cast<const SpmTokenizer*>(backend_.get()); }
 
  private:
-  explicit Tokenizer(Vocabulary vocab);
-  void AppendPiece(int32_t id, std::string* out) const;
-
-  Vocabulary vocab_;
-  std::unordered_map<std::string, int32_t> piece_to_id_;
-  int32_t byte_ids_[256];
+  explicit Tokenizer(std::shared_ptr<const TokenizerBackend> b) : backend_(std::move(b)) {}
+  std::shared_ptr<const TokenizerBackend> backend_;
 };
 
 }  // namespace lrkv

@@ -215,7 +215,7 @@ std::vector<int32_t> Transformer::GenerateGreedy(const std::vector<int32_t>& pro
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     const auto next = static_cast<int32_t>(logits[0][-1].argmax().item<int64_t>());
     out.push_back(next);
-    if (stop_at_eos && next == config_.eos_token_id) break;
+    if (stop_at_eos && config_.IsEos(next)) break;
     if (i + 1 == max_new_tokens) break;
     logits = ForwardCached(cache, at::full({1, 1}, next, at::kLong).to(device));
   }

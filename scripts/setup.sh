@@ -11,7 +11,12 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgloo-dev
   python3-grpcio python3-protobuf openssl chromium bible-kjv bible-kjv-text
   clang libclang-rt-14-dev
+  libonig-dev libutf8proc-dev
 )
+# Node.js runs the test references (tests/js: Hugging Face tokenizers in JS,
+# llama.cpp); a machine that already has a node keeps it.
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -47,3 +52,15 @@ case "$selected" in
   *openblas-openmp*) echo "setup: OpenBLAS (OpenMP) is the active BLAS" ;;
   *) echo "setup: WARNING: the active BLAS is not OpenBLAS-OpenMP; LibTorch will be slow" >&2 ;;
 esac
+
+# Test references from npm, pinned by tests/js/package-lock.json (never committed:
+# node_modules is ignored). Re-installed only when the lock file changed.
+js_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
+stamp="$js_dir/node_modules/.lrkv-installed-lock.json"
+if ! cmp -s "$js_dir/package-lock.json" "$stamp"; then
+  echo "setup: installing the npm test references into tests/js/node_modules"
+  (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$js_dir/package-lock.json" "$stamp"
+else
+  echo "setup: npm test references already installed"
+fi

@@ -23,7 +23,7 @@ absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
   at::NoGradGuard no_grad;
   for (const auto& doc : docs) {
     if (stats.tokens >= max_tokens) break;
-    std::vector<int64_t> ids = {tokenizer.vocab().bos_id};
+    std::vector<int64_t> ids = {tokenizer.document_start_id()};
     for (int32_t id : tokenizer.Encode(doc)) ids.push_back(id);
     const int64_t take = std::min<int64_t>(ids.size(), max_tokens - stats.tokens);
     ids.resize(take);

@@ -57,10 +57,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   if (activation && o.calib_path.empty()) {
     return Invalid("--metric activation needs --calib FILE");
   }
-  if ((activation || !o.eval_path.empty()) && ckpt->tokenizer() == nullptr) {
-    return Invalid(absl::StrCat(o.checkpoint,
-                                ": no tokenizer stored, so no calibration or evaluation text"));
-  }
+  if (activation || !o.eval_path.empty()) RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
   std::vector<std::string> calib_docs, eval_docs;
   if (activation) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));

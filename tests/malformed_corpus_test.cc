@@ -66,5 +66,27 @@ TEST(MalformedCorpus, ParsersSurviveEveryPrefix) {
   }
 }
 
+// Every malformed tokenizer.json (or tokenizer_config.json) is refused when the
+// tokenizer is loaded, with InvalidArgument naming the file and the problem.
+TEST(MalformedCorpus, EveryTokenizerFolderIsRejectedWithANamedProblem) {
+  std::ifstream in(testing::FixturePath("malformed_tokenizers/MANIFEST.tsv"));
+  std::string line;
+  int cases = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string folder = line.substr(0, line.find('\t'));
+    const std::string phrase = line.substr(line.find('\t') + 1);
+    SCOPED_TRACE(folder);
+    const std::string path = testing::FixturePath("malformed_tokenizers/" + folder);
+    auto tok = LoadTokenizer(path);
+    ASSERT_FALSE(tok.ok());
+    EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument) << tok.status();
+    EXPECT_THAT(std::string(tok.status().message()), HasSubstr(phrase));
+    EXPECT_THAT(std::string(tok.status().message()), HasSubstr(path));
+    ++cases;
+  }
+  EXPECT_GE(cases, 20);
+}
+
 }  // namespace
 }  // namespace lrkv

@@ -17,7 +17,7 @@ using ::testing::ElementsAre;
 
 // ids: 0 <unk>, 1 <s>, 2 </s>, 3 <0xC3>, 4 <0xA9>, 5 ▁, 6 a, 7 b, 8 c, 9 ab, 10 bc,
 // 11 ▁a, 12 abc, 13 aa
-Tokenizer TinyTokenizer() {
+Vocabulary TinyVocab() {
   Vocabulary v;
   v.pieces = {"<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", "\xe2\x96\x81", "a", "b",
               "c",     "ab",  "bc",   "\xe2\x96\x81" "a",   "abc",   "aa"};
@@ -25,7 +25,11 @@ Tokenizer TinyTokenizer() {
   v.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl,
              TokenType::kByte,    TokenType::kByte};
   v.types.resize(v.pieces.size(), TokenType::kNormal);
-  auto t = Tokenizer::Create(v);
+  return v;
+}
+
+Tokenizer TinyTokenizer() {
+  auto t = Tokenizer::Create(TinyVocab());
   EXPECT_TRUE(t.ok()) << t.status();
   return *t;
 }
@@ -39,7 +43,7 @@ TEST(Tokenizer, MergesTheHighestScoringPairFirst) {
 }
 
 TEST(Tokenizer, EqualScoresMergeLeftmostFirst) {
-  Vocabulary v = TinyTokenizer().vocab();
+  Vocabulary v = TinyVocab();
   v.add_space_prefix = false;
   auto t = Tokenizer::Create(v);
   ASSERT_TRUE(t.ok());
@@ -63,13 +67,13 @@ TEST(Tokenizer, DecodeDropsControlTokensAndTheDummyPrefix) {
 }
 
 TEST(Tokenizer, RejectsInconsistentVocabularies) {
-  Vocabulary v = TinyTokenizer().vocab();
+  Vocabulary v = TinyVocab();
   v.scores.pop_back();
   EXPECT_EQ(Tokenizer::Create(v).status().code(), absl::StatusCode::kInvalidArgument);
-  v = TinyTokenizer().vocab();
+  v = TinyVocab();
   v.pieces[7] = "a";
   EXPECT_EQ(Tokenizer::Create(v).status().code(), absl::StatusCode::kInvalidArgument);
-  v = TinyTokenizer().vocab();
+  v = TinyVocab();
   v.bos_id = 99;
   EXPECT_EQ(Tokenizer::Create(v).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -87,9 +91,10 @@ class StoriesTokenizer : public ::testing::Test {
 
 TEST_F(StoriesTokenizer, VocabularyMatchesTheModel) {
   EXPECT_EQ(tokenizer_->size(), 512);
-  EXPECT_EQ(tokenizer_->vocab().bos_id, 1);
-  EXPECT_EQ(tokenizer_->vocab().eos_id, 2);
-  EXPECT_EQ(tokenizer_->vocab().pieces[13], "<0x0A>");
+  ASSERT_NE(tokenizer_->spm(), nullptr);
+  EXPECT_EQ(tokenizer_->specials().bos_id, 1);
+  EXPECT_EQ(tokenizer_->specials().eos_id, 2);
+  EXPECT_EQ(tokenizer_->spm()->vocab().pieces[13], "<0x0A>");
 }
 
 TEST_F(StoriesTokenizer, RoundTripsEveryStoryOfTheExcerpt) {
@@ -112,7 +117,7 @@ TEST_F(StoriesTokenizer, RoundTripsNonAsciiTextThroughByteFallback) {
       "Caf\xc3\xa9 na\xc3\xafve \xe2\x80\x94 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80"
       "\ttab\nnew line,  two spaces <s> </s> <unk> \xe2\x96\x81";
   const auto ids = tokenizer_->Encode(s);
-  const auto& types = tokenizer_->vocab().types;
+  const auto& types = tokenizer_->spm()->vocab().types;
   EXPECT_TRUE(std::any_of(ids.begin(), ids.end(),
                           [&](int32_t id) { return types[id] == TokenType::kByte; }));
   // Special-token text is plain text: no control token is produced.
@@ -126,7 +131,10 @@ TEST_F(StoriesTokenizer, RoundTripsNonAsciiTextThroughByteFallback) {
 }
 
 TEST_F(StoriesTokenizer, JsonFormRoundTrips) {
-  auto again = Tokenizer::FromJson(tokenizer_->ToJson(), "tok.json");
+  const auto files = tokenizer_->Files();
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].name, kTokenizerFileName);
+  auto again = Tokenizer::FromJson(files[0].contents, "tok.json");
   ASSERT_TRUE(again.ok()) << again.status();
   const std::string s = "Once upon a time, Lily saw a big dog.";
   EXPECT_EQ(again->Encode(s), tokenizer_->Encode(s));

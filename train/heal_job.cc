@@ -29,7 +29,7 @@ absl::StatusOr<TokenDataset> LoadData(const std::string& path, const DocumentRan
                                       const char* what) {
   if (absl::EndsWith(path, ".u16") || absl::EndsWith(path, ".u32")) {
     return TokenDataset::FromTokenFile(path, absl::EndsWith(path, ".u32") ? 4 : 2,
-                                       tok.vocab().bos_id, vocab, seq_len);
+                                       tok.document_start_id(), vocab, seq_len);
   }
   ASSIGN_OR_RETURN(auto docs, ReadDocuments(path));
   auto slice = range.Slice(docs);
@@ -51,9 +51,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   }
   if (o.seq_len < 2) return Invalid(absl::StrCat("--seq-len ", o.seq_len, " must be >= 2"));
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
-  if (ckpt->tokenizer() == nullptr) {
-    return Invalid(absl::StrCat(o.checkpoint, ": no tokenizer stored"));
-  }
+  RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
   const ModelConfig& config = ckpt->config();
   if (o.seq_len > config.max_position_embeddings) {
     return Invalid(absl::StrCat("--seq-len ", o.seq_len, " exceeds the model's context of ",

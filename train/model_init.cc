@@ -27,10 +27,7 @@ absl::Status WriteInitialCheckpoint(const ModelInitOptions& o) {
         "--heads ", o.heads, " must be >= 1 and divide --hidden ", o.hidden));
   }
   ASSIGN_OR_RETURN(auto like, Checkpoint::Open(o.tokenizer_from));
-  if (like->tokenizer() == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(o.tokenizer_from, ": no tokenizer stored"));
-  }
+  RETURN_IF_ERROR(like->RequireTokenizer().status());
   ModelConfig c;
   c.model_type = "llama";
   c.hidden_size = o.hidden;
@@ -45,7 +42,7 @@ absl::Status WriteInitialCheckpoint(const ModelInitOptions& o) {
   c.rms_norm_eps = like->config().rms_norm_eps;
   c.rope_theta = like->config().rope_theta;
   c.bos_token_id = like->config().bos_token_id;
-  c.eos_token_id = like->config().eos_token_id;
+  c.eos_token_ids = like->config().eos_token_ids;
   // Validate names the offending field (--layers etc. map onto these).
   RETURN_IF_ERROR(c.Validate());
   try {

@@ -67,7 +67,7 @@ absl::StatusOr<TokenDataset> TokenDataset::FromDocuments(const std::vector<std::
                                                          int64_t seq_len) {
   std::vector<std::vector<int32_t>> ids;
   for (const auto& d : docs) {
-    std::vector<int32_t> doc = {tokenizer.vocab().bos_id};
+    std::vector<int32_t> doc = {tokenizer.document_start_id()};
     for (int32_t id : tokenizer.Encode(d)) doc.push_back(id);
     ids.push_back(std::move(doc));
   }

@@ -19,7 +19,7 @@ absl::StatusOr<FidelityResult> MeasureFidelity(const Transformer& source,
   at::NoGradGuard no_grad;
   for (const auto& doc : docs) {
     if (r.tokens >= max_tokens) break;
-    std::vector<int64_t> ids = {tokenizer.vocab().bos_id};
+    std::vector<int64_t> ids = {tokenizer.document_start_id()};
     for (int32_t id : tokenizer.Encode(doc)) ids.push_back(id);
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()) - 1,
                                         max_tokens - r.tokens);

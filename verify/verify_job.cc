@@ -111,7 +111,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   std::vector<int32_t> prompt;
   const Tokenizer* tok = ckpt->tokenizer();
   if (tok != nullptr) {
-    prompt.push_back(tok->vocab().bos_id);
+    prompt.push_back(tok->document_start_id());
     std::string text;
     for (const auto& d : docs) {
       if (static_cast<int64_t>(prompt.size()) >= o.prompt_tokens) break;

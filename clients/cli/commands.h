@@ -25,6 +25,7 @@ void AddClientCommands(
     CLI::App& app, int* exit_code);  // register, upload, jobs, report, pipeline
 void AddCompareCommands(CLI::App& app, int* exit_code);  // compare
 // After AddSurgeryCommands, which creates `bench`.
+void AddTokenizeCommands(CLI::App& app, int* exit_code);  // tokenize, bench tokenize
 void AddBenchCommands(CLI::App& app, int* exit_code);  // bench decode
 
 }  // namespace lrkv::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   lrkv::cli::AddClientCommands(app, &exit_code);
 #endif
   lrkv::cli::AddBenchCommands(app, &exit_code);
+  lrkv::cli::AddTokenizeCommands(app, &exit_code);
   lrkv::ConfigureThreads();
   try {
     app.parse(argc, argv);

@@ -1,0 +1,213 @@
+// The Hugging Face tokenizer pipeline (see hf_tokenizer.h).
+#include "model/hf_tokenizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint_files.h"
+#include "model/status_macros.h"
+#include "model/unicode_text.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where) {
+  try {
+    json j = json::parse(text);
+    if (!j.is_object()) return Invalid(absl::StrCat(where, ": not a JSON object"));
+    return j;
+  } catch (const json::exception& e) {
+    return Invalid(absl::StrCat(where, ": not valid JSON: ", e.what()));
+  }
+}
+
+// tokenizer_config.json writes special tokens as "text" or {"content": "text", ...}.
+absl::StatusOr<std::string> TokenText(const json& j, const std::string& where) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) {
+    return j["content"].get<std::string>();
+  }
+  return Invalid(absl::StrCat(where, " must be a string or {\"content\": ...}, got ", j.dump()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tokenizer_json,
+                                                                 std::string tokenizer_config,
+                                                                 const std::string& source) {
+  const std::string tj = absl::StrCat(source, "/", kHfTokenizerFileName);
+  const std::string tc = absl::StrCat(source, "/", kHfTokenizerConfigFileName);
+  ASSIGN_OR_RETURN(json j, ParseJson(tokenizer_json, tj));
+  json config = json::object();
+  if (!tokenizer_config.empty()) {
+    ASSIGN_OR_RETURN(config, ParseJson(tokenizer_config, tc));
+  }
+  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  if (!j.contains("model")) return Invalid(absl::StrCat(tj, ": missing 'model'"));
+  ASSIGN_OR_RETURN(t->model_, BpeModel::FromJson(j["model"], absl::StrCat(tj, ": model")));
+  ASSIGN_OR_RETURN(t->normalizer_, TextNormalizer::FromJson(j.value("normalizer", json()),
+                                                            absl::StrCat(tj, ": normalizer")));
+  ASSIGN_OR_RETURN(t->pre_tokenizer_,
+                   PreTokenizer::FromJson(j.value("pre_tokenizer", json()),
+                                          absl::StrCat(tj, ": pre_tokenizer")));
+  ASSIGN_OR_RETURN(t->decoder_, TokenDecoder::FromJson(j.value("decoder", json()),
+                                                       absl::StrCat(tj, ": decoder")));
+  t->size_ = t->model_->size();
+
+  std::vector<AddedToken> raw, normalized;
+  const json& added = j.value("added_tokens", json::array());
+  if (!added.is_array()) return Invalid(absl::StrCat(tj, ": 'added_tokens' must be a list"));
+  for (size_t i = 0; i < added.size(); ++i) {
+    const json& a = added[i];
+    const std::string where = absl::StrCat(tj, ": added_tokens[", i, "]");
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        !a.contains("content") || !a["content"].is_string()) {
+      return Invalid(absl::StrCat(where, " needs an integer 'id' and a string 'content'"));
+    }
+    AddedToken tok;
+    tok.content = a["content"].get<std::string>();
+    const int64_t id = a["id"].get<int64_t>();
+    if (id < 0 || id >= (int64_t{1} << 24)) {
+      return Invalid(absl::StrCat(where, " has id ", id, " outside [0, 2^24)"));
+    }
+    tok.id = static_cast<int32_t>(id);
+    tok.special = a.value("special", false);
+    tok.normalized = a.value("normalized", !tok.special);
+    tok.lstrip = a.value("lstrip", false);
+    tok.rstrip = a.value("rstrip", false);
+    tok.single_word = a.value("single_word", false);
+    if (const auto model_id = t->model_->IdOf(tok.content); model_id && *model_id != tok.id) {
+      return Invalid(absl::StrCat(where, " '", tok.content, "' has id ", tok.id,
+                                  " but the vocab gives it ", *model_id));
+    }
+    t->size_ = std::max<int64_t>(t->size_, tok.id + 1);
+    if (t->added_content_.size() <= static_cast<size_t>(tok.id)) {
+      t->added_content_.resize(tok.id + 1);
+    }
+    t->added_content_[tok.id] = tok.content;
+    (tok.normalized ? normalized : raw).push_back(std::move(tok));
+  }
+  t->raw_tokens_ = AddedTokenMatcher(raw);
+  t->normalized_tokens_ = AddedTokenMatcher(normalized);
+
+  // BOS / EOS: tokenizer_config.json names them; whether they are added comes from
+  // add_bos_token / add_eos_token, else from a TemplateProcessing post-processor.
+  auto id_of = [&](const std::string& text) -> std::optional<int32_t> {
+    if (auto id = t->model_->IdOf(text)) return id;
+    for (size_t id = 0; id < t->added_content_.size(); ++id) {
+      if (t->added_content_[id] == text) return static_cast<int32_t>(id);
+    }
+    return std::nullopt;
+  };
+  bool template_bos = false, template_eos = false;
+  const json& post = j.value("post_processor", json());
+  if (post.is_object() && post.value("type", "") == "TemplateProcessing") {
+    const json& single = post.value("single", json::array());
+    auto special_at = [&](const json& item) -> std::optional<int32_t> {
+      if (!item.is_object() || !item.contains("SpecialToken")) return std::nullopt;
+      const json& st = item["SpecialToken"];
+      if (!st.is_object() || !st.contains("id") || !st["id"].is_string()) return std::nullopt;
+      return id_of(st["id"].get<std::string>());
+    };
+    if (single.is_array() && !single.empty()) {
+      if (auto id = special_at(single.front())) {
+        template_bos = true;
+        t->specials_.bos_id = *id;
+      }
+      if (single.size() > 1) {
+        if (auto id = special_at(single.back())) {
+          template_eos = true;
+          t->specials_.eos_id = *id;
+        }
+      }
+    }
+  }
+  for (const char* field : {"bos_token", "eos_token"}) {
+    auto it = config.find(field);
+    if (it == config.end() || it->is_null()) continue;
+    const std::string where = absl::StrCat(tc, ": '", field, "'");
+    ASSIGN_OR_RETURN(std::string text, TokenText(*it, where));
+    auto id = id_of(text);
+    if (!id) {
+      return Invalid(absl::StrCat(where, " is '", text, "', which is not a token of ", tj));
+    }
+    (std::string(field) == "bos_token" ? t->specials_.bos_id : t->specials_.eos_id) = *id;
+  }
+  for (auto [field, flag, fallback] :
+       {std::tuple{"add_bos_token", &t->specials_.add_bos, template_bos},
+        std::tuple{"add_eos_token", &t->specials_.add_eos, template_eos}}) {
+    auto it = config.find(field);
+    if (it == config.end() || it->is_null()) {
+      *flag = fallback;
+    } else if (it->is_boolean()) {
+      *flag = it->get<bool>();
+    } else {
+      return Invalid(absl::StrCat(tc, ": '", field, "' must be true or false"));
+    }
+  }
+  if (t->specials_.add_bos && t->specials_.bos_id < 0) {
+    return Invalid(absl::StrCat(tc, ": add_bos_token is true but no bos_token is named"));
+  }
+  if (t->specials_.add_eos && t->specials_.eos_id < 0) {
+    return Invalid(absl::StrCat(tc, ": add_eos_token is true but no eos_token is named"));
+  }
+  t->tokenizer_json_ = std::move(tokenizer_json);
+  t->tokenizer_config_ = std::move(tokenizer_config);
+  return t;
+}
+
+void HfTokenizer::EncodeNormalized(std::string_view section, bool at_text_start,
+                                   std::vector<int32_t>* out) const {
+  const std::string text = normalizer_.Apply(section);
+  for (const TextSegment& seg : normalized_tokens_.Split(text)) {
+    if (seg.token_id >= 0) {
+      out->push_back(seg.token_id);
+      continue;
+    }
+    const std::string_view plain = std::string_view(text).substr(seg.begin, seg.end - seg.begin);
+    for (const std::string& piece : pre_tokenizer_.Split(plain, at_text_start && seg.begin == 0)) {
+      model_->Encode(piece, out);
+    }
+  }
+}
+
+std::vector<int32_t> HfTokenizer::Encode(std::string_view input) const {
+  std::vector<int32_t> out;
+  const std::string text = ToValidUtf8(input);
+  for (const TextSegment& seg : raw_tokens_.Split(text)) {
+    if (seg.token_id >= 0) {
+      out.push_back(seg.token_id);
+    } else {
+      EncodeNormalized(std::string_view(text).substr(seg.begin, seg.end - seg.begin),
+                       seg.begin == 0, &out);
+    }
+  }
+  return out;
+}
+
+std::string HfTokenizer::Decode(const std::vector<int32_t>& ids, bool continuation) const {
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id >= 0 && static_cast<size_t>(id) < added_content_.size() &&
+        !added_content_[id].empty()) {
+      tokens.push_back(added_content_[id]);
+    } else if (const std::string* t = model_->TokenOf(id)) {
+      tokens.push_back(*t);
+    }
+  }
+  return decoder_.Decode(std::move(tokens), continuation);
+}
+
+std::vector<TokenizerFile> HfTokenizer::Files() const {
+  std::vector<TokenizerFile> files = {{kHfTokenizerFileName, tokenizer_json_}};
+  if (!tokenizer_config_.empty()) {
+    files.push_back({kHfTokenizerConfigFileName, tokenizer_config_});
+  }
+  return files;
+}
+
+}  // namespace lrkv

@@ -1,0 +1,57 @@
+// The Hugging Face tokenizer pipeline read from tokenizer.json (+ tokenizer_config.json):
+// added tokens, normalizer, pre-tokenizer, BPE model and decoder, with BOS/EOS and
+// add_bos_token/add_eos_token. Byte-level BPE (Llama-3, Qwen2/2.5/3, SmolLM, GPT-2,
+// OLMo-2) and SentencePiece-style BPE with byte fallback (Llama-2, Mistral, Gemma)
+// both come through here; so does a GGUF `gpt2` vocabulary, converted to the same
+// tokenizer.json form first (gguf_tokenizer.h).
+#ifndef LRKV_MODEL_HF_TOKENIZER_H_
+#define LRKV_MODEL_HF_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/added_tokens.h"
+#include "model/bpe_model.h"
+#include "model/pre_tokenizer.h"
+#include "model/text_normalizer.h"
+#include "model/token_decoder.h"
+#include "model/tokenizer_backend.h"
+
+namespace lrkv {
+
+class HfTokenizer : public TokenizerBackend {
+ public:
+  // `tokenizer_config` may be empty (no tokenizer_config.json). Every field the
+  // pipeline does not support is refused with its place in the file named.
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> Create(std::string tokenizer_json,
+                                                             std::string tokenizer_config,
+                                                             const std::string& source);
+
+  std::vector<int32_t> Encode(std::string_view text) const override;
+  std::string Decode(const std::vector<int32_t>& ids, bool continuation) const override;
+  int64_t size() const override { return size_; }
+  const SpecialTokens& specials() const override { return specials_; }
+  std::string_view kind() const override { return "bpe"; }
+  std::vector<TokenizerFile> Files() const override;
+
+ private:
+  HfTokenizer() = default;
+  void EncodeNormalized(std::string_view text, bool at_text_start,
+                        std::vector<int32_t>* out) const;
+
+  std::string tokenizer_json_, tokenizer_config_;
+  TextNormalizer normalizer_;
+  PreTokenizer pre_tokenizer_;
+  std::unique_ptr<BpeModel> model_;
+  TokenDecoder decoder_;
+  AddedTokenMatcher raw_tokens_, normalized_tokens_;
+  std::vector<std::string> added_content_;  // by id; empty for model tokens
+  SpecialTokens specials_;
+  int64_t size_ = 0;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_HF_TOKENIZER_H_

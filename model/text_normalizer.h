@@ -1,0 +1,53 @@
+// The "normalizer" of a tokenizer.json: Unicode forms, Lowercase, Strip,
+// StripAccents, Replace, Prepend and Sequences of them, applied in order.
+#ifndef LRKV_MODEL_TEXT_NORMALIZER_H_
+#define LRKV_MODEL_TEXT_NORMALIZER_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/regex.h"
+#include "model/unicode_text.h"
+#include "nlohmann/json_fwd.hpp"
+
+namespace lrkv {
+
+class TextNormalizer {
+ public:
+  // From the normalizer value (null: the identity). `where` names the field in
+  // messages ("tokenizer.json: normalizer"); unknown types are refused by name.
+  static absl::StatusOr<TextNormalizer> FromJson(const nlohmann::json& j,
+                                                 const std::string& where);
+  std::string Apply(std::string_view text) const;
+  bool identity() const { return steps_.empty(); }
+
+ private:
+  struct Step {
+    enum Kind { kForm, kLowercase, kStrip, kStripAccents, kReplace, kPrepend } kind;
+    NormalizationForm form = NormalizationForm::kNfc;
+    bool left = false, right = false;   // kStrip
+    Regex pattern = Regex::Literal("");  // kReplace
+    std::string content;                // kReplace, kPrepend
+  };
+  static absl::Status Add(const nlohmann::json& j, const std::string& where,
+                          std::vector<Step>* steps);
+  std::vector<Step> steps_;
+};
+
+// A tokenizer.json pattern object: {"String": s} or {"Regex": r}.
+absl::StatusOr<Regex> PatternFromJson(const nlohmann::json& j, const std::string& where);
+
+// The [begin, end) ranges of `text` that are not matched by `matches` (sorted,
+// non-overlapping), and the matches, in order; `is_match` tells which is which.
+struct TextSpan {
+  size_t begin, end;
+  bool is_match;
+};
+std::vector<TextSpan> SpansOf(std::string_view text,
+                              const std::vector<std::pair<size_t, size_t>>& matches);
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_TEXT_NORMALIZER_H_

@@ -1,0 +1,48 @@
+// The interface every tokenizer implementation provides (see tokenizer.h), and the
+// small types it speaks in.
+#ifndef LRKV_MODEL_TOKENIZER_BACKEND_H_
+#define LRKV_MODEL_TOKENIZER_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lrkv {
+
+// A file a tokenizer writes beside an exported safetensors checkpoint.
+struct TokenizerFile {
+  std::string name;
+  std::string contents;
+};
+
+// The special tokens of a tokenizer; -1 where it has none.
+struct SpecialTokens {
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  /// Encode(text, /*add_special=*/true) starts with BOS / ends with EOS.
+  bool add_bos = false;
+  bool add_eos = false;
+};
+
+// What each tokenizer implementation provides.
+class TokenizerBackend {
+ public:
+  virtual ~TokenizerBackend() = default;
+  // Ids of `text`, no special tokens added; special tokens written in the text
+  // are matched where the tokenizer matches them (HF added tokens).
+  virtual std::vector<int32_t> Encode(std::string_view text) const = 0;
+  // The bytes of `ids`. `continuation`: the ids follow earlier ones, so rules for
+  // the start of a text (dropping the dummy-prefix space) do not apply.
+  virtual std::string Decode(const std::vector<int32_t>& ids, bool continuation) const = 0;
+  // One past the largest token id.
+  virtual int64_t size() const = 0;
+  virtual const SpecialTokens& specials() const = 0;
+  // "sentencepiece-bpe" or "bpe".
+  virtual std::string_view kind() const = 0;
+  virtual std::vector<TokenizerFile> Files() const = 0;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_TOKENIZER_BACKEND_H_
