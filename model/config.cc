@@ -97,7 +97,7 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& r, int64_t max_position
   }
   const json type_field = r.contains("rope_type") ? r["rope_type"] : r.value("type", json());
   const std::string type = type_field.is_string() ? type_field.get<std::string>() : "";
-  const std::string where = absl::StrCat(source, ": field 'rope_scaling'");
+  const std::string where = absl::StrCat(source, ": field 'rope_scaling");
   if (type == "default") return s;
   if (type == "linear") {
     s.type = RopeScalingType::kLinear;
@@ -108,22 +108,22 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& r, int64_t max_position
   } else if (type == "yarn") {
     s.type = RopeScalingType::kYarn;
   } else {
-    return Invalid(absl::StrCat(where, ".rope_type is ", type_field.dump(),
+    return Invalid(absl::StrCat(where, ".rope_type' is ", type_field.dump(),
                                 ": not supported (supported: default, linear, dynamic, "
                                 "llama3, yarn)"));
   }
   auto number = [&](const char* f, double fallback, bool required) -> absl::StatusOr<double> {
     auto it = r.find(f);
     if (it == r.end() || it->is_null()) {
-      if (required) return Invalid(absl::StrCat(where, " (", type, ") needs '", f, "'"));
+      if (required) return Invalid(absl::StrCat(where, ".", f, "' is required by ", type));
       return fallback;
     }
-    if (!it->is_number()) return Invalid(absl::StrCat(where, ".", f, " must be a number"));
+    if (!it->is_number()) return Invalid(absl::StrCat(where, ".", f, "' must be a number"));
     return it->get<double>();
   };
   ASSIGN_OR_RETURN(s.factor, number("factor", 1.0, true));
   if (!(s.factor >= 1.0) || s.factor > 1e6) {
-    return Invalid(absl::StrCat(where, ".factor is ", s.factor, "; it must lie in [1, 1e6]"));
+    return Invalid(absl::StrCat(where, ".factor' is ", s.factor, "; it must lie in [1, 1e6]"));
   }
   const bool needs_original = s.type == RopeScalingType::kLlama3;
   ASSIGN_OR_RETURN(double original, number("original_max_position_embeddings", 0, needs_original));
@@ -133,7 +133,7 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& r, int64_t max_position
     ASSIGN_OR_RETURN(s.high_freq_factor, number("high_freq_factor", 4.0, true));
     if (!(s.high_freq_factor > s.low_freq_factor) || !(s.low_freq_factor > 0) ||
         s.original_max_position_embeddings <= 0) {
-      return Invalid(absl::StrCat(where, ": llama3 needs 0 < low_freq_factor < "
+      return Invalid(absl::StrCat(where, "': llama3 needs 0 < low_freq_factor < "
                                   "high_freq_factor and original_max_position_embeddings > 0"));
     }
   }

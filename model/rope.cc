@@ -1,12 +1,74 @@
 // Rotary position embedding (see rope.h).
 #include "model/rope.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace lrkv {
+
+at::Tensor RopeInverseFrequencies(const ModelConfig& c, int64_t seq_len) {
+  const int64_t half = c.rope_dim / 2;
+  const double dim = static_cast<double>(c.rope_dim);
+  const RopeScaling& s = c.rope_scaling;
+  const auto exponents = at::arange(0, half, at::kDouble) * 2.0 / dim;
+  double base = c.rope_theta;
+  if (s.type == RopeScalingType::kDynamic) {
+    const double trained = static_cast<double>(s.original_max_position_embeddings > 0
+                                                   ? s.original_max_position_embeddings
+                                                   : c.max_position_embeddings);
+    const double len = std::max<double>(static_cast<double>(seq_len), trained);
+    base *= std::pow(s.factor * len / trained - (s.factor - 1.0), dim / (dim - 2.0));
+  }
+  at::Tensor inv_freq = at::pow(base, -exponents);
+  switch (s.type) {
+    case RopeScalingType::kNone:
+    case RopeScalingType::kDynamic:
+      break;
+    case RopeScalingType::kLinear:
+      inv_freq = inv_freq / s.factor;
+      break;
+    case RopeScalingType::kLlama3: {
+      const double old_len = static_cast<double>(s.original_max_position_embeddings);
+      const double low_wavelen = old_len / s.low_freq_factor;
+      const double high_wavelen = old_len / s.high_freq_factor;
+      const auto wavelen = 2.0 * M_PI / inv_freq;
+      auto scaled = at::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
+      const auto smooth =
+          (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const auto smoothed = (1.0 - smooth) * scaled / s.factor + smooth * scaled;
+      const auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+      inv_freq = at::where(medium, smoothed, scaled);
+      break;
+    }
+    case RopeScalingType::kYarn: {
+      const double orig = static_cast<double>(s.original_max_position_embeddings);
+      auto correction_dim = [&](double rotations) {
+        return dim * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(c.rope_theta));
+      };
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1.0);
+      if (low == high) high += 0.001;
+      const auto ramp =
+          ((at::arange(0, half, at::kDouble) - low) / (high - low)).clamp(0.0, 1.0);
+      const auto extrapolation = 1.0 - ramp;  // weight of the unscaled frequency
+      inv_freq = inv_freq / s.factor * (1.0 - extrapolation) + inv_freq * extrapolation;
+      break;
+    }
+  }
+  return inv_freq;
+}
 
 Rope::Rope(const ModelConfig& config) : config_(config), half_(config.rope_dim / 2) {
   // Angles in float64 so that long positions keep their precision.
-  inv_freq_ = at::pow(config.rope_theta, -at::arange(0, half_, at::kDouble) * 2.0 /
-                                             static_cast<double>(config.rope_dim));
+  inv_freq_ = RopeInverseFrequencies(config, 0);
+  if (config.rope_scaling.type == RopeScalingType::kYarn) {
+    attention_factor_ = config.rope_scaling.attention_factor;
+  }
 }
 
 bool Rope::PlaneRotates(int64_t plane) const {
@@ -19,12 +81,22 @@ std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
 }
 
 std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) const {
-  auto angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_.to(positions.device());
+  // Dynamic NTK scaling: the frequencies follow the length of the sequence the
+  // positions reach, as transformers' dynamic_rope_update does per forward call.
+  const at::Tensor inv_freq =
+      config_.rope_scaling.type == RopeScalingType::kDynamic && positions.numel() > 0
+          ? RopeInverseFrequencies(config_, positions.max().item<int64_t>() + 1)
+          : inv_freq_;
+  auto angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq.to(positions.device());
   auto cos = angles.cos(), sin = angles.sin();
   if (config_.kv.rope_mode == RopeMode::kPartial) {
     const int64_t kept = config_.kv.rope_planes_kept;
     cos.narrow(-1, kept, half_ - kept).fill_(1.0);
     sin.narrow(-1, kept, half_ - kept).fill_(0.0);
+  }
+  if (attention_factor_ != 1.0) {
+    cos = cos * attention_factor_;
+    sin = sin * attention_factor_;
   }
   return {cos, sin};
 }

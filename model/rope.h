@@ -12,6 +12,11 @@
 
 namespace lrkv {
 
+// The inverse frequencies [half] (float64) of the RoPE planes for `config`'s
+// rope_theta, rope_dim and rope_scaling; `seq_len` matters only to dynamic scaling
+// (the length of the sequence the positions belong to).
+at::Tensor RopeInverseFrequencies(const ModelConfig& config, int64_t seq_len);
+
 class Rope {
  public:
   explicit Rope(const ModelConfig& config);
@@ -32,12 +37,14 @@ class Rope {
   bool PlaneRotates(int64_t plane) const;
 
  private:
-  // cos and sin [T, half] (float64) of every plane at `positions`.
+  // cos and sin [T, half] (float64) of every plane at `positions`, times the
+  // scaling's attention factor.
   std::pair<at::Tensor, at::Tensor> Angles(const at::Tensor& positions) const;
 
   ModelConfig config_;
   int64_t half_;
-  at::Tensor inv_freq_;  // [half] float64
+  at::Tensor inv_freq_;  // [half] float64, after scaling (dynamic: at the trained length)
+  double attention_factor_ = 1.0;
 };
 
 }  // namespace lrkv

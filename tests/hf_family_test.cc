@@ -1,0 +1,223 @@
+// Random-weight checkpoints in the exact Hugging Face layout of current model
+// families (their config.json fields and tensor names, bf16 safetensors): the
+// runtime's logits against the independent float64 reference (reference_forward.h),
+// with llama3, yarn, dynamic and linear RoPE scaling, partial rotary, QK-norm, biases,
+// explicit head_dim and tied embeddings, at positions past the scaling's
+// original_max_position_embeddings.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
+#include "model/dtype.h"
+#include "model/llama_weights.h"
+#include "model/safetensors.h"
+#include "model/transformer.h"
+#include "nlohmann/json.hpp"
+#include "tests/reference_forward.h"
+#include "tests/test_paths.h"
+
+namespace lrkv {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Family {
+  std::string name;
+  json config;  // config.json as the family writes it
+};
+
+testing::RefConfig RefOf(const json& j) {
+  testing::RefConfig c;
+  c.hidden = j["hidden_size"];
+  c.inter = j["intermediate_size"];
+  c.layers = j["num_hidden_layers"];
+  c.heads = j["num_attention_heads"];
+  c.kv_heads = j["num_key_value_heads"];
+  c.head_dim = j.value("head_dim", c.hidden / c.heads);
+  c.vocab = j["vocab_size"];
+  c.rope_dim = static_cast<int>(j.value("partial_rotary_factor", 1.0) * c.head_dim) / 2 * 2;
+  c.max_pos = j["max_position_embeddings"];
+  c.eps = j["rms_norm_eps"];
+  c.theta = j["rope_theta"];
+  c.qk_norm = j["model_type"] == "qwen3";
+  c.bias = j["model_type"] == "qwen2" || j.value("attention_bias", false);
+  c.tied = j.value("tie_word_embeddings", false);
+  c.rope_scaling = j.value("rope_scaling", json());
+  return c;
+}
+
+// Writes config.json and a bf16 model.safetensors with HF tensor names; returns the
+// weights as the reference reads them (the bf16 values, exactly, as doubles).
+testing::Weights WriteCheckpoint(const fs::path& dir, const json& config) {
+  const testing::RefConfig c = RefOf(config);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.embed_tokens.weight", {c.vocab, c.hidden}}, {"model.norm.weight", {c.hidden}}};
+  if (!c.tied) shapes.push_back({"lm_head.weight", {c.vocab, c.hidden}});
+  for (int l = 0; l < c.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
+    shapes.push_back({p + "input_layernorm.weight", {c.hidden}});
+    shapes.push_back({p + "self_attn.q_proj.weight", {q, c.hidden}});
+    shapes.push_back({p + "self_attn.k_proj.weight", {kv, c.hidden}});
+    shapes.push_back({p + "self_attn.v_proj.weight", {kv, c.hidden}});
+    shapes.push_back({p + "self_attn.o_proj.weight", {c.hidden, q}});
+    if (c.bias) {
+      shapes.push_back({p + "self_attn.q_proj.bias", {q}});
+      shapes.push_back({p + "self_attn.k_proj.bias", {kv}});
+      shapes.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.qk_norm) {
+      shapes.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      shapes.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    shapes.push_back({p + "post_attention_layernorm.weight", {c.hidden}});
+    shapes.push_back({p + "mlp.gate_proj.weight", {c.inter, c.hidden}});
+    shapes.push_back({p + "mlp.up_proj.weight", {c.inter, c.hidden}});
+    shapes.push_back({p + "mlp.down_proj.weight", {c.hidden, c.inter}});
+  }
+  at::manual_seed(7);
+  testing::Weights ref;
+  std::vector<at::Tensor> keep;
+  std::vector<TensorView> views;
+  for (const auto& [name, shape] : shapes) {
+    const bool norm = name.find("norm") != std::string::npos;
+    at::Tensor t = norm ? 1.0 + 0.2 * at::randn(shape)
+                        : at::randn(shape) / std::sqrt(static_cast<double>(shape.back()));
+    if (name.find("bias") != std::string::npos) t = 0.5 * at::randn(shape);
+    t = t.to(at::kBFloat16).contiguous();
+    const auto d = t.to(at::kDouble).contiguous();
+    ref[name] = std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+    TensorView v;
+    v.name = name;
+    v.dtype = DType::kBF16;
+    v.shape = shape;
+    v.data = static_cast<const uint8_t*>(t.data_ptr());
+    v.nbytes = t.numel() * 2;
+    views.push_back(v);
+    keep.push_back(t);
+  }
+  fs::create_directories(dir);
+  EXPECT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), views, {{"format", "pt"}})
+                  .ok());
+  std::ofstream(dir / "config.json") << config.dump(2);
+  return ref;
+}
+
+json Base(const char* arch, const char* type) {
+  return {{"architectures", {arch}}, {"model_type", type}, {"hidden_size", 64},
+          {"intermediate_size", 96}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"vocab_size", 160}, {"rms_norm_eps", 1e-6},
+          {"hidden_act", "silu"}, {"torch_dtype", "bfloat16"}, {"bos_token_id", 1},
+          {"eos_token_id", 2}};
+}
+
+std::vector<Family> Families() {
+  std::vector<Family> f;
+  // Llama-3.2: llama3 scaling, tied embeddings, an EOS list.
+  json llama = Base("LlamaForCausalLM", "llama");
+  llama.update({{"rope_theta", 500000.0}, {"max_position_embeddings", 128},
+                {"tie_word_embeddings", true}, {"eos_token_id", {2, 3, 4}},
+                {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0},
+                                  {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                  {"original_max_position_embeddings", 16}}}});
+  f.push_back({"Llama3Scaled", llama});
+  // Qwen3: QK-norm, head_dim 24 != 64/4, yarn (factor from the two lengths).
+  json qwen3 = Base("Qwen3ForCausalLM", "qwen3");
+  qwen3.update({{"head_dim", 24}, {"rope_theta", 1000000.0}, {"max_position_embeddings", 64},
+                {"tie_word_embeddings", false}, {"attention_bias", false},
+                {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0},
+                                  {"original_max_position_embeddings", 16}}}});
+  f.push_back({"Qwen3Yarn", qwen3});
+  // Qwen2.5: q/k/v biases, dynamic NTK scaling past 16 positions.
+  json qwen2 = Base("Qwen2ForCausalLM", "qwen2");
+  qwen2.update({{"rope_theta", 10000.0}, {"max_position_embeddings", 16},
+                {"tie_word_embeddings", false},
+                {"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}});
+  f.push_back({"Qwen2Dynamic", qwen2});
+  // Partial rotary (RoPE on half of each head) with linear scaling.
+  json partial = Base("LlamaForCausalLM", "llama");
+  partial.update({{"rope_theta", 10000.0}, {"max_position_embeddings", 32},
+                  {"partial_rotary_factor", 0.5},
+                  {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}});
+  f.push_back({"PartialRotaryLinear", partial});
+  return f;
+}
+
+class HfFamilies : public ::testing::TestWithParam<Family> {};
+
+TEST_P(HfFamilies, LogitsMatchTheFloat64ReferencePastTheOriginalContext) {
+  const Family& f = GetParam();
+  const fs::path dir = testing::FreshTempDir("family_" + f.name);
+  const testing::Weights w = WriteCheckpoint(dir, f.config);
+  auto ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  auto weights = LoadLlamaWeights(**ckpt);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto model = Transformer::Create((*ckpt)->config(), std::move(*weights));
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int T = 40;  // past every family's original (pretraining) context of 16-32
+  std::vector<int> tokens(T);
+  for (int t = 0; t < T; ++t) tokens[t] = (t * 37 + 11) % 160;
+  const auto ref = testing::RefForward(RefOf(f.config), w, tokens);
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>(tokens.begin(), tokens.end()), at::kLong).unsqueeze(0);
+  const at::Tensor logits = (*model)->Forward(ids)[0].to(at::kDouble).contiguous();
+  double max_err = 0, max_ref = 0;
+  for (int t = 0; t < T; ++t) {
+    for (int v = 0; v < 160; ++v) {
+      max_err = std::max(max_err, std::abs(logits[t][v].item<double>() - ref[t][v]));
+      max_ref = std::max(max_ref, std::abs(ref[t][v]));
+    }
+  }
+  const double rel = max_err / max_ref;
+  std::printf("%s: max |logit - f64 ref| / max |ref| = %.3g over %d positions\n",
+              f.name.c_str(), rel, T);
+  EXPECT_LT(rel, 1e-4);
+  // Scaling matters at these positions: plain RoPE gives other logits.
+  json plain = f.config;
+  plain.erase("rope_scaling");
+  const auto unscaled = testing::RefForward(RefOf(plain), w, tokens);
+  double diff = 0;
+  for (int v = 0; v < 160; ++v) diff = std::max(diff, std::abs(unscaled[T - 1][v] - ref[T - 1][v]));
+  EXPECT_GT(diff / max_ref, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealConfigs, HfFamilies, ::testing::ValuesIn(Families()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(HfConfig, UnknownRopeTypeIsRefusedNamingTheField) {
+  json c = Base("LlamaForCausalLM", "llama");
+  c.update({{"rope_theta", 10000.0}, {"max_position_embeddings", 32},
+            {"rope_scaling", {{"rope_type", "longrope"}, {"factor", 2.0}}}});
+  auto parsed = ConfigFromHfJson(c.dump(), "config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("'rope_scaling.rope_type'"), std::string::npos)
+      << parsed.status();
+  c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0},
+                       {"original_max_position_embeddings", 8192}};
+  parsed = ConfigFromHfJson(c.dump(), "config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("'rope_scaling.low_freq_factor' is required"), std::string::npos)
+      << parsed.status();
+}
+
+TEST(HfConfig, ScalingSurvivesTheConfigRoundTrip) {
+  for (const Family& f : Families()) {
+    auto a = ConfigFromHfJson(f.config.dump(), f.name);
+    ASSERT_TRUE(a.ok()) << a.status();
+    auto b = ConfigFromHfJson(ConfigToHfJson(*a), f.name);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const at::Tensor fa = RopeInverseFrequencies(*a, 100), fb = RopeInverseFrequencies(*b, 100);
+    EXPECT_TRUE(at::equal(fa, fb)) << f.name;
+    EXPECT_EQ(a->rope_scaling.attention_factor, b->rope_scaling.attention_factor);
+    EXPECT_EQ(a->eos_token_ids, b->eos_token_ids);
+  }
+}
+
+}  // namespace
+}  // namespace lrkv
