@@ -3,6 +3,7 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <vector>
@@ -74,6 +75,10 @@ std::string ToValidUtf8(std::string_view text) {
 }
 
 std::string NormalizeUnicode(std::string_view text, NormalizationForm form) {
+  // ASCII is the same in every normalization form; most text is mostly ASCII.
+  if (std::all_of(text.begin(), text.end(), [](char c) { return (c & 0x80) == 0; })) {
+    return std::string(text);
+  }
   switch (form) {
     case NormalizationForm::kNfc:
       return MapWith(text, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
