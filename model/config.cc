@@ -377,58 +377,88 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
 
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
   ASSIGN_OR_RETURN(std::string arch, GgufString(g, "general.architecture"));
-  if (arch != "llama") {
+  if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
     return Invalid(absl::StrCat("unsupported architecture (metadata "
                                 "'general.architecture' = '",
-                                arch, "'); supported: llama"));
+                                arch, "'); supported: llama, qwen2, qwen3"));
   }
   ModelConfig c;
-  auto get_int = [&](const char* key, int64_t* out) -> absl::Status {
-    auto v = GgufUint(g, key);
+  // Every architecture's hyperparameters sit under its own name: "qwen3.block_count".
+  auto key = [&](const char* k) { return absl::StrCat(arch, ".", k); };
+  auto get_int = [&](const char* k, int64_t* out, bool required) -> absl::Status {
+    auto v = GgufUint(g, key(k));
+    if (!v.ok() && !required && absl::IsNotFound(v.status())) return absl::OkStatus();
     if (!v.ok()) return Invalid(std::string(v.status().message()));
     *out = static_cast<int64_t>(*v);
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(get_int("llama.embedding_length", &c.hidden_size));
-  RETURN_IF_ERROR(get_int("llama.feed_forward_length", &c.intermediate_size));
-  RETURN_IF_ERROR(get_int("llama.block_count", &c.num_layers));
-  RETURN_IF_ERROR(get_int("llama.attention.head_count", &c.num_heads));
+  RETURN_IF_ERROR(get_int("embedding_length", &c.hidden_size, true));
+  RETURN_IF_ERROR(get_int("feed_forward_length", &c.intermediate_size, true));
+  RETURN_IF_ERROR(get_int("block_count", &c.num_layers, true));
+  RETURN_IF_ERROR(get_int("attention.head_count", &c.num_heads, true));
   c.num_kv_heads = c.num_heads;
-  if (GgufUint(g, "llama.attention.head_count_kv").ok()) {
-    RETURN_IF_ERROR(get_int("llama.attention.head_count_kv", &c.num_kv_heads));
-  }
-  if (GgufUint(g, "llama.context_length").ok()) {
-    RETURN_IF_ERROR(get_int("llama.context_length", &c.max_position_embeddings));
-  }
-  if (c.num_heads <= 0) return Invalid("llama.attention.head_count must be positive");
+  RETURN_IF_ERROR(get_int("attention.head_count_kv", &c.num_kv_heads, false));
+  RETURN_IF_ERROR(get_int("context_length", &c.max_position_embeddings, false));
+  if (c.num_heads <= 0) return Invalid(absl::StrCat(key("attention.head_count"), " must be positive"));
   c.head_dim = c.hidden_size / c.num_heads;
-  if (GgufUint(g, "llama.attention.key_length").ok()) {
-    RETURN_IF_ERROR(get_int("llama.attention.key_length", &c.head_dim));
-  }
+  RETURN_IF_ERROR(get_int("attention.key_length", &c.head_dim, false));
   c.rope_dim = c.head_dim;
-  if (GgufUint(g, "llama.rope.dimension_count").ok()) {
-    RETURN_IF_ERROR(get_int("llama.rope.dimension_count", &c.rope_dim));
-  }
-  if (auto eps = GgufFloat(g, "llama.attention.layer_norm_rms_epsilon"); eps.ok()) {
+  RETURN_IF_ERROR(get_int("rope.dimension_count", &c.rope_dim, false));
+  if (auto eps = GgufFloat(g, key("attention.layer_norm_rms_epsilon")); eps.ok()) {
     c.rms_norm_eps = *eps;
   }
-  if (auto theta = GgufFloat(g, "llama.rope.freq_base"); theta.ok()) {
-    c.rope_theta = *theta;
+  if (auto theta = GgufFloat(g, key("rope.freq_base")); theta.ok()) c.rope_theta = *theta;
+  if (auto type = GgufString(g, key("rope.scaling.type")); type.ok() && *type != "none") {
+    // llama.cpp's own names; llama3 scaling comes as a rope_freqs tensor instead.
+    if (*type != "linear" && *type != "yarn") {
+      return Invalid(absl::StrCat("metadata '", key("rope.scaling.type"), "' = '", *type,
+                                  "' is not supported (supported: none, linear, yarn)"));
+    }
+    auto factor = GgufFloat(g, key("rope.scaling.factor"));
+    if (!factor.ok() || !(*factor >= 1.0)) {
+      return Invalid(absl::StrCat("metadata '", key("rope.scaling.factor"),
+                                  "' must be a number >= 1 with rope scaling"));
+    }
+    c.rope_scaling.type = *type == "linear" ? RopeScalingType::kLinear : RopeScalingType::kYarn;
+    c.rope_scaling.factor = *factor;
+    if (c.rope_scaling.type == RopeScalingType::kYarn) {
+      auto orig = GgufUint(g, key("rope.scaling.original_context_length"));
+      c.rope_scaling.original_max_position_embeddings =
+          orig.ok() ? static_cast<int64_t>(*orig) : c.max_position_embeddings;
+      c.rope_scaling.attention_factor = 0.1 * std::log(*factor) + 1.0;
+      if (auto af = GgufFloat(g, key("rope.scaling.attn_factor")); af.ok()) {
+        c.rope_scaling.attention_factor = *af;
+        c.rope_scaling.attention_factor_given = true;
+      }
+    }
   }
-  if (auto it = g.metadata.find("llama.rope.scaling.type");
-      it != g.metadata.end() && it->second.is_string() &&
-      std::get<std::string>(it->second.scalar) != "none") {
-    return Invalid("metadata 'llama.rope.scaling.type' is not supported; only plain RoPE");
+  for (const auto& t : g.tensors) {
+    if (t.name == "rope_freqs.weight") {
+      return Invalid("tensor 'rope_freqs.weight' (llama3-style RoPE frequency factors) is not "
+                     "supported in GGUF files yet; load the Hugging Face checkpoint instead");
+    }
   }
-  c.rope_layout = RopeLayout::kAdjacent;
-  if (auto it = g.metadata.find("tokenizer.ggml.tokens"); it != g.metadata.end()) {
-    c.vocab_size = static_cast<int64_t>(it->second.array.size());
+  // llama.cpp permutes Q/K rows of `llama` models into adjacent pairs; Qwen models
+  // keep the Hugging Face (NeoX) half-split layout.
+  c.rope_layout = arch == "llama" ? RopeLayout::kAdjacent : RopeLayout::kHalfSplit;
+  c.model_type = arch;
+  c.qkv_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3";
+  bool has_output = false;
+  for (const auto& t : g.tensors) {
+    if (t.name == "token_embd.weight" && t.shape.size() == 2) c.vocab_size = t.shape[0];
+    has_output = has_output || t.name == "output.weight";
   }
-  if (auto v = GgufUint(g, "llama.vocab_size"); v.ok()) c.vocab_size = *v;
+  c.tie_word_embeddings = !g.tensors.empty() && !has_output;
+  if (c.vocab_size == 0) {
+    if (auto it = g.metadata.find("tokenizer.ggml.tokens"); it != g.metadata.end()) {
+      c.vocab_size = static_cast<int64_t>(it->second.array.size());
+    }
+  }
+  if (auto v = GgufUint(g, key("vocab_size")); v.ok()) c.vocab_size = *v;
   if (auto v = GgufUint(g, "tokenizer.ggml.bos_token_id"); v.ok()) c.bos_token_id = *v;
   if (auto v = GgufUint(g, "tokenizer.ggml.eos_token_id"); v.ok()) c.eos_token_ids = {
       static_cast<int64_t>(*v)};
-  c.model_type = "llama";
   RETURN_IF_ERROR(c.Validate());
   return c;
 }

@@ -150,6 +150,60 @@ TEST(DType, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
 }
 
+// GGUF metadata of a Qwen3 model as llama.cpp's converter writes it (keys under the
+// architecture's name, no output.weight when the embedding is tied).
+GgufContents Qwen3GgufMetadata() {
+  GgufContents g;
+  auto u = [&](const std::string& k, uint64_t v) { g.metadata[k].scalar = v; };
+  auto f = [&](const std::string& k, double v) { g.metadata[k].scalar = v; };
+  g.metadata["general.architecture"].scalar = std::string("qwen3");
+  u("qwen3.embedding_length", 1024);
+  u("qwen3.feed_forward_length", 3072);
+  u("qwen3.block_count", 28);
+  u("qwen3.attention.head_count", 16);
+  u("qwen3.attention.head_count_kv", 8);
+  u("qwen3.attention.key_length", 128);
+  u("qwen3.context_length", 40960);
+  f("qwen3.attention.layer_norm_rms_epsilon", 1e-6);
+  f("qwen3.rope.freq_base", 1000000.0);
+  TensorView embd;
+  embd.name = "token_embd.weight";
+  embd.shape = {151936, 1024};
+  g.tensors.push_back(embd);
+  return g;
+}
+
+TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
+  auto c = ConfigFromGguf(Qwen3GgufMetadata());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "qwen3");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_EQ(c->head_dim, 128);  // explicit: != 1024 / 16
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_EQ(c->vocab_size, 151936);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->rope_layout, RopeLayout::kHalfSplit);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  GgufContents g = Qwen3GgufMetadata();
+  g.metadata["qwen3.rope.scaling.type"].scalar = std::string("yarn");
+  g.metadata["qwen3.rope.scaling.factor"].scalar = 4.0;
+  g.metadata["qwen3.rope.scaling.original_context_length"].scalar = uint64_t{32768};
+  c = ConfigFromGguf(g);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 32768);
+  g.metadata["qwen3.rope.scaling.type"].scalar = std::string("longrope");
+  c = ConfigFromGguf(g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("qwen3.rope.scaling.type"), std::string::npos);
+  g = Qwen3GgufMetadata();
+  g.metadata["general.architecture"].scalar = std::string("gemma3");
+  c = ConfigFromGguf(g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("'gemma3'"), std::string::npos);
+}
+
 TEST(Gguf, StoriesModelMetadataAndConfig) {
   auto reader = GgufReader::Open(testing::StoriesModelPath());
   ASSERT_TRUE(reader.ok()) << reader.status();
