@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
-#include "model/text_normalizer.h"
+#include "model/tokenizer_json.h"
 #include "model/unicode_text.h"
 #include "nlohmann/json.hpp"
 
@@ -45,19 +45,13 @@ absl::StatusOr<PreTokenizer::Behavior> PreTokenizer::ParseBehavior(const json& j
 absl::Status PreTokenizer::Add(const json& j, const std::string& where,
                                std::vector<Step>* steps) {
   if (j.is_null()) return absl::OkStatus();
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return Invalid(absl::StrCat(where, ": expected an object with a 'type', got ", j.dump()));
-  }
-  const std::string type = j["type"].get<std::string>();
+  ASSIGN_OR_RETURN(const std::string type, ComponentType(j, where));
   const std::string here = absl::StrCat(where, " (", type, ")");
   Step s;
   if (type == "Sequence") {
-    const auto& list = j.value("pretokenizers", json());
-    if (!list.is_array()) return Invalid(absl::StrCat(here, ": 'pretokenizers' must be a list"));
-    for (size_t i = 0; i < list.size(); ++i) {
-      RETURN_IF_ERROR(Add(list[i], absl::StrCat(where, ".pretokenizers[", i, "]"), steps));
-    }
-    return absl::OkStatus();
+    return ForEachListed(j, "pretokenizers", where, [&](const json& item, const std::string& at) {
+      return Add(item, at, steps);
+    });
   } else if (type == "Split") {
     ASSIGN_OR_RETURN(s.pattern, PatternFromJson(j.value("pattern", json()), here));
     ASSIGN_OR_RETURN(s.behavior, ParseBehavior(j.value("behavior", json()), here));

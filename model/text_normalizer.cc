@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
+#include "model/tokenizer_json.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {
@@ -19,50 +20,16 @@ const Regex& Whitespace() {
 
 }  // namespace
 
-absl::StatusOr<Regex> PatternFromJson(const json& j, const std::string& where) {
-  if (j.is_object() && j.size() == 1) {
-    if (auto s = j.find("String"); s != j.end() && s->is_string()) {
-      return Regex::Literal(s->get<std::string>());
-    }
-    if (auto r = j.find("Regex"); r != j.end() && r->is_string()) {
-      auto re = Regex::Create(r->get<std::string>());
-      if (!re.ok()) return Invalid(absl::StrCat(where, ": ", re.status().message()));
-      return re;
-    }
-  }
-  return Invalid(absl::StrCat(where, ": pattern must be {\"String\": ...} or {\"Regex\": ...}, got ",
-                              j.dump()));
-}
-
-std::vector<TextSpan> SpansOf(std::string_view text,
-                              const std::vector<std::pair<size_t, size_t>>& matches) {
-  std::vector<TextSpan> spans;
-  size_t pos = 0;
-  for (const auto& [b, e] : matches) {
-    if (b > pos) spans.push_back({pos, b, false});
-    spans.push_back({b, e, true});
-    pos = e;
-  }
-  if (pos < text.size()) spans.push_back({pos, text.size(), false});
-  return spans;
-}
-
 absl::Status TextNormalizer::Add(const json& j, const std::string& where,
                                  std::vector<Step>* steps) {
   if (j.is_null()) return absl::OkStatus();
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return Invalid(absl::StrCat(where, ": expected an object with a 'type', got ", j.dump()));
-  }
-  const std::string type = j["type"].get<std::string>();
+  ASSIGN_OR_RETURN(const std::string type, ComponentType(j, where));
   const std::string here = absl::StrCat(where, " (", type, ")");
   Step step{Step::kForm};
   if (type == "Sequence") {
-    const auto& list = j.value("normalizers", json());
-    if (!list.is_array()) return Invalid(absl::StrCat(here, ": 'normalizers' must be a list"));
-    for (size_t i = 0; i < list.size(); ++i) {
-      RETURN_IF_ERROR(Add(list[i], absl::StrCat(where, ".normalizers[", i, "]"), steps));
-    }
-    return absl::OkStatus();
+    return ForEachListed(j, "normalizers", where, [&](const json& item, const std::string& at) {
+      return Add(item, at, steps);
+    });
   } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
     step.form = type == "NFC"    ? NormalizationForm::kNfc
                 : type == "NFD"  ? NormalizationForm::kNfd
@@ -129,18 +96,9 @@ std::string TextNormalizer::Apply(std::string_view input) const {
         text = text.substr(b, e - b);
         break;
       }
-      case Step::kReplace: {
-        std::string out;
-        for (const TextSpan& span : SpansOf(text, s.pattern.FindAll(text))) {
-          if (span.is_match) {
-            out += s.content;
-          } else {
-            out.append(text, span.begin, span.end - span.begin);
-          }
-        }
-        text = std::move(out);
+      case Step::kReplace:
+        text = ReplaceAll(text, s.pattern, s.content);
         break;
-      }
       case Step::kPrepend:
         if (!text.empty()) text = s.content + text;
         break;

@@ -36,18 +36,6 @@ class TextNormalizer {
   std::vector<Step> steps_;
 };
 
-// A tokenizer.json pattern object: {"String": s} or {"Regex": r}.
-absl::StatusOr<Regex> PatternFromJson(const nlohmann::json& j, const std::string& where);
-
-// The [begin, end) ranges of `text` that are not matched by `matches` (sorted,
-// non-overlapping), and the matches, in order; `is_match` tells which is which.
-struct TextSpan {
-  size_t begin, end;
-  bool is_match;
-};
-std::vector<TextSpan> SpansOf(std::string_view text,
-                              const std::vector<std::pair<size_t, size_t>>& matches);
-
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_TEXT_NORMALIZER_H_

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
-#include "model/text_normalizer.h"
+#include "model/tokenizer_json.h"
 #include "model/unicode_text.h"
 #include "model/utf8.h"
 #include "nlohmann/json.hpp"
@@ -44,19 +44,13 @@ std::string ByteLevelToBytes(const std::string& token) {
 absl::Status TokenDecoder::Add(const json& j, const std::string& where,
                                std::vector<Step>* steps) {
   if (j.is_null()) return absl::OkStatus();
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return Invalid(absl::StrCat(where, ": expected an object with a 'type', got ", j.dump()));
-  }
-  const std::string type = j["type"].get<std::string>();
+  ASSIGN_OR_RETURN(const std::string type, ComponentType(j, where));
   const std::string here = absl::StrCat(where, " (", type, ")");
   Step s{Step::kFuse};
   if (type == "Sequence") {
-    const auto& list = j.value("decoders", json());
-    if (!list.is_array()) return Invalid(absl::StrCat(here, ": 'decoders' must be a list"));
-    for (size_t i = 0; i < list.size(); ++i) {
-      RETURN_IF_ERROR(Add(list[i], absl::StrCat(where, ".decoders[", i, "]"), steps));
-    }
-    return absl::OkStatus();
+    return ForEachListed(j, "decoders", where, [&](const json& item, const std::string& at) {
+      return Add(item, at, steps);
+    });
   } else if (type == "ByteLevel") {
     s.kind = Step::kByteLevel;
   } else if (type == "Metaspace") {
@@ -120,17 +114,7 @@ std::string TokenDecoder::Decode(std::vector<std::string> tokens, bool continuat
         }
         break;
       case Step::kReplace:
-        for (auto& t : tokens) {
-          std::string out;
-          for (const TextSpan& span : SpansOf(t, s.pattern.FindAll(t))) {
-            if (span.is_match) {
-              out += s.content;
-            } else {
-              out.append(t, span.begin, span.end - span.begin);
-            }
-          }
-          t = std::move(out);
-        }
+        for (auto& t : tokens) t = ReplaceAll(t, s.pattern, s.content);
         break;
       case Step::kByteFallback: {
         // Runs of <0xXX> tokens become the text of their bytes; a run that is not
