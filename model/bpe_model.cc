@@ -145,8 +145,8 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j,
   return m;
 }
 
-std::optional<int32_t> BpeModel::IdOf(std::string_view token) const {
-  auto it = vocab_.find(std::string(token));
+std::optional<int32_t> BpeModel::IdOf(const std::string& token) const {
+  auto it = vocab_.find(token);
   if (it == vocab_.end()) return std::nullopt;
   return it->second;
 }
@@ -156,7 +156,7 @@ const std::string* BpeModel::TokenOf(int32_t id) const {
   return &id_to_token_[id];
 }
 
-void BpeModel::Encode(std::string_view piece, std::vector<int32_t>* out) const {
+void BpeModel::Encode(const std::string& piece, std::vector<int32_t>* out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
     if (auto id = IdOf(piece)) {
@@ -167,7 +167,7 @@ void BpeModel::Encode(std::string_view piece, std::vector<int32_t>* out) const {
   const bool cacheable = piece.size() <= kCachedPieceBytes;
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (auto it = cache_.find(std::string(piece)); it != cache_.end()) {
+    if (auto it = cache_.find(piece); it != cache_.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
       return;
     }
@@ -178,7 +178,7 @@ void BpeModel::Encode(std::string_view piece, std::vector<int32_t>* out) const {
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() >= kCacheEntries) cache_.clear();
-    cache_.emplace(std::string(piece), std::move(ids));
+    cache_.emplace(piece, std::move(ids));
   }
 }
 

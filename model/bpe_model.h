@@ -25,14 +25,13 @@ class BpeModel {
                                                             const std::string& where);
 
   // Appends the ids of one piece.
-  void Encode(std::string_view piece, std::vector<int32_t>* out) const;
+  void Encode(const std::string& piece, std::vector<int32_t>* out) const;
 
-  std::optional<int32_t> IdOf(std::string_view token) const;
+  std::optional<int32_t> IdOf(const std::string& token) const;
   // The token string of `id`; nullptr when the vocabulary has no such id.
   const std::string* TokenOf(int32_t id) const;
   // One past the largest id.
   int64_t size() const { return static_cast<int64_t>(id_to_token_.size()); }
-  bool byte_fallback() const { return byte_fallback_; }
 
  private:
   BpeModel() = default;

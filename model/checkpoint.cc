@@ -71,6 +71,12 @@ constexpr NameMap kLayerNames[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
 };
 
+// What a folder without a tokenizer was searched for, for messages.
+std::string TokenizerFilesLookedFor() {
+  return absl::StrCat("no tokenizer: looked for ", kHfTokenizerFileName, " (with ",
+                      kHfTokenizerConfigFileName, ") and ", kTokenizerFileName);
+}
+
 absl::StatusOr<std::optional<Tokenizer>> TokenizerInFolder(const fs::path& dir) {
   std::error_code ec;
   const fs::path hf = dir / kHfTokenizerFileName;
@@ -112,10 +118,8 @@ absl::StatusOr<Tokenizer> LoadTokenizer(const std::string& path) {
   const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
   ASSIGN_OR_RETURN(std::optional<Tokenizer> t, TokenizerInFolder(dir));
   if (!t) {
-    return absl::NotFoundError(absl::StrCat(path, ": no tokenizer: looked for ",
-                                            kHfTokenizerFileName, " (with ",
-                                            kHfTokenizerConfigFileName, ") and ",
-                                            kTokenizerFileName, " in ", dir.string()));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": ", TokenizerFilesLookedFor(), " in ", dir.string()));
   }
   return std::move(*t);
 }
@@ -144,6 +148,12 @@ absl::Status ReconcileTokenizer(const Tokenizer& tok, const std::string& path,
         path, ": the tokenizer's EOS token is id ", s.eos_id,
         " but the model config's eos_token_id is ",
         eos.size() == 1 ? absl::StrCat(eos[0]) : absl::StrCat("[", absl::StrJoin(eos, ", "), "]")));
+  }
+  // Every consumer (eval, calibration, healing, verify) starts documents with it.
+  if (tok.document_start_id() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the tokenizer names neither a BOS nor an EOS token, so "
+                           "documents have no start token"));
   }
   if (config->bos_token_id < 0) config->bos_token_id = s.bos_id;
   if (eos.empty() && s.eos_id >= 0) eos.push_back(s.eos_id);
@@ -179,9 +189,7 @@ absl::StatusOr<const Tokenizer*> Checkpoint::RequireTokenizer() const {
         absl::StrCat(path_, ": no tokenizer: the GGUF file has no tokenizer.ggml.* metadata"));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(path_, ": no tokenizer: looked for ", kHfTokenizerFileName, " (with ",
-                   kHfTokenizerConfigFileName, ") and ", kTokenizerFileName,
-                   " beside the weights"));
+      absl::StrCat(path_, ": ", TokenizerFilesLookedFor(), " beside the weights"));
 }
 
 const TensorView* Checkpoint::Find(const std::string& name) const {

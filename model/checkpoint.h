@@ -63,7 +63,8 @@ absl::StatusOr<Tokenizer> LoadTokenizer(const std::string& path);
 
 // Refuses a tokenizer that is not the model's: more tokens than embedding rows, far
 // fewer (under 90 % of them: padding is a few hundred rows, not a different
-// vocabulary), or BOS/EOS ids that config.json contradicts; both numbers are named.
+// vocabulary), BOS/EOS ids that config.json contradicts (both numbers are named), or
+// neither a BOS nor an EOS to start documents with.
 // Ids the config leaves unstated are taken from the tokenizer.
 absl::Status ReconcileTokenizer(const Tokenizer& tokenizer, const std::string& path,
                                 ModelConfig* config);

@@ -37,11 +37,6 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
     const std::string& path) {
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(path));
   ASSIGN_OR_RETURN(const Tokenizer* tok, ckpt->RequireTokenizer());
-  if (tok->document_start_id() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": the tokenizer names neither a BOS nor an EOS token, so "
-                           "documents have no start token"));
-  }
   try {
     ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(*ckpt));
     ASSIGN_OR_RETURN(auto t, Transformer::Create(ckpt->config(), std::move(w)));

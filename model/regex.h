@@ -27,8 +27,6 @@ class Regex {
   // Empty matches are skipped. `text` must be valid UTF-8.
   std::vector<std::pair<size_t, size_t>> FindAll(std::string_view text) const;
 
-  const std::string& pattern() const { return pattern_; }
-
  private:
   struct Compiled;
   Regex(std::string pattern, std::shared_ptr<const Compiled> compiled)

@@ -21,7 +21,6 @@ class TextNormalizer {
   static absl::StatusOr<TextNormalizer> FromJson(const nlohmann::json& j,
                                                  const std::string& where);
   std::string Apply(std::string_view text) const;
-  bool identity() const { return steps_.empty(); }
 
  private:
   struct Step {

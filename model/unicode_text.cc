@@ -120,8 +120,6 @@ std::string RemoveMarks(std::string_view text) {
   return out;
 }
 
-const std::string& ByteLevelChar(uint8_t byte) { return Tables().chars[byte]; }
-
 std::string ToByteLevel(std::string_view text) {
   const auto& chars = Tables().chars;
   std::string out;

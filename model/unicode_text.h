@@ -23,9 +23,7 @@ std::string LowercaseUnicode(std::string_view text);
 std::string RemoveMarks(std::string_view text);
 
 // Byte-level BPE: each byte is written as one printable character (GPT-2's
-// bytes_to_unicode). The UTF-8 of the character standing for `byte`:
-const std::string& ByteLevelChar(uint8_t byte);
-// `text`'s bytes written as byte-level characters.
+// bytes_to_unicode). `text`'s bytes written so:
 std::string ToByteLevel(std::string_view text);
 // The inverse: the byte a character stands for, or -1 when it stands for none.
 int ByteLevelByte(int32_t codepoint);
