@@ -66,9 +66,6 @@ at::Tensor RopeInverseFrequencies(const ModelConfig& c, int64_t seq_len) {
 Rope::Rope(const ModelConfig& config) : config_(config), half_(config.rope_dim / 2) {
   // Angles in float64 so that long positions keep their precision.
   inv_freq_ = RopeInverseFrequencies(config, 0);
-  if (config.rope_scaling.type == RopeScalingType::kYarn) {
-    attention_factor_ = config.rope_scaling.attention_factor;
-  }
 }
 
 bool Rope::PlaneRotates(int64_t plane) const {
@@ -94,9 +91,9 @@ std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) cons
     cos.narrow(-1, kept, half_ - kept).fill_(1.0);
     sin.narrow(-1, kept, half_ - kept).fill_(0.0);
   }
-  if (attention_factor_ != 1.0) {
-    cos = cos * attention_factor_;
-    sin = sin * attention_factor_;
+  if (const double af = config_.rope_scaling.attention_factor; af != 1.0) {
+    cos = cos * af;
+    sin = sin * af;
   }
   return {cos, sin};
 }

@@ -44,7 +44,6 @@ class Rope {
   ModelConfig config_;
   int64_t half_;
   at::Tensor inv_freq_;  // [half] float64, after scaling (dynamic: at the trained length)
-  double attention_factor_ = 1.0;
 };
 
 }  // namespace lrkv
