@@ -177,6 +177,24 @@ std::string CanonicalNameFromGguf(const std::string& name) {
   return name;
 }
 
+std::string GgufNameFromCanonical(const std::string& name) {
+  for (const auto& m : kGlobalNames) {
+    if (name == m.hf) return m.gguf;
+  }
+  constexpr std::string_view kLayers = "model.layers.";
+  if (name.rfind(kLayers, 0) == 0) {
+    const size_t dot = name.find('.', kLayers.size());
+    if (dot != std::string::npos) {
+      const std::string layer = name.substr(kLayers.size(), dot - kLayers.size());
+      const std::string rest = name.substr(dot + 1);
+      for (const auto& m : kLayerNames) {
+        if (rest == m.hf) return absl::StrCat("blk.", layer, ".", m.gguf);
+      }
+    }
+  }
+  return "";
+}
+
 void Checkpoint::Index() {
   index_.clear();
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;

@@ -72,6 +72,9 @@ absl::Status ReconcileTokenizer(const Tokenizer& tokenizer, const std::string& p
 // The canonical name of a GGUF `llama` tensor ("blk.3.attn_k.weight" ->
 // "model.layers.3.self_attn.k_proj.weight"); the input unchanged when unknown.
 std::string CanonicalNameFromGguf(const std::string& gguf_name);
+// The inverse ("model.layers.3.self_attn.k_proj.weight" -> "blk.3.attn_k.weight");
+// empty when the tensor has no GGUF name.
+std::string GgufNameFromCanonical(const std::string& canonical_name);
 
 }  // namespace lrkv
 

@@ -425,9 +425,10 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
       auto orig = GgufUint(g, key("rope.scaling.original_context_length"));
       c.rope_scaling.original_max_position_embeddings =
           orig.ok() ? static_cast<int64_t>(*orig) : c.max_position_embeddings;
-      c.rope_scaling.attention_factor = 0.1 * std::log(*factor) + 1.0;
+      // llama.cpp multiplies its attn_factor (default 1) by yarn's 1 + 0.1 ln(factor).
+      c.rope_scaling.attention_factor = YarnMscale(*factor, 1.0);
       if (auto af = GgufFloat(g, key("rope.scaling.attn_factor")); af.ok()) {
-        c.rope_scaling.attention_factor = *af;
+        c.rope_scaling.attention_factor *= *af;
         c.rope_scaling.attention_factor_given = true;
       }
     }

@@ -299,6 +299,36 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
   return out;
 }
 
+absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
+                                                   const LlamaWeights& weights,
+                                                   std::vector<at::Tensor>* keep) {
+  LlamaWeights w = weights;
+  std::vector<TensorView> views;
+  absl::Status status;
+  ForEachSlot(c, &w,
+              [&](const std::string& name, at::Tensor* slot,
+                  std::vector<int64_t> shape) {
+                if (!status.ok()) return;
+                if (!slot->defined() || slot->sizes().vec() != shape) {
+                  status = absl::InvalidArgumentError(absl::StrCat(
+                      "tensor '", name, "' is missing or has the wrong shape"));
+                  return;
+                }
+                at::Tensor t =
+                    slot->detach().to(at::kCPU).to(at::kFloat).contiguous();
+                keep->push_back(t);
+                TensorView v;
+                v.name = name;
+                v.dtype = DType::kF32;
+                v.shape = shape;
+                v.data = static_cast<const uint8_t*>(t.data_ptr());
+                v.nbytes = t.numel() * sizeof(float);
+                views.push_back(std::move(v));
+              });
+  RETURN_IF_ERROR(status);
+  return views;
+}
+
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
                                        const ModelConfig& config,
                                        const LlamaWeights& weights,
@@ -313,29 +343,8 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
     return absl::PermissionDeniedError(
         absl::StrCat(dir, ": cannot create: ", ec.message()));
   }
-  std::vector<TensorView> views;
   std::vector<at::Tensor> keep;
-  absl::Status status;
-  ForEachSlot(c, &w,
-              [&](const std::string& name, at::Tensor* slot,
-                  std::vector<int64_t> shape) {
-                if (!slot->defined() || slot->sizes().vec() != shape) {
-                  status = absl::InvalidArgumentError(absl::StrCat(
-                      "tensor '", name, "' is missing or has the wrong shape"));
-                  return;
-                }
-                at::Tensor t =
-                    slot->detach().to(at::kCPU).to(at::kFloat).contiguous();
-                keep.push_back(t);
-                TensorView v;
-                v.name = name;
-                v.dtype = DType::kF32;
-                v.shape = shape;
-                v.data = static_cast<const uint8_t*>(t.data_ptr());
-                v.nbytes = t.numel() * sizeof(float);
-                views.push_back(std::move(v));
-              });
-  RETURN_IF_ERROR(status);
+  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, &keep));
   RETURN_IF_ERROR(
       WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views,
                        {{"format", "pt"}}));

@@ -72,6 +72,13 @@ struct DenseKv {
 };
 DenseKv ExpandKv(const ModelConfig& config, const LayerWeights& layer);
 
+// Float32 views of every weight of `config`'s layout under its HF name ("model.layers.0.
+// self_attn.q_proj.weight"); `keep` owns the data. InvalidArgument naming a missing or
+// misshaped tensor.
+absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& config,
+                                                   const LlamaWeights& weights,
+                                                   std::vector<at::Tensor>* keep);
+
 // Writes config.json, model.safetensors (float32, HF names) and, when given, the
 // tokenizer into `dir` (created if needed). Adjacent-layout weights are permuted to
 // the half-split layout HF loaders assume.

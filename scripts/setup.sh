@@ -59,7 +59,7 @@ js_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
 stamp="$js_dir/node_modules/.lrkv-installed-lock.json"
 if ! cmp -s "$js_dir/package-lock.json" "$stamp"; then
   echo "setup: installing the npm test references into tests/js/node_modules"
-  (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error --omit=optional --ignore-scripts)
   cp "$js_dir/package-lock.json" "$stamp"
 else
   echo "setup: npm test references already installed"

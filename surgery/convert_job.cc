@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
+#include "model/gguf_export.h"
 #include "model/language_model.h"
 #include "model/llama_weights.h"
 #include "model/perplexity.h"
@@ -57,7 +58,13 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   if (activation && o.calib_path.empty()) {
     return Invalid("--metric activation needs --calib FILE");
   }
-  if (activation || !o.eval_path.empty()) RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
+  const bool gguf = o.format == "gguf";
+  if (!gguf && o.format != "safetensors") {
+    return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
+  }
+  if (activation || !o.eval_path.empty() || gguf) {
+    RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
+  }
   std::vector<std::string> calib_docs, eval_docs;
   if (activation) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));
@@ -93,8 +100,16 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   if (o.expand) converted = ExpandModel(converted.config, converted.weights);
 
   RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
-    RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, converted.config, converted.weights,
-                                              ckpt->tokenizer()));
+    if (gguf) {
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      RETURN_IF_ERROR(SaveGgufCheckpoint((fs::path(dir) / kGgufExportFileName).string(),
+                                         converted.config, converted.weights,
+                                         *ckpt->tokenizer()));
+    } else {
+      RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, converted.config, converted.weights,
+                                                ckpt->tokenizer()));
+    }
     RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "report.json").string(),
                                         report.ToJson().dump(2) + "\n"));
     return WriteFileAtomically((fs::path(dir) / "report.txt").string(), report.ToTable());

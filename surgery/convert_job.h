@@ -46,7 +46,13 @@ struct ConvertJobOptions {
   /// Write a plain Llama checkpoint with materialised per-head K/V instead of the
   /// factored layout.
   bool expand = false;
+  /// "safetensors" (config.json + model.safetensors + tokenizer files) or "gguf"
+  /// (model.gguf, what llama.cpp loads: plain layouts only, i.e. GQA/MQA or --expand).
+  std::string format = "safetensors";
 };
+
+// The file a GGUF export writes inside the output folder.
+inline constexpr char kGgufExportFileName[] = "model.gguf";
 
 // Runs the job and returns its report (also written as report.json / report.txt).
 absl::StatusOr<ConversionReport> RunConvertJob(const ConvertJobOptions& options);

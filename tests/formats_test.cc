@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/dtype.h"
 #include "model/gguf.h"
+#include "model/gguf_writer.h"
 #include "model/safetensors.h"
 #include "model/text_corpus.h"
 #include "tests/test_paths.h"
@@ -202,6 +203,48 @@ TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
   c = ConfigFromGguf(g);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("'gemma3'"), std::string::npos);
+}
+
+TEST(GgufWriter, WhatItWritesParsesBackExactly) {
+  GgufBuilder b;
+  b.AddString("general.architecture", "llama");
+  b.AddUint32("llama.block_count", 3);
+  b.AddFloat32("llama.rope.freq_base", 500000.0f);
+  b.AddBool("tokenizer.ggml.add_bos_token", true);
+  b.AddStrings("tokenizer.ggml.tokens", {"<s>", "a", "\xe2\x96\x81" "b"});
+  b.AddFloat32s("tokenizer.ggml.scores", {0.0f, -1.5f, -2.0f});
+  b.AddInt32s("tokenizer.ggml.token_type", {3, 1, 1});
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  const std::vector<uint16_t> h = {0x3c00, 0xc000, 0x0001};
+  TensorView t1{"blk.0.attn_q.weight", DType::kF32, {2, 3},
+                reinterpret_cast<const uint8_t*>(a.data()), 24};
+  TensorView t2{"output_norm.weight", DType::kF16, {3},
+                reinterpret_cast<const uint8_t*>(h.data()), 6};
+  b.AddTensor(t1);
+  b.AddTensor(t2);
+  const auto path = testing::FreshTempDir("gguf_writer") / "m.gguf";
+  ASSERT_TRUE(b.Write(path.string()).ok());
+  auto r = GgufReader::Open(path.string());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GgufContents& g = (*r)->contents();
+  EXPECT_EQ(*GgufString(g, "general.architecture"), "llama");
+  EXPECT_EQ(*GgufUint(g, "llama.block_count"), 3u);
+  EXPECT_EQ(*GgufFloat(g, "llama.rope.freq_base"), 500000.0);
+  EXPECT_TRUE(*GgufBool(g, "tokenizer.ggml.add_bos_token"));
+  EXPECT_EQ(g.metadata.at("tokenizer.ggml.tokens").array.size(), 3u);
+  ASSERT_EQ(g.tensors.size(), 2u);
+  EXPECT_EQ(g.tensors[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::memcmp(g.tensors[0].data, a.data(), 24), 0);
+  EXPECT_EQ(g.tensors[1].dtype, DType::kF16);
+  EXPECT_EQ(std::memcmp(g.tensors[1].data, h.data(), 6), 0);
+  // Each tensor's data starts on the 32-byte alignment.
+  for (const auto& t : g.tensors) {
+    EXPECT_EQ((t.data - g.tensors[0].data) % 32, 0) << t.name;
+  }
+  GgufBuilder twice;
+  twice.AddUint32("k", 1);
+  twice.AddUint32("k", 2);
+  EXPECT_EQ(twice.Write(path.string()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Gguf, StoriesModelMetadataAndConfig) {

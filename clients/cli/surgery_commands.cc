@@ -206,6 +206,9 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   conv->add_flag(
       "--expand", v->job.expand,
       "Write a plain Llama checkpoint with materialised per-head K/V");
+  conv->add_option("--format", v->job.format,
+                   "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand)")
+      ->capture_default_str();
   conv->add_option("--out", v->job.out_dir,
                    "Output folder (must not exist; local runs)");
   conv->add_flag("--json", v->json, "Print the report as JSON");

@@ -1,0 +1,111 @@
+// GGUF export of plain models (see gguf_export.h).
+#include "model/gguf_export.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/checkpoint.h"
+#include "model/gguf_writer.h"
+#include "model/status_macros.h"
+
+namespace lrkv {
+namespace {
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+// The architecture llama.cpp knows the model by; the same rule as ConfigToHfJson.
+std::string GgufArchitecture(const ModelConfig& c) {
+  if (c.qk_norm) return "qwen3";
+  if (c.model_type == "qwen2" && c.qkv_bias) return "qwen2";
+  return "llama";
+}
+
+absl::Status AddTokenizer(const Tokenizer& tokenizer, GgufBuilder* g) {
+  const SpmTokenizer* spm = tokenizer.spm();
+  if (spm == nullptr) {
+    return Invalid(
+        "GGUF export writes SentencePiece vocabularies only so far; this model's tokenizer "
+        "is a tokenizer.json BPE (export it with --format safetensors)");
+  }
+  const Vocabulary& v = spm->vocab();
+  g->AddString("tokenizer.ggml.model", "llama");
+  g->AddStrings("tokenizer.ggml.tokens", v.pieces);
+  g->AddFloat32s("tokenizer.ggml.scores", v.scores);
+  std::vector<int32_t> types;
+  for (TokenType t : v.types) types.push_back(static_cast<int32_t>(t));
+  g->AddInt32s("tokenizer.ggml.token_type", types);
+  g->AddUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
+  g->AddUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  g->AddUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk_id));
+  g->AddBool("tokenizer.ggml.add_bos_token", v.add_bos);
+  g->AddBool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
+                                const LlamaWeights& weights, const Tokenizer& tokenizer) {
+  RETURN_IF_ERROR(config.Validate());
+  if (config.kv.layout != KvLayout::kDense) {
+    return Invalid(absl::StrCat("a ", KvLayoutName(config.kv.layout),
+                                " checkpoint has no GGUF form llama.cpp runs; convert with "
+                                "--expand for the plain model it stands for"));
+  }
+  if (config.kv.rope_mode == RopeMode::kPartial) {
+    return Invalid("a partial-RoPE conversion has no GGUF form llama.cpp runs");
+  }
+  const RopeScalingType scaling = config.rope_scaling.type;
+  if (scaling != RopeScalingType::kNone && scaling != RopeScalingType::kLinear &&
+      scaling != RopeScalingType::kYarn) {
+    return Invalid(absl::StrCat("rope_scaling '", RopeScalingName(scaling),
+                                "' is not exported to GGUF yet (linear and yarn are)"));
+  }
+  const std::string arch = GgufArchitecture(config);
+  ModelConfig c = config;
+  LlamaWeights w = weights;
+  PermuteRopeLayout(&c, &w, arch == "llama" ? RopeLayout::kAdjacent : RopeLayout::kHalfSplit);
+
+  GgufBuilder g;
+  auto key = [&](const char* k) { return absl::StrCat(arch, ".", k); };
+  g.AddString("general.architecture", arch);
+  g.AddString("general.name", "lrkv export");
+  g.AddUint32("general.file_type", 0);  // all F32
+  g.AddUint32(key("context_length"), static_cast<uint32_t>(c.max_position_embeddings));
+  g.AddUint32(key("embedding_length"), static_cast<uint32_t>(c.hidden_size));
+  g.AddUint32(key("feed_forward_length"), static_cast<uint32_t>(c.intermediate_size));
+  g.AddUint32(key("block_count"), static_cast<uint32_t>(c.num_layers));
+  g.AddUint32(key("attention.head_count"), static_cast<uint32_t>(c.num_heads));
+  g.AddUint32(key("attention.head_count_kv"), static_cast<uint32_t>(c.num_kv_heads));
+  g.AddUint32(key("attention.key_length"), static_cast<uint32_t>(c.head_dim));
+  g.AddUint32(key("attention.value_length"), static_cast<uint32_t>(c.head_dim));
+  g.AddUint32(key("rope.dimension_count"), static_cast<uint32_t>(c.rope_dim));
+  g.AddFloat32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
+  g.AddFloat32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.rms_norm_eps));
+  g.AddUint32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+  if (scaling != RopeScalingType::kNone) {
+    g.AddString(key("rope.scaling.type"), scaling == RopeScalingType::kLinear ? "linear" : "yarn");
+    g.AddFloat32(key("rope.scaling.factor"), static_cast<float>(c.rope_scaling.factor));
+    if (scaling == RopeScalingType::kYarn) {
+      g.AddUint32(key("rope.scaling.original_context_length"),
+                  static_cast<uint32_t>(c.rope_scaling.original_max_position_embeddings));
+      // llama.cpp multiplies this by 1 + 0.1 ln(factor) itself.
+      g.AddFloat32(key("rope.scaling.attn_factor"),
+                   static_cast<float>(c.rope_scaling.attention_factor /
+                                      (0.1 * std::log(c.rope_scaling.factor) + 1.0)));
+    }
+  }
+  RETURN_IF_ERROR(AddTokenizer(tokenizer, &g));
+
+  std::vector<at::Tensor> keep;
+  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, &keep));
+  for (TensorView& v : views) {
+    const std::string name = GgufNameFromCanonical(v.name);
+    if (name.empty()) return Invalid(absl::StrCat("tensor '", v.name, "' has no GGUF name"));
+    v.name = name;
+    g.AddTensor(v);
+  }
+  return g.Write(path);
+}
+
+}  // namespace lrkv

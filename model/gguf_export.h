@@ -1,0 +1,24 @@
+// Exports a plain (dense K/V) model as the GGUF file llama.cpp loads: architecture
+// `llama` (Q/K rows in llama.cpp's adjacent-pair RoPE layout), `qwen2` or `qwen3`
+// (half-split, as llama.cpp keeps them), float32 tensors under GGUF names, and the
+// tokenizer's vocabulary as tokenizer.ggml.* metadata.
+#ifndef LRKV_MODEL_GGUF_EXPORT_H_
+#define LRKV_MODEL_GGUF_EXPORT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "model/config.h"
+#include "model/llama_weights.h"
+#include "model/tokenizer.h"
+
+namespace lrkv {
+
+// InvalidArgument for what GGUF cannot hold as a plain model: LRKV/MLA layouts (export
+// them with --expand), partial-RoPE conversions, rope scaling other than linear/yarn.
+absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
+                                const LlamaWeights& weights, const Tokenizer& tokenizer);
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_GGUF_EXPORT_H_

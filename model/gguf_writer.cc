@@ -1,0 +1,165 @@
+// GGUF v3 writer (see gguf_writer.h).
+#include "model/gguf_writer.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "model/dtype.h"
+
+namespace lrkv {
+namespace {
+
+constexpr uint64_t kAlignment = 32;
+enum : uint32_t { kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9 };
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void PutString(std::string* out, const std::string& s) {
+  Put<uint64_t>(out, s.size());
+  out->append(s);
+}
+
+uint32_t GgmlType(DType d) {
+  switch (d) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kBF16: return 30;
+    default: return UINT32_MAX;
+  }
+}
+
+}  // namespace
+
+void GgufBuilder::AddString(const std::string& key, const std::string& value) {
+  std::string v;
+  Put<uint32_t>(&v, kString);
+  PutString(&v, value);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddUint32(const std::string& key, uint32_t value) {
+  std::string v;
+  Put<uint32_t>(&v, kU32);
+  Put(&v, value);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddFloat32(const std::string& key, float value) {
+  std::string v;
+  Put<uint32_t>(&v, kF32);
+  Put(&v, value);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddBool(const std::string& key, bool value) {
+  std::string v;
+  Put<uint32_t>(&v, kBool);
+  Put<uint8_t>(&v, value ? 1 : 0);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddStrings(const std::string& key, const std::vector<std::string>& values) {
+  std::string v;
+  Put<uint32_t>(&v, kArray);
+  Put<uint32_t>(&v, kString);
+  Put<uint64_t>(&v, values.size());
+  for (const auto& s : values) PutString(&v, s);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddFloat32s(const std::string& key, const std::vector<float>& values) {
+  std::string v;
+  Put<uint32_t>(&v, kArray);
+  Put<uint32_t>(&v, kF32);
+  Put<uint64_t>(&v, values.size());
+  for (float f : values) Put(&v, f);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddInt32s(const std::string& key, const std::vector<int32_t>& values) {
+  std::string v;
+  Put<uint32_t>(&v, kArray);
+  Put<uint32_t>(&v, kI32);
+  Put<uint64_t>(&v, values.size());
+  for (int32_t i : values) Put(&v, i);
+  metadata_.emplace_back(key, std::move(v));
+}
+
+void GgufBuilder::AddTensor(const TensorView& tensor) { tensors_.push_back(tensor); }
+
+absl::Status GgufBuilder::Write(const std::string& path) const {
+  std::set<std::string> keys, names;
+  for (const auto& [k, v] : metadata_) {
+    if (!keys.insert(k).second) {
+      return absl::InvalidArgumentError(absl::StrCat("GGUF metadata key '", k, "' given twice"));
+    }
+  }
+  std::string header;
+  header.append("GGUF", 4);
+  Put<uint32_t>(&header, 3);
+  Put<uint64_t>(&header, tensors_.size());
+  Put<uint64_t>(&header, metadata_.size());
+  for (const auto& [k, v] : metadata_) {
+    PutString(&header, k);
+    header += v;
+  }
+  uint64_t offset = 0;
+  std::vector<uint64_t> offsets;
+  for (const TensorView& t : tensors_) {
+    const uint32_t type = GgmlType(t.dtype);
+    if (type == UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has dtype ",
+                                                     DTypeName(t.dtype),
+                                                     "; GGUF export writes F32, F16, BF16"));
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' given twice"));
+    }
+    if (t.nbytes != static_cast<uint64_t>(t.numel()) * DTypeSize(t.dtype) || t.shape.empty() ||
+        t.shape.size() > 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': shape and byte size disagree"));
+    }
+    PutString(&header, t.name);
+    Put<uint32_t>(&header, static_cast<uint32_t>(t.shape.size()));
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) {
+      Put<uint64_t>(&header, static_cast<uint64_t>(*it));  // innermost first
+    }
+    Put<uint32_t>(&header, type);
+    Put<uint64_t>(&header, offset);
+    offsets.push_back(offset);
+    offset = (offset + t.nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  header.resize((header.size() + kAlignment - 1) / kAlignment * kAlignment, '\0');
+
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create"));
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  uint64_t written = 0;
+  const std::string zeros(kAlignment, '\0');
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    out.write(zeros.data(), static_cast<std::streamsize>(offsets[i] - written));
+    out.write(reinterpret_cast<const char*>(tensors_[i].data),
+              static_cast<std::streamsize>(tensors_[i].nbytes));
+    written = offsets[i] + tensors_[i].nbytes;
+  }
+  out.flush();
+  if (!out) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+  }
+  out.close();
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat(path, ": rename failed"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace lrkv
