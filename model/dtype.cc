@@ -1,6 +1,8 @@
 // Element types of checkpoint tensors and their conversion to float32.
 #include "model/dtype.h"
 
+#include "model/block_quant.h"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -26,8 +28,16 @@ constexpr std::array<DTypeInfo, 15> kDTypes = {{
     {DType::kU64, "U64", 8},
 }};
 
+// GGUF block types: not safetensors dtypes, so not in kDTypes (ParseDTypeName).
+constexpr std::array<DTypeInfo, 3> kBlockDTypes = {{
+    {DType::kQ8_0, "Q8_0", 0}, {DType::kQ4_K, "Q4_K", 0}, {DType::kQ6_K, "Q6_K", 0},
+}};
+
 const DTypeInfo& Info(DType dtype) {
   for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info;
+  }
+  for (const auto& info : kBlockDTypes) {
     if (info.dtype == dtype) return info;
   }
   return kDTypes[0];  // unreachable: every enumerator is listed
@@ -57,8 +67,20 @@ std::optional<DType> ParseDTypeName(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<uint64_t> TensorBytes(DType dtype, uint64_t numel, uint64_t row) {
+  uint64_t bytes = 0;
+  if (const size_t values = BlockValues(dtype); values > 0) {
+    if (row % values != 0) return std::nullopt;
+    if (__builtin_mul_overflow(numel / values, BlockBytes(dtype), &bytes)) return std::nullopt;
+    return bytes;
+  }
+  if (__builtin_mul_overflow(numel, DTypeSize(dtype), &bytes)) return std::nullopt;
+  return bytes;
+}
+
 bool IsFloatWeightDType(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         BlockValues(dtype) > 0;
 }
 
 float HalfToFloat(uint16_t h) {
@@ -113,6 +135,11 @@ void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst) {
         std::memcpy(&b, bytes + 2 * i, 2);
         dst[i] = BFloat16ToFloat(b);
       }
+      return;
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      DequantizeBlocks(dtype, bytes, n, dst);
       return;
     default:
       for (size_t i = 0; i < n; ++i) dst[i] = std::nanf("");

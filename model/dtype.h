@@ -11,19 +11,24 @@
 
 namespace lrkv {
 
-// Every dtype the safetensors format defines; the runtime reads F32, F16, BF16.
+// Every dtype the safetensors format defines, then the GGUF block-quantized types
+// lrkv dequantizes on load (block_quant.h). The runtime reads F32, F16, BF16 and those.
 enum class DType {
   kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16,
   kI32, kU32, kF32, kF64, kI64, kU64,
+  kQ8_0, kQ4_K, kQ6_K,
 };
 
-// Bytes per element.
+// Bytes per element; 0 for block types (see TensorBytes).
 size_t DTypeSize(DType dtype);
-// The safetensors spelling ("F32", "BF16", ...).
+// Bytes of `numel` elements stored as `dtype`; nullopt when a block type's blocks do not
+// divide `row` (the innermost dimension) or the size overflows.
+std::optional<uint64_t> TensorBytes(DType dtype, uint64_t numel, uint64_t row);
+// The safetensors spelling ("F32", "BF16", ...); ggml's for block types ("Q4_K").
 const char* DTypeName(DType dtype);
-// Inverse of DTypeName; nullopt for unknown names.
+// Inverse of DTypeName over the safetensors dtypes only; nullopt for other names.
 std::optional<DType> ParseDTypeName(std::string_view name);
-// True for the dtypes model weights may be stored in.
+// True for the dtypes model weights may be stored in (ConvertToFloat32 reads them).
 bool IsFloatWeightDType(DType dtype);
 
 float HalfToFloat(uint16_t h);
@@ -40,7 +45,8 @@ inline uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-// Converts n little-endian elements of a float weight dtype into float32.
+// Converts n little-endian elements of a float weight dtype into float32 (block types:
+// n is a multiple of the block's values).
 void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst);
 
 }  // namespace lrkv

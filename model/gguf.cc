@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "model/block_quant.h"
 #include "model/status_macros.h"
 #include "model/utf8.h"
 
@@ -144,6 +145,25 @@ const GgufValue* FindKey(const GgufContents& g, const std::string& key) {
 
 }  // namespace
 
+std::optional<DType> DTypeOfGgmlType(uint32_t type) {
+  switch (type) {
+    case 0: return DType::kF32;
+    case 1: return DType::kF16;
+    case 8: return DType::kQ8_0;
+    case 12: return DType::kQ4_K;
+    case 14: return DType::kQ6_K;
+    case 30: return DType::kBF16;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<uint32_t> GgmlTypeOfDType(DType dtype) {
+  for (uint32_t t : {0u, 1u, 8u, 12u, 14u, 30u}) {
+    if (DTypeOfGgmlType(t) == dtype) return t;
+  }
+  return std::nullopt;
+}
+
 std::string GgmlTypeName(uint32_t type) {
   for (const auto& t : kGgmlTypes) {
     if (t.id == type) return t.name;
@@ -219,25 +239,26 @@ absl::StatusOr<GgufContents> ParseGguf(absl::Span<const uint8_t> file) {
     }
     info.view.shape.assign(dims.rbegin(), dims.rend());
     ASSIGN_OR_RETURN(uint32_t type, c.Read<uint32_t>("tensor type"));
-    if (type == 0) {
-      info.view.dtype = DType::kF32;
-    } else if (type == 1) {
-      info.view.dtype = DType::kF16;
-    } else if (type == 30) {
-      info.view.dtype = DType::kBF16;
+    if (auto dtype = DTypeOfGgmlType(type)) {
+      info.view.dtype = *dtype;
     } else {
       const std::string name = GgmlTypeName(type);
       if (name.rfind("type ", 0) == 0) {
         return Invalid(absl::StrCat(where, " has unknown ggml type ", type));
       }
       return Invalid(absl::StrCat(where, " has type ", name,
-                                  ", which is not supported: only F32, F16 and BF16 "
-                                  "tensors can be converted (quantized checkpoints "
-                                  "must be de-quantized first)"));
+                                  ", which is not supported: F32, F16, BF16, Q8_0, Q4_K "
+                                  "and Q6_K tensors can be read"));
     }
-    if (__builtin_mul_overflow(numel, DTypeSize(info.view.dtype), &info.view.nbytes)) {
-      return Invalid(absl::StrCat(where, " has a byte size that overflows 64 bits"));
+    const uint64_t row = dims.empty() ? 1 : dims.front();  // innermost
+    auto nbytes = TensorBytes(info.view.dtype, numel, row);
+    if (!nbytes) {
+      return Invalid(absl::StrCat(where, " (", DTypeName(info.view.dtype), ", rows of ", row,
+                                  ") has rows that are not whole blocks of ",
+                                  BlockValues(info.view.dtype),
+                                  " values, or a byte size that overflows 64 bits"));
     }
+    info.view.nbytes = *nbytes;
     ASSIGN_OR_RETURN(info.offset, c.Read<uint64_t>("tensor offset"));
     if (info.offset % g.alignment != 0) {
       return Invalid(absl::StrCat(where, " offset ", info.offset,

@@ -1,11 +1,13 @@
 // GGUF (v2/v3) checkpoints: a validating parser of metadata and tensor infos.
-// Only F32, F16 and BF16 tensors are accepted; quantized types are rejected.
+// F32, F16, BF16 tensors and the block types Q8_0, Q4_K, Q6_K (dequantized on load) are
+// accepted; other quantized types are rejected by name.
 #ifndef LRKV_MODEL_GGUF_H_
 #define LRKV_MODEL_GGUF_H_
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -39,6 +41,10 @@ struct GgufContents {
 // Parses and validates a whole GGUF file held in `file`. Every failure is
 // InvalidArgument with a message naming the problem (and the key or tensor).
 absl::StatusOr<GgufContents> ParseGguf(absl::Span<const uint8_t> file);
+
+// The dtype of a ggml tensor type id lrkv reads, and back; nullopt for the others.
+std::optional<DType> DTypeOfGgmlType(uint32_t type);
+std::optional<uint32_t> GgmlTypeOfDType(DType dtype);
 
 // The name of a ggml tensor type id ("Q4_K"), or "type N" when unknown.
 std::string GgmlTypeName(uint32_t type);

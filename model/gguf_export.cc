@@ -44,8 +44,10 @@ absl::Status AddTokenizer(const Tokenizer& tokenizer, GgufBuilder* g) {
 
 }  // namespace
 
-absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
-                                const LlamaWeights& weights, const Tokenizer& tokenizer) {
+absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
+                                              const LlamaWeights& weights,
+                                              const Tokenizer& tokenizer,
+                                              std::vector<at::Tensor>* keep) {
   RETURN_IF_ERROR(config.Validate());
   if (config.kv.layout != KvLayout::kDense) {
     return Invalid(absl::StrCat("a ", KvLayoutName(config.kv.layout),
@@ -97,14 +99,20 @@ absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& conf
   }
   RETURN_IF_ERROR(AddTokenizer(tokenizer, &g));
 
-  std::vector<at::Tensor> keep;
-  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, &keep));
+  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, keep));
   for (TensorView& v : views) {
     const std::string name = GgufNameFromCanonical(v.name);
     if (name.empty()) return Invalid(absl::StrCat("tensor '", v.name, "' has no GGUF name"));
     v.name = name;
     g.AddTensor(v);
   }
+  return g;
+}
+
+absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
+                                const LlamaWeights& weights, const Tokenizer& tokenizer) {
+  std::vector<at::Tensor> keep;
+  ASSIGN_OR_RETURN(GgufBuilder g, GgufExportBuilder(config, weights, tokenizer, &keep));
   return g.Write(path);
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "model/config.h"
+#include "model/gguf_writer.h"
 #include "model/llama_weights.h"
 #include "model/tokenizer.h"
 
@@ -18,6 +19,13 @@ namespace lrkv {
 // them with --expand), partial-RoPE conversions, rope scaling other than linear/yarn.
 absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
                                 const LlamaWeights& weights, const Tokenizer& tokenizer);
+
+// The same file as a builder not yet written (float32 tensors whose data `keep` owns),
+// for callers that store some tensors differently.
+absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
+                                              const LlamaWeights& weights,
+                                              const Tokenizer& tokenizer,
+                                              std::vector<at::Tensor>* keep);
 
 }  // namespace lrkv
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/dtype.h"
+#include "model/gguf.h"
 
 namespace lrkv {
 namespace {
@@ -22,15 +23,6 @@ void Put(std::string* out, T v) {
 void PutString(std::string* out, const std::string& s) {
   Put<uint64_t>(out, s.size());
   out->append(s);
-}
-
-uint32_t GgmlType(DType d) {
-  switch (d) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kBF16: return 30;
-    default: return UINT32_MAX;
-  }
 }
 
 }  // namespace
@@ -111,17 +103,17 @@ absl::Status GgufBuilder::Write(const std::string& path) const {
   uint64_t offset = 0;
   std::vector<uint64_t> offsets;
   for (const TensorView& t : tensors_) {
-    const uint32_t type = GgmlType(t.dtype);
-    if (type == UINT32_MAX) {
+    const std::optional<uint32_t> type = GgmlTypeOfDType(t.dtype);
+    if (!type) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has dtype ",
                                                      DTypeName(t.dtype),
-                                                     "; GGUF export writes F32, F16, BF16"));
+                                                     ", which GGUF files of lrkv do not hold"));
     }
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' given twice"));
     }
-    if (t.nbytes != static_cast<uint64_t>(t.numel()) * DTypeSize(t.dtype) || t.shape.empty() ||
-        t.shape.size() > 4) {
+    if (t.shape.empty() || t.shape.size() > 4 ||
+        TensorBytes(t.dtype, static_cast<uint64_t>(t.numel()), t.shape.back()) != t.nbytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name, "': shape and byte size disagree"));
     }
@@ -130,7 +122,7 @@ absl::Status GgufBuilder::Write(const std::string& path) const {
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) {
       Put<uint64_t>(&header, static_cast<uint64_t>(*it));  // innermost first
     }
-    Put<uint32_t>(&header, type);
+    Put<uint32_t>(&header, *type);
     Put<uint64_t>(&header, offset);
     offsets.push_back(offset);
     offset = (offset + t.nbytes + kAlignment - 1) / kAlignment * kAlignment;

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/block_quant.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/dtype.h"
@@ -203,6 +204,85 @@ TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
   c = ConfigFromGguf(g);
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("'gemma3'"), std::string::npos);
+}
+
+// Blocks built by hand from ggml's layout, decoded values worked out from it.
+TEST(BlockQuant, Q8_0IsOneHalfScaleTimesInt8) {
+  uint8_t b[kQ8_0BlockBytes];
+  const uint16_t d = 0x3800;  // 0.5
+  std::memcpy(b, &d, 2);
+  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i - 16));
+  float y[32];
+  ConvertToFloat32(DType::kQ8_0, b, 32, y);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], 0.5f * (i - 16)) << i;
+}
+
+TEST(BlockQuant, Q4_KUnpacksSixBitScalesAndMins) {
+  uint8_t b[kQ4_KBlockBytes] = {};
+  const uint16_t d = 0x3c00, dmin = 0x3800;  // 1.0, 0.5
+  std::memcpy(b, &d, 2);
+  std::memcpy(b + 2, &dmin, 2);
+  // Sub-block j has scale 40 + j and min 20 + j (both need 6 bits); the last four
+  // keep their low nibbles in bytes 8-11 and their top two bits in bytes 0-7.
+  for (int j = 0; j < 4; ++j) {
+    const int sc_hi = 44 + j, m_hi = 24 + j;
+    b[4 + j] = static_cast<uint8_t>((40 + j) | ((sc_hi >> 4) << 6));
+    b[8 + j] = static_cast<uint8_t>((20 + j) | ((m_hi >> 4) << 6));
+    b[12 + j] = static_cast<uint8_t>((sc_hi & 0xf) | ((m_hi & 0xf) << 4));
+  }
+  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  float y[256];
+  ConvertToFloat32(DType::kQ4_K, b, 256, y);
+  for (int v = 0; v < 256; ++v) {
+    const int group = v / 64, half = (v % 64) / 32, l = v % 32, j = 2 * group + half;
+    const int q = half == 0 ? l % 16 : 15 - l % 16;
+    EXPECT_EQ(y[v], static_cast<float>((40 + j) * q - 0.5 * (20 + j))) << v;
+  }
+}
+
+TEST(BlockQuant, Q6_KJoinsLowNibblesAndHighBitPairs) {
+  uint8_t b[kQ6_KBlockBytes] = {};
+  // Value v (of 256) holds q = v % 64 (stored with the +32 offset removed on decode),
+  // sub-block s = v / 16 has scale s - 8, d = 2.
+  auto q_of = [](int v) { return v % 64; };
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 32; ++l) {
+      const int q0 = q_of(128 * h + l), q1 = q_of(128 * h + 32 + l), q2 = q_of(128 * h + 64 + l),
+                q3 = q_of(128 * h + 96 + l);
+      b[64 * h + l] = static_cast<uint8_t>((q0 & 0xf) | ((q2 & 0xf) << 4));
+      b[64 * h + 32 + l] = static_cast<uint8_t>((q1 & 0xf) | ((q3 & 0xf) << 4));
+      b[128 + 32 * h + l] =
+          static_cast<uint8_t>((q0 >> 4) | ((q1 >> 4) << 2) | ((q2 >> 4) << 4) | ((q3 >> 4) << 6));
+    }
+  }
+  for (int s = 0; s < 16; ++s) b[192 + s] = static_cast<uint8_t>(static_cast<int8_t>(s - 8));
+  const uint16_t d = 0x4000;  // 2.0
+  std::memcpy(b + 208, &d, 2);
+  float y[256];
+  ConvertToFloat32(DType::kQ6_K, b, 256, y);
+  for (int v = 0; v < 256; ++v) EXPECT_EQ(y[v], 2.0f * (v / 16 - 8) * (q_of(v) - 32)) << v;
+}
+
+TEST(BlockQuant, GgufRowsMustBeWholeBlocksAndOtherQuantsAreRefusedByName) {
+  auto write = [](DType dtype, std::vector<int64_t> shape, size_t bytes) {
+    std::vector<uint8_t> data(bytes, 0);
+    GgufBuilder b;
+    b.AddString("general.architecture", "llama");
+    b.AddTensor({"blk.0.attn_q.weight", dtype, shape, data.data(), bytes});
+    const auto path = testing::FreshTempDir("gguf_blocks") / "m.gguf";
+    EXPECT_TRUE(b.Write(path.string()).ok());
+    return GgufReader::Open(path.string());
+  };
+  auto ok = write(DType::kQ4_K, {2, 256}, 2 * kQ4_KBlockBytes);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->contents().tensors[0].dtype, DType::kQ4_K);
+  EXPECT_EQ((*ok)->contents().tensors[0].nbytes, 2 * kQ4_KBlockBytes);
+  // A 64-wide row is a quarter of a Q4_K block: the writer and the parser refuse it.
+  GgufBuilder bad;
+  std::vector<uint8_t> data(kQ4_KBlockBytes);
+  bad.AddTensor({"w", DType::kQ4_K, {4, 64}, data.data(), data.size()});
+  EXPECT_EQ(bad.Write((testing::FreshTempDir("gguf_blocks2") / "m.gguf").string()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GgufWriter, WhatItWritesParsesBackExactly) {

@@ -3,7 +3,8 @@
 // usage: node llama_cpp_reference.mjs MODEL.gguf IDS.json OUT.json [GREEDY_STEPS]
 // IDS.json: {"docs": [[id, ...], ...], "prompt": [id, ...]} (each list starts with the
 // document start token). OUT.json: {"nll": [sum over each doc's predicted tokens],
-// "tokens": [count], "greedy": [ids after the prompt]}.
+// "token_nll": [[per predicted token], ...], "tokens": [count], "greedy": [ids after
+// the prompt]}.
 import fs from "fs";
 import { getLlama } from "node-llama-cpp";
 
@@ -22,14 +23,15 @@ const context = await model.createContext({
 });
 const seq = context.getSequence();
 
-const nll = [], tokens = [];
+const nll = [], tokenNll = [], tokens = [];
 for (const doc of input.docs) {
   await seq.clearHistory();
   const items = doc.slice(0, -1).map((t) => [t, { generateNext: { probabilities: true } }]);
   const res = await seq.controlledEvaluate(items);
-  let sum = 0;
-  for (let i = 0; i + 1 < doc.length; i++) sum -= Math.log(res[i].next.probabilities.get(doc[i + 1]));
-  nll.push(sum);
+  const each = [];
+  for (let i = 0; i + 1 < doc.length; i++) each.push(-Math.log(res[i].next.probabilities.get(doc[i + 1])));
+  nll.push(each.reduce((a, b) => a + b, 0));
+  tokenNll.push(each);
   tokens.push(doc.length - 1);
 }
 
@@ -48,6 +50,6 @@ for (let s = 0; s < steps; s++) {
   greedy.push(next);
   res = await seq.controlledEvaluate([[next, { generateNext: { probabilities: true } }]]);
 }
-fs.writeFileSync(outPath, JSON.stringify({ nll, tokens, greedy }));
+fs.writeFileSync(outPath, JSON.stringify({ nll, token_nll: tokenNll, tokens, greedy }));
 await context.dispose();
 await model.dispose();
