@@ -78,13 +78,29 @@ std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
 }
 
 std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) const {
-  // Dynamic NTK scaling: the frequencies follow the length of the sequence the
-  // positions reach, as transformers' dynamic_rope_update does per forward call.
-  const at::Tensor inv_freq =
-      config_.rope_scaling.type == RopeScalingType::kDynamic && positions.numel() > 0
-          ? RopeInverseFrequencies(config_, positions.max().item<int64_t>() + 1)
-          : inv_freq_;
-  auto angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq.to(positions.device());
+  at::Tensor angles;
+  const RopeScaling& s = config_.rope_scaling;
+  if (s.type == RopeScalingType::kDynamic) {
+    // Dynamic NTK: position p turns with the frequencies of a sequence of p + 1
+    // tokens (unscaled within the trained context). transformers scales per forward
+    // call by the longest position in it, so its result past the trained context
+    // depends on how the sequence is cut into calls; per position is what its
+    // token-by-token decoding computes, and the one rule under which a cached key
+    // keeps its rotation, so every engine and cache agrees.
+    const double trained = static_cast<double>(s.original_max_position_embeddings > 0
+                                                   ? s.original_max_position_embeddings
+                                                   : config_.max_position_embeddings);
+    const double dim = static_cast<double>(config_.rope_dim);
+    const auto pos = positions.to(at::kDouble);
+    const auto len = (pos + 1.0).clamp_min(trained);
+    const auto base =
+        config_.rope_theta * (s.factor * len / trained - (s.factor - 1.0)).pow(dim / (dim - 2.0));
+    const auto exponents =
+        at::arange(0, half_, pos.options()) * 2.0 / dim;  // [half]
+    angles = pos.unsqueeze(-1) * base.unsqueeze(-1).pow(-exponents);
+  } else {
+    angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_.to(positions.device());
+  }
   auto cos = angles.cos(), sin = angles.sin();
   if (config_.kv.rope_mode == RopeMode::kPartial) {
     const int64_t kept = config_.kv.rope_planes_kept;

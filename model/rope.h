@@ -13,8 +13,8 @@
 namespace lrkv {
 
 // The inverse frequencies [half] (float64) of the RoPE planes for `config`'s
-// rope_theta, rope_dim and rope_scaling; `seq_len` matters only to dynamic scaling
-// (the length of the sequence the positions belong to).
+// rope_theta, rope_dim and rope_scaling; `seq_len` matters only to dynamic scaling,
+// where position p uses those of seq_len = p + 1 (see Rope::Angles).
 at::Tensor RopeInverseFrequencies(const ModelConfig& config, int64_t seq_len);
 
 class Rope {
@@ -43,7 +43,7 @@ class Rope {
 
   ModelConfig config_;
   int64_t half_;
-  at::Tensor inv_freq_;  // [half] float64, after scaling (dynamic: at the trained length)
+  at::Tensor inv_freq_;  // [half] float64, after scaling (dynamic: per position instead)
 };
 
 }  // namespace lrkv

@@ -112,12 +112,16 @@ inline std::vector<std::vector<double>> RefForward(const RefConfig& c, const Wei
   const int T = static_cast<int>(tokens.size()), d = c.hidden, dh = c.head_dim;
   const int H = c.heads, Hk = c.kv_heads, half = c.rope_dim / 2;
   double att = 1.0;
-  const std::vector<double> inv = RefInvFreq(c, T, &att);
+  // Dynamic NTK scales by the sequence length; position p is taken with the length
+  // p + 1, as token-by-token decoding in transformers does.
+  std::vector<std::vector<double>> inv_at(T);
+  for (int t = 0; t < T; ++t) inv_at[t] = RefInvFreq(c, t + 1, &att);
   std::vector<std::vector<double>> x(T, std::vector<double>(d));
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < d; ++i) x[t][i] = w.at("model.embed_tokens.weight")[tokens[t] * d + i];
   }
   auto rope = [&](std::vector<double>& v, int head, int pos) {
+    const std::vector<double>& inv = inv_at[pos];
     for (int i = 0; i < half; ++i) {
       const double a = pos * inv[i], cs = std::cos(a) * att, sn = std::sin(a) * att;
       double& x0 = v[head * dh + i];
