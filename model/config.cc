@@ -29,6 +29,7 @@ constexpr ArchInfo kArchitectures[] = {
     {"LlamaForCausalLM", "llama"},
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
+    {"MistralForCausalLM", "mistral"},
 };
 
 // Reads an integer field; `fallback` < 0 means required.
@@ -230,6 +231,9 @@ absl::Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(Positive("head_dim", head_dim));
   RETURN_IF_ERROR(Positive("vocab_size", vocab_size));
   RETURN_IF_ERROR(Positive("max_position_embeddings", max_position_embeddings));
+  if (sliding_window < 0) {
+    return Invalid(absl::StrCat("sliding_window must be >= 0, got ", sliding_window));
+  }
   if (num_heads % num_kv_heads != 0) {
     return Invalid(absl::StrCat("num_key_value_heads (", num_kv_heads,
                                 ") must divide num_attention_heads (", num_heads, ")"));
@@ -293,7 +297,8 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
     return Invalid(absl::StrCat(
         source, ": unsupported architecture (field 'architectures' = '", arch,
         "', 'model_type' = '", model_type,
-        "'); supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"));
+        "'); supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "Qwen3ForCausalLM"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, IntField(j, "hidden_size", source));
   ASSIGN_OR_RETURN(c.intermediate_size, IntField(j, "intermediate_size", source));
@@ -343,6 +348,9 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   if (auto act = j.value("hidden_act", std::string("silu")); act != "silu") {
     return Invalid(absl::StrCat(source, ": field 'hidden_act' is '", act,
                                 "'; only 'silu' (SwiGLU) is supported"));
+  }
+  if (c.model_type == "mistral") {
+    ASSIGN_OR_RETURN(c.sliding_window, IntField(j, "sliding_window", source, 0));
   }
   if (j.value("use_sliding_window", false)) {
     return Invalid(absl::StrCat(source,
@@ -469,6 +477,7 @@ std::string ConfigToHfJson(const ModelConfig& c) {
   // has q/k/v biases; Llama takes biases through attention_bias.
   const ArchInfo& info = c.qk_norm                             ? kArchitectures[2]
                          : (c.model_type == "qwen2" && c.qkv_bias) ? kArchitectures[1]
+                         : c.sliding_window > 0                    ? kArchitectures[3]
                                                                    : kArchitectures[0];
   const char* arch = info.architecture;
   json j = {
@@ -500,6 +509,7 @@ std::string ConfigToHfJson(const ModelConfig& c) {
                     {"rope_mode", RopeModeName(c.kv.rope_mode)},
                     {"rope_planes_kept", c.kv.rope_planes_kept}};
   }
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.rope_scaling.type != RopeScalingType::kNone) {
     j["rope_scaling"] = RopeScalingToJson(c.rope_scaling, c.max_position_embeddings);
   }

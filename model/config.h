@@ -76,7 +76,7 @@ struct KvCompression {
 };
 
 struct ModelConfig {
-  // "llama", "qwen2" or "qwen3": the HF model_type written back on export.
+  // "llama", "mistral", "qwen2" or "qwen3": the HF model_type written back on export.
   std::string model_type = "llama";
   /// Model width d.
   int64_t hidden_size = 0;
@@ -103,6 +103,9 @@ struct ModelConfig {
   bool qk_norm = false;
   /// Biases on the q, k, v projections (Qwen2).
   bool qkv_bias = false;
+  /// Mistral's sliding window: a query attends to the last `sliding_window` positions
+  /// (itself included); 0 for full causal attention.
+  int64_t sliding_window = 0;
   /// The output head reuses the token embedding.
   bool tie_word_embeddings = false;
   /// -1 when neither config.json nor the tokenizer names one.

@@ -57,6 +57,11 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
   if (config.kv.rope_mode == RopeMode::kPartial) {
     return Invalid("a partial-RoPE conversion has no GGUF form llama.cpp runs");
   }
+  if (config.sliding_window > 0) {
+    return Invalid(absl::StrCat("sliding_window ", config.sliding_window,
+                                ": llama.cpp's llama architecture attends to the whole "
+                                "context, so the GGUF would be another model"));
+  }
   const RopeScalingType scaling = config.rope_scaling.type;
   if (scaling != RopeScalingType::kNone && scaling != RopeScalingType::kLinear &&
       scaling != RopeScalingType::kYarn) {

@@ -96,10 +96,14 @@ void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
   *k = ApplyRope(kp, positions);
 }
 
-at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s, at::Device device) {
+at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s,
+                                   at::Device device) const {
   const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
   auto qpos = at::arange(start, start + t, opts).unsqueeze(1);
   auto kpos = at::arange(0, s, opts).unsqueeze(0);
+  if (config_.sliding_window > 0) {
+    return (kpos > qpos) | (qpos - kpos >= config_.sliding_window);
+  }
   return kpos > qpos;
 }
 

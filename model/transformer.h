@@ -73,8 +73,9 @@ class Transformer {
   // [B, T, S] is true where a key must not be seen. Returns [B, T, H*d_h].
   at::Tensor Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& hidden) const;
-  // Keys after the query (query positions start..start+T-1, keys 0..S-1): [T, S].
-  static at::Tensor CausalMask(int64_t start, int64_t t, int64_t s, at::Device device);
+  // Keys after the query (query positions start..start+T-1, keys 0..S-1), and keys
+  // outside a sliding window: [T, S].
+  at::Tensor CausalMask(int64_t start, int64_t t, int64_t s, at::Device device) const;
   at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
                  const at::Tensor& hidden, const AttentionInputObserver& observer) const;
   at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) const;

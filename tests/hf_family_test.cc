@@ -49,6 +49,7 @@ testing::RefConfig RefOf(const json& j) {
   c.bias = j["model_type"] == "qwen2" || j.value("attention_bias", false);
   c.tied = j.value("tie_word_embeddings", false);
   c.rope_scaling = j.value("rope_scaling", json());
+  c.window = j["model_type"] == "mistral" ? j.value("sliding_window", 0) : 0;
   return c;
 }
 
@@ -146,6 +147,11 @@ std::vector<Family> Families() {
                   {"partial_rotary_factor", 0.5},
                   {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}});
   f.push_back({"PartialRotaryLinear", partial});
+  // Mistral: a 24-token sliding window, shorter than the 40 positions run.
+  json mistral = Base("MistralForCausalLM", "mistral");
+  mistral.update({{"rope_theta", 1000000.0}, {"max_position_embeddings", 64},
+                  {"sliding_window", 24}});
+  f.push_back({"MistralWindow", mistral});
   return f;
 }
 
@@ -186,9 +192,11 @@ TEST_P(HfFamilies, LogitsMatchTheFloat64ReferencePastTheOriginalContext) {
   for (int t = 20; t < T; ++t) parts.push_back((*model)->ForwardCached(cache, ids.narrow(1, t, 1))[0]);
   const at::Tensor chunked = at::cat(parts, 0).to(at::kDouble);
   EXPECT_LT((chunked - logits).abs().max().item<double>() / max_ref, 1e-5);
-  // Scaling matters at these positions: plain RoPE gives other logits.
+  // The family's long-context rule matters at these positions: without its RoPE
+  // scaling or sliding window the logits differ.
   json plain = f.config;
   plain.erase("rope_scaling");
+  plain.erase("sliding_window");
   const auto unscaled = testing::RefForward(RefOf(plain), w, tokens);
   double diff = 0;
   for (int v = 0; v < 160; ++v) diff = std::max(diff, std::abs(unscaled[T - 1][v] - ref[T - 1][v]));
@@ -232,6 +240,13 @@ TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
     vo.modes = {v.mode};
     vo.prompt_tokens = 36;  // past every family's original context of 16-32
     vo.decode_tokens = 8;
+    if (const int window = f.config.value("sliding_window", 0); window > 0) {
+      // The decode engines attend to their whole cache: verify refuses a sequence
+      // longer than the window, and is exact within it.
+      auto refused = RunVerifyJob(vo);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      vo.prompt_tokens = window - vo.decode_tokens;
+    }
     auto report = RunVerifyJob(vo);
     ASSERT_TRUE(report.ok()) << report.status();
     EXPECT_TRUE(report->passed());

@@ -22,6 +22,7 @@ using Weights = std::map<std::string, Matrix>;
 struct RefConfig {
   int hidden = 0, inter = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0;
   int rope_dim = 0, max_pos = 0;
+  int window = 0;  // sliding window (0: none)
   double eps = 1e-6, theta = 10000;
   bool qk_norm = false, bias = false, tied = false;
   nlohmann::json rope_scaling;  // null for plain RoPE
@@ -164,14 +165,16 @@ inline std::vector<std::vector<double>> RefForward(const RefConfig& c, const Wei
         const int g = h / (H / Hk);
         std::vector<double> s(t + 1);
         double mx = -1e300;
-        for (int u = 0; u <= t; ++u) {
+        const int first = c.window > 0 ? std::max(0, t - c.window + 1) : 0;
+        for (int u = 0; u < first; ++u) s[u] = -1e300;
+        for (int u = first; u <= t; ++u) {
           double dot = 0;
           for (int i = 0; i < dh; ++i) dot += q[t][h * dh + i] * k[u][g * dh + i];
           s[u] = dot / std::sqrt(double(dh));
           mx = std::max(mx, s[u]);
         }
         double z = 0;
-        for (double& e : s) z += (e = std::exp(e - mx));
+        for (double& e : s) z += (e = e < -1e299 ? 0.0 : std::exp(e - mx));
         for (int u = 0; u <= t; ++u) {
           for (int i = 0; i < dh; ++i) out[h * dh + i] += s[u] / z * v[u][g * dh + i];
         }

@@ -97,6 +97,15 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
 
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
+  // The decode engines attend to their whole cache: exact for a sliding-window model
+  // only while every position fits in the window.
+  if (config.sliding_window > 0 && o.prompt_tokens + o.decode_tokens > config.sliding_window) {
+    return Invalid(absl::StrCat("--prompt-tokens + --decode-tokens = ",
+                                o.prompt_tokens + o.decode_tokens,
+                                " exceeds the model's sliding_window of ", config.sliding_window,
+                                "; the decode engines attend to the whole cache, so keep the "
+                                "verified sequence within the window"));
+  }
   absl::Status mode_status;
   const auto modes = ModesFor(o.modes, config, &mode_status);
   RETURN_IF_ERROR(mode_status);
