@@ -59,7 +59,12 @@ js_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
 stamp="$js_dir/node_modules/.lrkv-installed-lock.json"
 if ! cmp -s "$js_dir/package-lock.json" "$stamp"; then
   echo "setup: installing the npm test references into tests/js/node_modules"
-  (cd "$js_dir" && npm ci --no-audit --no-fund --loglevel=error --omit=optional --ignore-scripts)
+  # `npm install` on the lock file rather than `npm ci`: node-llama-cpp lists prebuilt
+  # binaries for platforms npm does not lock, which `npm ci` refuses; optional
+  # packages (GPU builds) and install scripts are skipped, the lock is not rewritten.
+  (cd "$js_dir" && rm -rf node_modules &&
+     npm install --no-audit --no-fund --loglevel=error --omit=optional --ignore-scripts \
+       --no-save)
   cp "$js_dir/package-lock.json" "$stamp"
 else
   echo "setup: npm test references already installed"
