@@ -1,6 +1,7 @@
 // The BPE model of a tokenizer.json (see bpe_model.h).
 #include "model/bpe_model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <queue>
 
@@ -143,6 +144,19 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& j,
     m->merges_[PairKey(*ia, *ib)] = {static_cast<int32_t>(i), *merged};
   }
   return m;
+}
+
+std::vector<std::string> BpeModel::MergesInRankOrder() const {
+  std::vector<std::pair<int32_t, uint64_t>> ranked;
+  ranked.reserve(merges_.size());
+  for (const auto& [pair, merge] : merges_) ranked.emplace_back(merge.first, pair);
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<std::string> out;
+  out.reserve(ranked.size());
+  for (const auto& [rank, pair] : ranked) {
+    out.push_back(id_to_token_[pair >> 32] + " " + id_to_token_[pair & 0xffffffffu]);
+  }
+  return out;
 }
 
 std::optional<int32_t> BpeModel::IdOf(const std::string& token) const {

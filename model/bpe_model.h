@@ -30,6 +30,9 @@ class BpeModel {
   std::optional<int32_t> IdOf(const std::string& token) const;
   // The token string of `id`; nullptr when the vocabulary has no such id.
   const std::string* TokenOf(int32_t id) const;
+  // The merges as "a b", lowest rank first (GGUF's tokenizer.ggml.merges).
+  std::vector<std::string> MergesInRankOrder() const;
+  bool byte_level_compatible() const { return !byte_fallback_ && prefix_.empty() && suffix_.empty(); }
   // One past the largest id.
   int64_t size() const { return static_cast<int64_t>(id_to_token_.size()); }
 

@@ -20,25 +20,28 @@ std::string GgufArchitecture(const ModelConfig& c) {
   return "llama";
 }
 
-absl::Status AddTokenizer(const Tokenizer& tokenizer, GgufBuilder* g) {
-  const SpmTokenizer* spm = tokenizer.spm();
-  if (spm == nullptr) {
-    return Invalid(
-        "GGUF export writes SentencePiece vocabularies only so far; this model's tokenizer "
-        "is a tokenizer.json BPE (export it with --format safetensors)");
+absl::Status AddTokenizer(const Tokenizer& tokenizer, int64_t rows, GgufBuilder* g) {
+  ASSIGN_OR_RETURN(GgufVocabulary v, tokenizer.ToGgufVocabulary());
+  // llama.cpp wants one token per embedding row: pad as its converter does.
+  for (int64_t id = static_cast<int64_t>(v.tokens.size()); id < rows; ++id) {
+    v.tokens.push_back(absl::StrCat("[PAD", id, "]"));
+    v.types.push_back(static_cast<int32_t>(TokenType::kUnused));
+    if (!v.scores.empty()) v.scores.push_back(-1e4f);
   }
-  const Vocabulary& v = spm->vocab();
-  g->AddString("tokenizer.ggml.model", "llama");
-  g->AddStrings("tokenizer.ggml.tokens", v.pieces);
-  g->AddFloat32s("tokenizer.ggml.scores", v.scores);
-  std::vector<int32_t> types;
-  for (TokenType t : v.types) types.push_back(static_cast<int32_t>(t));
-  g->AddInt32s("tokenizer.ggml.token_type", types);
-  g->AddUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(v.bos_id));
-  g->AddUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
-  g->AddUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk_id));
-  g->AddBool("tokenizer.ggml.add_bos_token", v.add_bos);
-  g->AddBool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  g->AddString("tokenizer.ggml.model", v.model);
+  if (!v.pre.empty()) g->AddString("tokenizer.ggml.pre", v.pre);
+  g->AddStrings("tokenizer.ggml.tokens", v.tokens);
+  if (!v.scores.empty()) g->AddFloat32s("tokenizer.ggml.scores", v.scores);
+  g->AddInt32s("tokenizer.ggml.token_type", v.types);
+  if (!v.merges.empty()) g->AddStrings("tokenizer.ggml.merges", v.merges);
+  const SpecialTokens& s = tokenizer.specials();
+  if (s.bos_id >= 0) g->AddUint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(s.bos_id));
+  if (s.eos_id >= 0) g->AddUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(s.eos_id));
+  if (v.unk_id >= 0) {
+    g->AddUint32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(v.unk_id));
+  }
+  g->AddBool("tokenizer.ggml.add_bos_token", s.add_bos);
+  if (v.model == "llama") g->AddBool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
   return absl::OkStatus();
 }
 
@@ -102,7 +105,7 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
                                       (0.1 * std::log(c.rope_scaling.factor) + 1.0)));
     }
   }
-  RETURN_IF_ERROR(AddTokenizer(tokenizer, &g));
+  RETURN_IF_ERROR(AddTokenizer(tokenizer, c.vocab_size, &g));
 
   ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, keep));
   for (TensorView& v : views) {

@@ -3,6 +3,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint_files.h"
+#include "model/pre_tokenizer.h"
+#include "model/spm_tokenizer.h"
 #include "model/status_macros.h"
 #include "model/unicode_text.h"
 #include "nlohmann/json.hpp"
@@ -31,6 +33,50 @@ absl::StatusOr<std::string> TokenText(const json& j, const std::string& where) {
     return j["content"].get<std::string>();
   }
   return Invalid(absl::StrCat(where, " must be a string or {\"content\": ...}, got ", j.dump()));
+}
+
+// The llama.cpp name (tokenizer.ggml.pre) of a byte-level pipeline, as
+// gguf_tokenizer.cc writes each name back; "" and *why when llama.cpp has none.
+std::string LlamaCppPreName(const json& j, std::string* why) {
+  const json& pre = j.value("pre_tokenizer", json());
+  std::vector<json> steps;
+  if (pre.is_object() && pre.value("type", "") == "Sequence") {
+    for (const auto& s : pre.value("pretokenizers", json::array())) steps.push_back(s);
+  } else if (!pre.is_null()) {
+    steps.push_back(pre);
+  }
+  std::string split;
+  bool byte_level = false, byte_level_regex = false, digits = false, other = false;
+  for (const json& s : steps) {
+    const std::string type = s.is_object() ? s.value("type", "") : "";
+    if (type == "Split" && s.contains("pattern") && s["pattern"].is_object() &&
+        s["pattern"].contains("Regex") && s.value("behavior", "") == "Isolated" &&
+        split.empty()) {
+      split = s["pattern"]["Regex"].get<std::string>();
+    } else if (type == "ByteLevel") {
+      byte_level = true;
+      byte_level_regex = s.value("use_regex", true);
+    } else if (type == "Digits" && s.value("individual_digits", false)) {
+      digits = true;
+    } else {
+      other = true;
+    }
+  }
+  const json& norm = j.value("normalizer", json());
+  if (!norm.is_null() && !(norm.is_object() && norm.value("type", "") == "NFC")) {
+    *why = "its normalizer is neither absent nor NFC";
+  } else if (!byte_level || other) {
+    *why = "it is not a byte-level BPE pipeline llama.cpp names";
+  } else if (split == kQwen2SplitRegex && !byte_level_regex && !digits) {
+    return "qwen2";
+  } else if (split == kLlama3SplitRegex && !byte_level_regex && !digits) {
+    return "llama-bpe";
+  } else if (split.empty() && byte_level_regex) {
+    return digits ? "smollm" : "gpt-2";
+  } else {
+    *why = "its split pattern matches none of llama.cpp's pre-tokenizers";
+  }
+  return "";
 }
 
 }  // namespace
@@ -86,8 +132,10 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tok
     t->size_ = std::max<int64_t>(t->size_, tok.id + 1);
     if (t->added_content_.size() <= static_cast<size_t>(tok.id)) {
       t->added_content_.resize(tok.id + 1);
+      t->added_special_.resize(tok.id + 1, false);
     }
     t->added_content_[tok.id] = tok.content;
+    t->added_special_[tok.id] = tok.special;
     (tok.normalized ? normalized : raw).push_back(std::move(tok));
   }
   t->raw_tokens_ = AddedTokenMatcher(raw);
@@ -154,6 +202,11 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tok
   if (t->specials_.add_eos && t->specials_.eos_id < 0) {
     return Invalid(absl::StrCat(tc, ": add_eos_token is true but no eos_token is named"));
   }
+  t->gguf_pre_ = LlamaCppPreName(j, &t->gguf_refusal_);
+  if (t->gguf_pre_.empty() == false && !t->model_->byte_level_compatible()) {
+    t->gguf_pre_.clear();
+    t->gguf_refusal_ = "its BPE model uses byte fallback or subword affixes";
+  }
   t->tokenizer_json_ = std::move(tokenizer_json);
   t->tokenizer_config_ = std::move(tokenizer_config);
   return t;
@@ -200,6 +253,33 @@ std::string HfTokenizer::Decode(const std::vector<int32_t>& ids, bool continuati
     }
   }
   return decoder_.Decode(std::move(tokens), continuation);
+}
+
+absl::StatusOr<GgufVocabulary> HfTokenizer::ToGgufVocabulary() const {
+  if (gguf_pre_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "this tokenizer.json has no GGUF form llama.cpp reads: ", gguf_refusal_));
+  }
+  GgufVocabulary g;
+  g.model = "gpt2";
+  g.pre = gguf_pre_;
+  for (int64_t id = 0; id < size_; ++id) {
+    const bool added = static_cast<size_t>(id) < added_content_.size() &&
+                       !added_content_[id].empty();
+    if (added) {
+      g.tokens.push_back(added_content_[id]);
+      g.types.push_back(static_cast<int32_t>(added_special_[id] ? TokenType::kControl
+                                                                : TokenType::kUserDefined));
+    } else if (const std::string* t = model_->TokenOf(static_cast<int32_t>(id))) {
+      g.tokens.push_back(*t);
+      g.types.push_back(static_cast<int32_t>(TokenType::kNormal));
+    } else {
+      g.tokens.push_back(absl::StrCat("[PAD", id, "]"));  // an id nothing produces
+      g.types.push_back(static_cast<int32_t>(TokenType::kUnused));
+    }
+  }
+  g.merges = model_->MergesInRankOrder();
+  return g;
 }
 
 std::vector<TokenizerFile> HfTokenizer::Files() const {

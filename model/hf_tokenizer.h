@@ -35,6 +35,9 @@ class HfTokenizer : public TokenizerBackend {
   const SpecialTokens& specials() const override { return specials_; }
   std::string_view kind() const override { return "bpe"; }
   std::vector<TokenizerFile> Files() const override;
+  // gpt2 vocabularies for byte-level BPE whose pre-tokenizer llama.cpp knows by name
+  // (gguf_tokenizer.h's list, the inverse conversion).
+  absl::StatusOr<GgufVocabulary> ToGgufVocabulary() const override;
 
  private:
   HfTokenizer() = default;
@@ -48,6 +51,9 @@ class HfTokenizer : public TokenizerBackend {
   TokenDecoder decoder_;
   AddedTokenMatcher raw_tokens_, normalized_tokens_;
   std::vector<std::string> added_content_;  // by id; empty for model tokens
+  std::vector<bool> added_special_;         // by id
+  // The llama.cpp pre-tokenizer name of this pipeline ("" when it has none) and why.
+  std::string gguf_pre_, gguf_refusal_;
   SpecialTokens specials_;
   int64_t size_ = 0;
 };

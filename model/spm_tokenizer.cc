@@ -161,6 +161,17 @@ std::vector<TokenizerFile> SpmTokenizer::Files() const {
   return {{kTokenizerFileName, ToJson()}};
 }
 
+absl::StatusOr<GgufVocabulary> SpmTokenizer::ToGgufVocabulary() const {
+  GgufVocabulary g;
+  g.model = "llama";
+  g.tokens = vocab_.pieces;
+  g.scores = vocab_.scores;
+  for (TokenType t : vocab_.types) g.types.push_back(static_cast<int32_t>(t));
+  g.unk_id = vocab_.unk_id;
+  g.add_space_prefix = vocab_.add_space_prefix;
+  return g;
+}
+
 std::string SpmTokenizer::ToJson() const {
   nlohmann::json j;
   j["model"] = "sentencepiece-bpe";

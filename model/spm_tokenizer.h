@@ -57,6 +57,7 @@ class SpmTokenizer : public TokenizerBackend {
   const SpecialTokens& specials() const override { return specials_; }
   std::string_view kind() const override { return "sentencepiece-bpe"; }
   std::vector<TokenizerFile> Files() const override;
+  absl::StatusOr<GgufVocabulary> ToGgufVocabulary() const override;
 
   const Vocabulary& vocab() const { return vocab_; }
 

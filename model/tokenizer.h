@@ -52,6 +52,10 @@ class Tokenizer {
   std::string_view kind() const { return backend_->kind(); }
   // What an exporter writes beside safetensors weights.
   std::vector<TokenizerFile> Files() const { return backend_->Files(); }
+  // What a GGUF export writes as tokenizer.ggml.* (see GgufVocabulary).
+  absl::StatusOr<GgufVocabulary> ToGgufVocabulary() const {
+    return backend_->ToGgufVocabulary();
+  }
   // The SentencePiece implementation, or nullptr for BPE tokenizers.
   const SpmTokenizer* spm() const { return dynamic_cast<const SpmTokenizer*>(backend_.get()); }
 

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace lrkv {
 
 // A file a tokenizer writes beside an exported safetensors checkpoint.
@@ -23,6 +25,18 @@ struct SpecialTokens {
   /// Encode(text, /*add_special=*/true) starts with BOS / ends with EOS.
   bool add_bos = false;
   bool add_eos = false;
+};
+
+// A vocabulary as GGUF's tokenizer.ggml.* metadata holds it (what llama.cpp reads).
+struct GgufVocabulary {
+  std::string model;  // "llama" (SentencePiece) or "gpt2" (BPE)
+  std::string pre;    // gpt2: the pre-tokenizer's llama.cpp name
+  std::vector<std::string> tokens;
+  std::vector<float> scores;    // llama only
+  std::vector<int32_t> types;   // TokenType per token
+  std::vector<std::string> merges;  // gpt2: "a b", by rank
+  int32_t unk_id = -1;
+  bool add_space_prefix = false;
 };
 
 // What each tokenizer implementation provides.
@@ -41,6 +55,9 @@ class TokenizerBackend {
   // "sentencepiece-bpe" or "bpe".
   virtual std::string_view kind() const = 0;
   virtual std::vector<TokenizerFile> Files() const = 0;
+  // The vocabulary in GGUF form; InvalidArgument for pipelines llama.cpp has no name
+  // for.
+  virtual absl::StatusOr<GgufVocabulary> ToGgufVocabulary() const = 0;
 };
 
 }  // namespace lrkv

