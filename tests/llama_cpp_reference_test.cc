@@ -302,6 +302,16 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   EXPECT_LT(std::abs(ours - reference) / reference, 1e-4);
   EXPECT_EQ((*model)->GenerateGreedy(doc, 4, false),
             (*ref)["greedy"].get<std::vector<int32_t>>());
+  // lrkv reads its own export back: the qwen3 architecture keys, the half-split layout,
+  // tied embeddings and the gpt2 vocabulary give the same model and the same ids.
+  auto back = LanguageModel::Load(gguf);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE((*back)->config().qk_norm);
+  for (const auto& text : texts) EXPECT_EQ((*back)->tokenizer().Encode(text), tok->Encode(text));
+  const at::Tensor again = at::log_softmax(
+      (*back)->transformer().Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble),
+      -1);
+  EXPECT_LT((again - logp).abs().max().item<double>(), 1e-9);
 }
 
 }  // namespace
