@@ -17,6 +17,7 @@
 #include "model/transformer.h"
 #include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
+#include "verify/generate_bench.h"
 #include "verify/verify_job.h"
 #include "tests/reference_forward.h"
 #include "tests/test_paths.h"
@@ -245,6 +246,11 @@ TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
       // longer than the window, and is exact within it.
       auto refused = RunVerifyJob(vo);
       EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      GenerateBenchOptions bench;
+      bench.checkpoint = o.out_dir;
+      bench.context = window;
+      bench.tokens = 4;
+      EXPECT_EQ(RunGenerateBench(bench).status().code(), absl::StatusCode::kInvalidArgument);
       vo.prompt_tokens = window - vo.decode_tokens;
     }
     auto report = RunVerifyJob(vo);

@@ -59,6 +59,13 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
   }
   ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(o.mode));
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  // The decode engines attend to their whole cache: past a sliding window they would
+  // time (and compute) another model than the checkpoint's.
+  if (const int64_t w = ckpt->config().sliding_window; w > 0 && o.context + o.tokens > w) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--context + --tokens = ", o.context + o.tokens, " exceeds the model's sliding_window "
+        "of ", w, "; the decode engines attend to the whole cache"));
+  }
   ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(*ckpt));
   std::vector<GenerateBenchRow> rows;
   ASSIGN_OR_RETURN(auto expanded, Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted"));
