@@ -73,6 +73,10 @@ bool Rope::PlaneRotates(int64_t plane) const {
 }
 
 std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
+  if (plane >= half_) {
+    const int64_t first = config_.rope_dim + 2 * (plane - half_);
+    return {first, first + 1};
+  }
   if (config_.rope_layout == RopeLayout::kAdjacent) return {2 * plane, 2 * plane + 1};
   return {plane, plane + half_};
 }
@@ -140,6 +144,12 @@ at::Tensor Rope::RotatePairs(const at::Tensor& z, const at::Tensor& positions,
   const int64_t r = z.size(-1), pairs = r / 2;
   if (pairs == 0) return z;
   auto [cos_d, sin_d] = Angles(positions);  // [T, half]
+  if (const int64_t free = head_planes() - half_; free > 0) {
+    // Position-free planes: the identity, without the attention factor (the
+    // pass-through dims of a partial rotary are not scaled).
+    cos_d = at::cat({cos_d, at::ones({cos_d.size(0), free}, cos_d.options())}, 1);
+    sin_d = at::cat({sin_d, at::zeros({sin_d.size(0), free}, sin_d.options())}, 1);
+  }
   // Gather each head's plane frequencies: [T, n, pairs].
   const auto index = planes.reshape({-1});
   const int64_t n = planes.size(0), t = positions.size(0);

@@ -25,14 +25,21 @@ class Rope {
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;
 
   // Rotates coordinate pairs (2m, 2m+1) of z [B, T, n, r] at positions [T]; pair m of
-  // head i turns with the frequency of plane `planes[i][m]` ([n, r/2] int64). An odd
-  // last coordinate is left alone.
+  // head i turns with the frequency of plane `planes[i][m]` ([n, r/2] int64), a
+  // position-free plane (index >= planes()) not at all. An odd last coordinate is left
+  // alone.
   at::Tensor RotatePairs(const at::Tensor& z, const at::Tensor& positions,
                          const at::Tensor& planes) const;
 
-  // The head coordinates (first, second) of rotation plane `plane`.
+  // The head coordinates (first, second) of plane `plane`: a rotation plane below
+  // planes(), else one of the position-free coordinate pairs a partial rotary leaves
+  // after the rotated dims (rope_dim + 2j, rope_dim + 2j + 1), j = plane - planes().
   std::pair<int64_t, int64_t> PlaneCoordinates(int64_t plane) const;
+  // The rotation planes (rope_dim / 2).
   int64_t planes() const { return half_; }
+  // Every coordinate pair of a head (head_dim / 2): the rotation planes, then the
+  // position-free pairs, which turn with frequency 0 (LRKV plane mode may select them).
+  int64_t head_planes() const { return config_.head_dim / 2; }
   // Whether plane `plane` rotates in this model (false beyond the partial-RoPE planes).
   bool PlaneRotates(int64_t plane) const;
 

@@ -48,10 +48,6 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
                                 " applies to lrkv only; ", KvVariantName(o.variant),
                                 " keeps exact RoPE (reconstruct)"));
   }
-  if (plane && c.rope_dim != c.head_dim) {
-    return Invalid(absl::StrCat("plane mode needs RoPE on every head dim (rope dim ",
-                                c.rope_dim, " != head dim ", c.head_dim, ")"));
-  }
   if (by_budget) {
     if (o.rank >= 0 || o.kv_heads >= 0 || o.latent >= 0) {
       return Invalid("give either --budget or an explicit size (--rank, --kv-heads, "

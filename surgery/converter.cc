@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "model/rope.h"
 #include "model/status_macros.h"
 #include "surgery/baselines.h"
 #include "surgery/lrkv_decomposition.h"
@@ -15,15 +16,13 @@ namespace {
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
-// Coordinates (within a head) of each RoPE rotation plane, by frequency index.
-std::vector<std::pair<int64_t, int64_t>> RopePlanes(const ModelConfig& c) {
+// Coordinates (within a head) of each plane a plane-mode residual may select: the
+// RoPE rotation planes by frequency index, then the position-free pairs a partial
+// rotary leaves (frequency 0, so selecting them is as exact as a rotation plane).
+std::vector<std::pair<int64_t, int64_t>> HeadPlanes(const ModelConfig& c) {
+  const Rope rope(c);
   std::vector<std::pair<int64_t, int64_t>> planes;
-  const int64_t half = c.rope_dim / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    planes.emplace_back(c.rope_layout == RopeLayout::kAdjacent
-                            ? std::pair<int64_t, int64_t>{2 * i, 2 * i + 1}
-                            : std::pair<int64_t, int64_t>{i, i + half});
-  }
+  for (int64_t p = 0; p < rope.head_planes(); ++p) planes.push_back(rope.PlaneCoordinates(p));
   return planes;
 }
 
@@ -124,7 +123,7 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
   k_opt.rank = v_opt.rank = target.rank;
   k_opt.max_iters = v_opt.max_iters = o.max_iters;
   k_opt.tol = v_opt.tol = o.tol;
-  const auto planes = RopePlanes(config);
+  const auto planes = HeadPlanes(config);
   if (o.rope_mode == RopeMode::kPlane) {
     k_opt.support = ResidualSupport::kRopePlanes;
     k_opt.planes = planes;

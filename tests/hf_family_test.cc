@@ -204,9 +204,10 @@ TEST_P(HfFamilies, LogitsMatchTheFloat64ReferencePastTheOriginalContext) {
   EXPECT_GT(diff / max_ref, 1e-3);
 }
 
-// Each family converted (LRKV in reconstruct mode, and plane where the heads rotate
-// whole; MQA; MLA) and verified past the original context: the factored decode equals
-// the expanded one, RoPE scaling and QK-norm included.
+// Each family converted (LRKV in reconstruct and plane mode; MQA; MLA) and verified
+// past the original context: the factored decode equals the expanded one, RoPE
+// scaling, QK-norm and partial rotary included (plane mode may then select the
+// position-free pairs of a head, which turn with frequency 0).
 TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
   const Family& f = GetParam();
   const fs::path dir = testing::FreshTempDir("family_verify_" + f.name);
@@ -221,10 +222,9 @@ TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
                                     "reconstruct"},
                                    {"mqa", KvVariant::kMqa},
                                    {"mla", KvVariant::kMla, RopeMode::kReconstruct,
-                                    "reconstruct"}};
-  if (!f.config.contains("partial_rotary_factor")) {
-    variants.push_back({"lrkv_plane", KvVariant::kLrkv, RopeMode::kPlane, "plane"});
-  }
+                                    "reconstruct"},
+                                   {"lrkv_plane", KvVariant::kLrkv, RopeMode::kPlane,
+                                    "plane"}};
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     ConvertJobOptions o;
@@ -236,6 +236,19 @@ TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
     o.conversion.rope_mode = v.rope;
     auto converted = RunConvertJob(o);
     ASSERT_TRUE(converted.ok()) << converted.status();
+    if (v.rope == RopeMode::kPlane && f.config.contains("partial_rotary_factor")) {
+      // The residual's energy is spread evenly over a random head, so the planes
+      // chosen must include position-free ones, or this would not test them.
+      auto source = ConfigFromHfJson(f.config.dump(), f.name);
+      ASSERT_TRUE(source.ok());
+      int free_planes = 0;
+      for (const auto& layer : converted->layers) {
+        for (const auto& head : layer.k.planes) {
+          for (int64_t p : head) free_planes += p >= source->rope_dim / 2;
+        }
+      }
+      EXPECT_GT(free_planes, 0);
+    }
     VerifyJobOptions vo;
     vo.checkpoint = o.out_dir;
     vo.modes = {v.mode};

@@ -58,7 +58,7 @@ absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope,
     }
     for (int64_t m = 0; m < r / 2; ++m) {
       int64_t plane = -1;
-      for (int64_t p = 0; p < rope.planes() && col[2 * m] >= 0; ++p) {
+      for (int64_t p = 0; p < rope.head_planes() && col[2 * m] >= 0; ++p) {
         if (rope.PlaneCoordinates(p) ==
             std::make_pair(col[2 * m], col[2 * m + 1]))
           plane = p;
