@@ -218,10 +218,13 @@ void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
   c->rope_layout = to;
 }
 
-LlamaWeights ToDevice(const LlamaWeights& w, at::Device device) {
-  auto move = [&](const at::Tensor& t) {
-    return t.defined() ? t.detach().to(device) : t;
-  };
+namespace {
+
+// Every tensor of `w` through `convert` (undefined ones stay undefined; tied
+// embeddings stay tied).
+template <typename Convert>
+LlamaWeights MapWeights(const LlamaWeights& w, const Convert& convert) {
+  auto move = [&](const at::Tensor& t) { return t.defined() ? convert(t.detach()) : t; };
   LlamaWeights out;
   out.embed = move(w.embed);
   out.final_norm = move(w.final_norm);
@@ -257,6 +260,16 @@ LlamaWeights ToDevice(const LlamaWeights& w, at::Device device) {
     out.layers.push_back(std::move(m));
   }
   return out;
+}
+
+}  // namespace
+
+LlamaWeights ToDevice(const LlamaWeights& w, at::Device device) {
+  return MapWeights(w, [&](const at::Tensor& t) { return t.to(device); });
+}
+
+LlamaWeights ToDtype(const LlamaWeights& w, at::ScalarType dtype) {
+  return MapWeights(w, [&](const at::Tensor& t) { return t.to(dtype); });
 }
 
 DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {

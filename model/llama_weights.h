@@ -65,6 +65,9 @@ void PermuteRopeLayout(ModelConfig* config, LlamaWeights* weights, RopeLayout to
 // The same weights on `device` (tied embeddings stay tied); requires_grad is not kept.
 LlamaWeights ToDevice(const LlamaWeights& weights, at::Device device);
 
+// The same weights in `dtype` (verify's float64 reference engine).
+LlamaWeights ToDtype(const LlamaWeights& weights, at::ScalarType dtype);
+
 // Materialises the dense per-KV-head K/V projections [Hkv*dh, d] (and biases [Hkv*dh],
 // undefined without biases) of any layout.
 struct DenseKv {

@@ -55,7 +55,9 @@ void DecodeEngine::Write(at::Tensor& cache, int64_t pos,
 }
 
 at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) {
-  return cache.narrow(1, 0, n).to(at::kFloat);
+  // bf16 storage is read in fp32; the float64 reference engine stays in float64.
+  const auto dtype = cache.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return cache.narrow(1, 0, n).to(dtype);
 }
 
 at::Tensor DecodeEngine::Grouped(const at::Tensor& q) const {
@@ -113,8 +115,17 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
 absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
     const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
     const EngineOptions& options) {
-  if (options.cache_dtype != at::kFloat &&
-      options.cache_dtype != at::kBFloat16) {
+  if (options.cache_dtype == at::kDouble) {
+    // The float64 engines of the error model (verify/equivalence.h): float64
+    // weights, and ATen for the expanded one (its kernel is fp32).
+    if (weights.embed.scalar_type() != at::kDouble ||
+        (mode == DecodeMode::kExpanded && !options.materialize)) {
+      return absl::InvalidArgumentError(
+          "a float64 cache needs float64 weights (and, expanded, the "
+          "materialised ATen path)");
+    }
+  } else if (options.cache_dtype != at::kFloat &&
+             options.cache_dtype != at::kBFloat16) {
     return absl::InvalidArgumentError("cache dtype must be fp32 or bf16");
   }
   if (mode == DecodeMode::kExpanded)

@@ -41,8 +41,18 @@ enum class FactoredCacheLayout {
   kTiles,  ///< the fused kernel's tiled layout; capacity in whole tiles of 16
 };
 
+// A deliberate decoding error, for the negative controls of the error model's
+// tests (verify/equivalence.h): never set outside them.
+enum class DecodeFault {
+  kNone,
+  kDropSigma,   // QK-norm LRKV: attend without the cached σ
+  kWrongPlane,  // plane mode: rotate each latent pair with the next plane's frequency
+};
+
 struct EngineOptions {
   /// Storage type of every cache tensor (kFloat or kBFloat16); arithmetic is fp32.
+  /// kDouble with float64 weights and `materialize` makes the expanded engine the
+  /// float64 reference of verify's error model.
   at::ScalarType cache_dtype = at::kFloat;
   int64_t batch = 1;
   /// Positions allocated up front; the cache doubles when full.
@@ -52,6 +62,15 @@ struct EngineOptions {
   /// only in this flag decode the same stored cache two ways, which is how bf16
   /// equivalence is judged (FlashMLA-style: same bf16 inputs, two computations).
   bool materialize = false;
+  /// false: every attention through ATen, never a kernel (the error model's
+  /// twins, verify/equivalence.h).
+  bool kernels = true;
+  /// LRKV with an fp32 cache: ATen carries the sum of the shared and residual
+  /// parts in float64 (they can be large and cancel after healing). false: in
+  /// fp32, the kernels' arithmetic (the error model's fp32 twin).
+  bool float64_sums = true;
+  /// A negative control's decoding error (tests only).
+  DecodeFault fault = DecodeFault::kNone;
   /// Plane-mode LRKV only: the layout of its shared K/V and latent caches.
   FactoredCacheLayout factored_layout = FactoredCacheLayout::kAuto;
 };

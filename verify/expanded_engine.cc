@@ -35,7 +35,7 @@ class ExpandedEngine : public DecodeEngine {
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
-    if (options_.materialize) return AttendAten(layer, q, pos);
+    if (options_.materialize || !options_.kernels) return AttendAten(layer, q, pos);
     // Through the fused CPU kernel (kernels/), reading the position-major cache.
     const auto qr = RotateAt(q, pos).contiguous();
     auto out = at::empty(q.sizes(), at::kFloat);

@@ -27,7 +27,7 @@ Factors FactorsOf(const LowRankProjection& p, int64_t hkv, int64_t dh) {
   const int64_t r = p.up.size(2), d = p.shared.size(1);
   return {p.shared, p.shared_bias, p.down.view({hkv, r, d}), p.up,
           p.head_bias.defined() ? p.head_bias.view({hkv, dh})
-                                : at::zeros({hkv, dh}, at::kFloat)};
+                                : at::zeros({hkv, dh}, p.shared.options())};
 }
 
 // The coordinates each latent of each head selects when B_h picks whole RoPE
@@ -42,7 +42,8 @@ absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope,
   }
   *coords = at::zeros({hkv, r}, at::kLong);
   *planes = at::zeros({hkv, r / 2}, at::kLong);
-  auto acc = up.accessor<float, 3>();
+  const at::Tensor up_f32 = up.to(at::kFloat);  // 0 and 1 are exact in any dtype
+  auto acc = up_f32.accessor<float, 3>();
   for (int64_t h = 0; h < hkv; ++h) {
     std::vector<int64_t> col(r, -1);
     for (int64_t j = 0; j < r; ++j) {
@@ -95,9 +96,15 @@ class LrkvEngine : public DecodeEngine {
       return absl::InvalidArgumentError(
           "partial mode needs a model converted with --rope-mode partial");
     }
-    // Plane mode feeds the factored kernel; its fused implementation reads
-    // the tiled layout, which allocates whole tiles of positions.
-    tiled_ = mode_ == DecodeMode::kPlane &&
+    // Plane mode feeds the factored kernel (fp32 arithmetic, fp32 or bf16
+    // storage); its fused implementation reads the tiled layout, which
+    // allocates whole tiles of positions. float64 arithmetic (the error model's
+    // twins, verify/equivalence.h) goes through ATen.
+    const bool kernel_types = weights_.embed.scalar_type() == at::kFloat &&
+                              options_.cache_dtype != at::kDouble;
+    kernel_ = mode_ == DecodeMode::kPlane && !options_.materialize &&
+              options_.kernels && kernel_types;
+    tiled_ = mode_ == DecodeMode::kPlane && kernel_types &&
              (options_.factored_layout == FactoredCacheLayout::kTiles ||
               (options_.factored_layout == FactoredCacheLayout::kAuto &&
                kernels::TiledKernelAvailable()));
@@ -107,11 +114,15 @@ class LrkvEngine : public DecodeEngine {
       Layer layer;
       layer.k = FactorsOf(l.k_lr, hkv, dh);
       layer.v = FactorsOf(l.v_lr, hkv, dh);
-      layer.gamma = config_.qk_norm ? l.k_norm : at::ones({dh}, at::kFloat);
+      layer.gamma = config_.qk_norm ? l.k_norm
+                                    : at::ones({dh}, l.wq.options());
       if (mode_ == DecodeMode::kPlane) {
         auto st = PlaneStructure(layer.k.up, rope_, static_cast<int64_t>(i),
                                  &layer.coords, &layer.planes);
         if (!st.ok()) return st;
+        if (options_.fault == DecodeFault::kWrongPlane && rope_.planes() > 1) {
+          layer.planes = (layer.planes + 1) % rope_.planes();
+        }
         // Folded into the latent at write time: the bias on the selected
         // coordinates and γ.
         layer.latent_bias = layer.k.delta.gather(1, layer.coords);
@@ -179,7 +190,7 @@ class LrkvEngine : public DecodeEngine {
 
   at::Tensor Attend(int64_t index, const at::Tensor& q, int64_t pos) override {
     if (options_.materialize) return AttendMaterialized(index, q, pos);
-    if (mode_ == DecodeMode::kPlane) return AttendWithKernel(index, q, pos);
+    if (kernel_) return AttendWithKernel(index, q, pos);
     Layer& L = layers_[index];
     const int64_t n = pos + 1, dh = config_.head_dim;
     // The shared and residual parts of a score (and of an output) are summed
@@ -187,8 +198,12 @@ class LrkvEngine : public DecodeEngine {
     // With fp32 storage, the proof mode, that sum is carried in float64 so that
     // the only roundings left are the stored values'; bf16 storage computes in
     // fp32.
+    // float64 weights (the error model's twins) compute in float64 too.
+    const bool f64_weights = weights_.embed.scalar_type() == at::kDouble;
     const auto acc =
-        options_.cache_dtype == at::kFloat ? at::kDouble : at::kFloat;
+        f64_weights || (options_.cache_dtype == at::kFloat && options_.float64_sums)
+            ? at::kDouble
+            : at::kFloat;
     auto A = [acc](const at::Tensor& t) { return t.to(acc); };
     const auto qg = A(Grouped(q));                 // q̂ [B, Hkv, g, dh]
     const auto qr = A(Grouped(RotateAt(q, pos)));  // P_p q̂
@@ -233,7 +248,7 @@ class LrkvEngine : public DecodeEngine {
       case DecodeMode::kExpanded:
         break;
     }
-    if (config_.qk_norm) {
+    if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
       scores = scores * A(Read(L.sigma, n)).permute({0, 2, 1}).unsqueeze(2);
     }
     auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
@@ -260,7 +275,9 @@ class LrkvEngine : public DecodeEngine {
                          .expand({b, -1, qg.size(2), -1});
     const auto q_sel = qg.gather(3, idx).reshape({b, h, r}).contiguous();
     at::Tensor sigma;
-    if (config_.qk_norm) sigma = L.sigma.to(at::kFloat).contiguous();
+    if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
+      sigma = L.sigma.to(at::kFloat).contiguous();
+    }
     auto out = at::empty({b, h, dh}, at::kFloat);
     auto out_latent = at::empty({b, h, r}, at::kFloat);
     kernels::FactoredDecodeParams p;
@@ -318,7 +335,9 @@ class LrkvEngine : public DecodeEngine {
           at::arange(n, at::kLong));
     }
     auto k = ReadSegment(L.ks, n).unsqueeze(2) + residual;
-    if (config_.qk_norm) k = k * Read(L.sigma, n).unsqueeze(-1);
+    if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
+      k = k * Read(L.sigma, n).unsqueeze(-1);
+    }
     auto v = ReadSegment(L.vs, n).unsqueeze(2) +
              at::einsum("blhr,hdr->blhd", {ReadSegment(L.zv, n), L.v.up}) +
              L.v.delta;
@@ -429,6 +448,7 @@ class LrkvEngine : public DecodeEngine {
     at::Tensor sigma;                      // [B, capacity, Hkv] (QK-norm)
   };
   std::vector<Layer> layers_;
+  bool kernel_ = false;  // plane mode through kernels::FactoredDecode
   bool tiled_ = false;
 };
 

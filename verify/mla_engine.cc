@@ -29,7 +29,8 @@ class MlaEngine : public DecodeEngine {
     const LayerWeights& l = weights_.layers[layer];
     const int64_t n = pos + 1, b = q.size(0), hkv = config_.num_kv_heads,
                   dh = config_.head_dim, dc = config_.kv.latent;
-    const auto c = Read(latent_[layer], n);                        // [B, L, dc]
+    // [B, L, dc], in the weights' dtype (float64 for the error model's twins).
+    const auto c = Read(latent_[layer], n).to(l.kv_down.scalar_type());
     auto k = Linear(c, l.k_up, l.bk).view({b, n, hkv, dh});        // rebuilt per position
     if (config_.qk_norm) k = RmsNorm(k, l.k_norm, config_.rms_norm_eps);
     k = rope_.Rotate(k, at::arange(n, at::kLong));

@@ -29,42 +29,55 @@ struct EquivalenceResult {
   std::string mode;
   bool applicable = true;
   std::string reason;               // why not applicable
-  std::string dtype;                // "fp32" | "bf16"
-  bool expected_equivalent = true;  // false for the naive control
-  // What the candidate was compared with: the expanded engine (fp32, and the
-  // naive control), or the same stored bf16 cache decoded through materialised
-  // K/V (bf16).
+  std::string dtype;                // "fp32" | "bf16": the candidate's cache storage
+  // False for the naive control under "all" (it must come out NOT EQUIVALENT);
+  // true for every exact mode, and for naive asked for by name.
+  bool expected_equivalent = true;
+  // The error model (verify/equivalence.h, README "Verification"): at each
+  // comparison site — every layer's attention output, and the logits — the
+  // candidate's RMS error over the run against the expanded engine in float64
+  // must stay within 2·max(the plain expanded engine's in the candidate's
+  // storage dtype, the rounding of the candidate's own algorithm in fp32) +
+  // atol. `rule` says it in words; `reference` and `plain` name the engines.
+  std::string rule;
   std::string reference;
+  std::string plain;
   // The candidate's cache layout: "rows", or "tiles" (plane mode read by the
   // fused tiled kernel's layout, kernels/decode_params.h).
   std::string cache_layout;
-  // bf16 only, for information: worst per-layer cosine distance of the
-  // candidate, and of an expanded engine with a bf16 cache, from the fp32
-  // expanded engine. This is the cost of storing that cache in bf16, not a
-  // property of the decode algorithm.
-  double storage_cos_dist = 0;
-  double expanded_storage_cos_dist = 0;
+  // At the site with the highest ratio, RMS errors relative to the RMS of the
+  // f64 values there:
+  int64_t worst_site = -1;      // layer index, or -1 for the logits
+  double candidate_error = 0;   // candidate − f64
+  double reference_error = 0;   // max(plain − f64, own rounding)
+  double bound = 0;             // 2·reference_error + atol
+  double ratio = 0;             // candidate_error / bound: ≤ 1 passes
+  // A NaN or Inf in any candidate, plain or f64 output (a failure; the first
+  // step/layer where it appeared is first_bad_*).
+  bool non_finite = false;
   bool equivalent = false;
-  ErrorStats worst_layer;  // over steps and layers (each statistic's max)
+  ErrorStats worst_layer;  // candidate vs f64, over steps and layers (each statistic's max)
   ErrorStats worst_logits;
   int64_t steps = 0;
   int64_t decode_tokens = 0;
-  int64_t tokens_agreed =
-      0;  // greedy steps where the candidate's argmax agreed
-  // The first step/layer where the tolerance was exceeded (-1: none; layer -1:
-  // logits).
+  // Greedy steps where the candidate's argmax agreed with the f64 engine's, and
+  // those where it did not but f64's top-two margin lay within the logits bound
+  // (a tie at rounding level, not a failure).
+  int64_t tokens_agreed = 0;
+  int64_t tokens_tied = 0;
+  // The first step/layer where the candidate's RMS error so far exceeded the
+  // bound of a site that fails, or a value was not finite (-1: none; layer -1:
+  // logits), and that error (relative).
   int64_t first_bad_step = -1;
   int64_t first_bad_layer = -1;
   double first_bad_error = 0;
-  // Cache bytes both engines hold for their `steps` positions at the end of the
-  // run (the reference is the expanded engine except in the bf16 materialised
-  // check).
+  // Cache bytes the candidate and the plain expanded engine hold for their
+  // `steps` positions at the end of the run.
   CacheBytes candidate_cache, reference_cache;
   // Asked for by name: then a mode that does not apply fails the check; with
   // "all", inapplicable modes are only reported.
   bool required = false;
-  // The check passes when the verdict matches the expectation (naive must
-  // fail).
+  // The check passes when the verdict matches the expectation.
   bool passed() const {
     return applicable ? equivalent == expected_equivalent : !required;
   }
