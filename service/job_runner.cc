@@ -285,15 +285,26 @@ absl::Status JobRunner::StoreVerification(const std::string& job_id,
                                           const VerifyReport& r) {
   std::vector<VerificationRow> rows;
   for (const auto& e : r.equivalence) {
-    rows.push_back({e.mode + " " + e.dtype, e.passed(), e.worst_layer.max_rel,
-                    e.worst_layer.cos_dist,
-                    e.applicable ? e.reference : e.reason});
+    VerificationRow row;
+    row.check = e.mode + " " + e.dtype;
+    row.passed = e.applicable && e.passed();
+    row.max_rel = e.worst_layer.max_rel;
+    row.cos_dist = e.worst_layer.cos_dist;
+    row.detail = e.applicable ? DescribeEquivalence(e) : e.reason;
+    row.verdict = EquivalenceVerdict(e);
+    if (!e.applicable && e.required) row.verdict = "n/a (required)";
+    row.error = e.candidate_error;
+    row.bound = e.bound;
+    row.ratio = e.ratio;
+    rows.push_back(std::move(row));
   }
   for (const auto& c : r.cache) {
-    rows.push_back(
-        {absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"), c.passed(),
-         0, 0,
-         absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes)});
+    VerificationRow row;
+    row.check = absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens");
+    row.passed = c.passed();
+    row.detail = absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes);
+    row.verdict = c.passed() ? "pass" : "FAIL";
+    rows.push_back(std::move(row));
   }
   RETURN_IF_ERROR(store_->AddVerification(job_id, rows));
   std::vector<CacheRow> cache;

@@ -13,7 +13,7 @@ constexpr const char* kStateNames[] = {"queued", "running", "succeeded",
                                        "failed", "cancelled"};
 
 // Migration N takes the schema from version N-1 to N.
-// 1: checkpoints, jobs, events, verification checks, loss curves.
+// 1: checkpoints, jobs, events, verification checks, loss curves. 3: verdicts.
 constexpr const char* kMigrations[] = {
     R"sql(
     CREATE TABLE checkpoints (
@@ -68,6 +68,13 @@ constexpr const char* kMigrations[] = {
       ppl_before REAL NOT NULL, ppl_after REAL, kl_mean REAL, verdict TEXT NOT NULL,
       step_ms REAL NOT NULL, step_ratio_to_mha REAL NOT NULL, madds_per_step INTEGER NOT NULL,
       PRIMARY KEY (job_id, model, budget, variant, rope_mode));
+    )sql",
+    // 3: the verdict word and the error model's numbers of each check.
+    R"sql(
+    ALTER TABLE verification_checks ADD COLUMN verdict TEXT NOT NULL DEFAULT '';
+    ALTER TABLE verification_checks ADD COLUMN error REAL NOT NULL DEFAULT 0;
+    ALTER TABLE verification_checks ADD COLUMN bound REAL NOT NULL DEFAULT 0;
+    ALTER TABLE verification_checks ADD COLUMN ratio REAL NOT NULL DEFAULT 0;
     )sql",
 };
 
@@ -403,8 +410,8 @@ absl::Status Store::AddVerification(const std::string& job_id,
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kSql[] =
       "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, "
-      "max_rel, "
-      "cos_dist, detail) VALUES (?, ?, ?, ?, ?, ?)";
+      "max_rel, cos_dist, detail, verdict, error, bound, ratio) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   for (const auto& r : rows) {
     RETURN_IF_ERROR(s.Bind(1, job_id)
@@ -413,6 +420,10 @@ absl::Status Store::AddVerification(const std::string& job_id,
                         .Bind(4, r.max_rel)
                         .Bind(5, r.cos_dist)
                         .Bind(6, r.detail)
+                        .Bind(7, r.verdict)
+                        .Bind(8, r.error)
+                        .Bind(9, r.bound)
+                        .Bind(10, r.ratio)
                         .Run());
   }
   return tx->Commit();
@@ -422,14 +433,14 @@ absl::StatusOr<std::vector<VerificationRow>> Store::Verification(
     const std::string& job_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "SELECT check_name, passed, max_rel, cos_dist, detail FROM "
-      "verification_checks "
-      "WHERE job_id = ? ORDER BY check_name";
+      "SELECT check_name, passed, max_rel, cos_dist, detail, verdict, error, bound, "
+      "ratio FROM verification_checks WHERE job_id = ? ORDER BY check_name";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, job_id);
   return ReadRows<VerificationRow>(s, [](const Statement& q) {
-    return VerificationRow{q.Text(0), q.Int64(1) != 0, q.Double(2), q.Double(3),
-                           q.Text(4)};
+    return VerificationRow{q.Text(0),   q.Int64(1) != 0, q.Double(2),
+                           q.Double(3), q.Text(4),       q.Text(5),
+                           q.Double(6), q.Double(7),     q.Double(8)};
   });
 }
 

@@ -63,9 +63,11 @@ struct JobPage {
 
 struct VerificationRow {
   std::string check;  // e.g. "plane fp32"
-  bool passed = false;
+  bool passed = false;  // false for n/a: never stored as a pass
   double max_rel = 0, cos_dist = 0;
   std::string detail;
+  std::string verdict;  // see lrkv.v1.Check.verdict
+  double error = 0, bound = 0, ratio = 0;  // the error model (equivalence rows)
 };
 
 struct LossRow {
@@ -120,7 +122,7 @@ class Store {
  public:
   // Opens (creating) `path` and migrates the schema to the current version.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
   int schema_version() const { return version_; }
 
   absl::Status PutCheckpoint(const CheckpointRecord& c);

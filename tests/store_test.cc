@@ -147,9 +147,21 @@ TEST(Store, EventsAndResultsFollowTheirJob) {
   ASSERT_EQ(tail->size(), 2u);
   EXPECT_DOUBLE_EQ(*(*tail)[0].loss, 0.5);
   ASSERT_TRUE(
-      s->AddVerification("j", {{"plane fp32", true, 6.9e-6, 1e-12, ""},
-                               {"naive fp32", true, 3.9, 1.4, "control"}})
+      s->AddVerification(
+           "j", {{"plane fp32", true, 6.9e-6, 1e-12, "", "EQUIVALENT", 1.2e-6, 2.1e-6, 0.57},
+                 {"naive fp32", true, 3.9, 1.4, "control",
+                  "expected NOT EQUIVALENT: confirmed", 1.3, 1.3e-6, 1e6},
+                 {"partial fp32", false, 0, 0, "not a partial model", "n/a"}})
           .ok());
+  {
+    auto rows = s->Verification("j");
+    ASSERT_TRUE(rows.ok());
+    ASSERT_EQ(rows->size(), 3u);
+    EXPECT_EQ((*rows)[1].verdict, "n/a");  // partial, never stored as a pass
+    EXPECT_FALSE((*rows)[1].passed);
+    EXPECT_DOUBLE_EQ((*rows)[2].ratio, 0.57);
+    EXPECT_EQ((*rows)[2].verdict, "EQUIVALENT");
+  }
   ASSERT_TRUE(
       s->AddLossCurve("j", {{1, "step", 1.1, 1e-3}, {2, "step", 0.9, 2e-3}})
           .ok());

@@ -15,6 +15,10 @@
 #include "verify/equivalence.h"
 #include "verify/head_diversity.h"
 #include "verify/verify_job.h"
+#include "surgery/convert_job.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include <limits>
 
 namespace lrkv {
 namespace {
@@ -434,6 +438,99 @@ TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
   o.dtype = "fp8";
   EXPECT_EQ(RunVerifyJob(o).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The verdict words: the naive control is confirmed under "all" (exit 0), but
+// asked for by name it answers whether naive decoding is exact: it is not.
+TEST_F(VerifyJobTest, NaiveByNameFailsAndUnderAllIsAConfirmedControl) {
+  const std::string dir =
+      Save("verify_naive", Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
+  VerifyJobOptions o;
+  o.checkpoint = dir;
+  o.prompt_tokens = 12;
+  o.decode_tokens = 4;
+  o.modes = {"naive"};
+  auto named = RunVerifyJob(o);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_FALSE(named->passed());
+  const std::string table = named->ToTable();
+  EXPECT_THAT(table, ::testing::HasSubstr("NOT EQUIVALENT"));
+  EXPECT_THAT(table, ::testing::HasSubstr("verdict: FAIL"));
+  // The failure says what was measured, the bound and the rule.
+  const std::string junit = named->ToJUnit();
+  EXPECT_THAT(junit, ::testing::HasSubstr("bound"));
+  EXPECT_THAT(junit, ::testing::HasSubstr("rule:"));
+  o.modes = {"all"};
+  auto all = RunVerifyJob(o);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->passed()) << all->ToTable();
+  EXPECT_THAT(all->ToTable(), ::testing::HasSubstr("expected NOT EQUIVALENT: confirmed"));
+  const nlohmann::json json = all->ToJson();
+  ASSERT_GE(json["equivalence"].size(), 4u) << json.dump();
+  EXPECT_EQ(json["equivalence"][3]["verdict"], "expected NOT EQUIVALENT: confirmed");
+  // n/a (partial mode on a plane model) is reported as n/a, never as a pass.
+  const auto& partial = json["equivalence"][2];
+  EXPECT_EQ(partial["verdict"], "n/a");
+  for (absl::string_view line : absl::StrSplit(all->ToTable(), '\n')) {
+    if (absl::StartsWith(line, "partial")) {
+      EXPECT_THAT(std::string(line), ::testing::Not(::testing::HasSubstr("pass")));
+    }
+  }
+}
+
+// NaN embeddings: every comparison is NaN, which compares false; the check
+// must fail at the first step instead of reading "max rel 0".
+TEST_F(VerifyJobTest, NonFiniteOutputsFailAtTheFirstStep) {
+  Model m = Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane);
+  m.weights.embed = m.weights.embed.clone().fill_(std::numeric_limits<float>::quiet_NaN());
+  if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
+  const EquivalenceResult r = Check(m, DecodeMode::kPlane, at::kFloat);
+  ASSERT_TRUE(r.applicable);
+  EXPECT_TRUE(r.non_finite);
+  EXPECT_FALSE(r.equivalent);
+  EXPECT_EQ(r.first_bad_step, 0);
+}
+
+// A reconstruct-mode conversion keeps whole per-head K bias deltas: at r = 0
+// there is no latent to carry them, so plane decoding cannot represent the
+// model and must say so (n/a) rather than run and fail, or drop them.
+TEST(Equivalence, PlaneIsNotApplicableWhereKBiasDeltasLieOffThePlanes) {
+  Model src = RandomQkNorm(32);
+  src.config.qkv_bias = true;
+  src.weights = RandomLlamaWeights(src.config, 5);
+  for (int64_t rank : {0, 8}) {
+    const Model free = Convert(src, KvVariant::kLrkv, rank, RopeMode::kReconstruct);
+    const EquivalenceResult r = Check(free, DecodeMode::kPlane, at::kFloat);
+    EXPECT_FALSE(r.applicable) << rank;
+    EXPECT_THAT(r.reason, ::testing::HasSubstr(rank == 0 ? "K bias deltas" : "RoPE planes"));
+    ExpectExact(free, DecodeMode::kReconstruct);
+  }
+  ExpectExact(Convert(src, KvVariant::kLrkv, 0, RopeMode::kPlane), DecodeMode::kPlane);
+}
+
+// The activation-metric conversion that read FAIL at 1.15e-5 under the old
+// fixed 1e-5: every exact mode EQUIVALENT in both dtypes.
+TEST_F(VerifyJobTest, ActivationMetricPlaneConversionVerifies) {
+  const auto dir = testing::FreshTempDir("verify_activation");
+  ConvertJobOptions c;
+  c.checkpoint = testing::StoriesModelPath();
+  c.out_dir = (dir / "out").string();
+  c.conversion.variant = KvVariant::kLrkv;
+  c.conversion.rank = 2;
+  c.conversion.rope_mode = RopeMode::kPlane;
+  c.conversion.metric = SurgeryMetric::kActivation;
+  c.calib_path = testing::StoriesTextPath();
+  c.calib_range = {0, 0.8};
+  ASSERT_TRUE(RunConvertJob(c).ok());
+  VerifyJobOptions o;
+  o.checkpoint = c.out_dir;
+  o.dtype = "both";
+  auto r = RunVerifyJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->passed()) << r->ToTable();
+  for (const auto& e : r->equivalence) {
+    if (e.applicable && e.expected_equivalent) EXPECT_LE(e.ratio, 1.0) << e.mode << e.dtype;
+  }
 }
 
 }  // namespace

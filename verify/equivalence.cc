@@ -137,10 +137,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   r.reference = "expanded engine in float64 (weights, cache and arithmetic)";
   r.plain = absl::StrCat("expanded engine, ", r.dtype, " cache, fp32 arithmetic");
   r.rule = absl::StrCat(
-      "per layer output and logits, RMS over the run: |", r.mode,
-      " - f64| <= 2 max(|expanded ", r.dtype, " - f64| (kernel and ATen), |", r.mode,
-      " in fp32 ATen - ", r.mode, " in f64|) + atol (twice fp32 rounding of the f64 "
-      "values); greedy tokens equal to f64's except ties within the max-error bound");
+      "per layer output and logits, RMS over the run: |candidate - f64| <= 2 max(|expanded ",
+      r.dtype, " - f64| (kernel and ATen), |candidate's algorithm in fp32 ATen, ", r.dtype,
+      " cache - the same in f64|) + atol (twice fp32 rounding of the f64 values); greedy "
+      "tokens equal to f64's except ties within the max-error bound");
   const size_t layers = weights.layers.size();
   std::vector<Site> sites(layers + 1);  // layers, then the logits
   struct Greedy {

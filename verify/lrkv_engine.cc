@@ -124,8 +124,17 @@ class LrkvEngine : public DecodeEngine {
           layer.planes = (layer.planes + 1) % rope_.planes();
         }
         // Folded into the latent at write time: the bias on the selected
-        // coordinates and γ.
+        // coordinates and γ. A per-head key bias elsewhere has no latent to
+        // ride on (a reconstruct-mode conversion keeps whole per-head deltas),
+        // so plane decoding could not represent it.
         layer.latent_bias = layer.k.delta.gather(1, layer.coords);
+        const auto outside = layer.k.delta.clone().scatter_(1, layer.coords, 0.0);
+        if (outside.abs().max().item<double>() != 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "layer ", i, ": the per-head K bias deltas lie outside the latent's "
+              "RoPE planes (rank ", r, "), which plane decoding cannot represent "
+              "(convert with --rope-mode plane, which keeps them on the planes)"));
+        }
         layer.latent_gamma =
             layer.gamma.index_select(0, layer.coords.reshape({-1}))
                 .view({hkv, r});

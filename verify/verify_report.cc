@@ -17,17 +17,6 @@ std::string XmlEscape(const std::string& s) {
                                  {"\"", "&quot;"}, {"'", "&apos;"}});
 }
 
-// EQUIVALENT / NOT EQUIVALENT / n/a (reason); the naive control under "all" says
-// whether the expected failure was confirmed.
-std::string Verdict(const EquivalenceResult& e) {
-  if (!e.applicable) return "n/a";
-  if (!e.expected_equivalent) {
-    return e.equivalent ? "expected NOT EQUIVALENT: it was EQUIVALENT"
-                        : "expected NOT EQUIVALENT: confirmed";
-  }
-  return e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
-}
-
 std::string SiteName(int64_t layer) {
   return layer < 0 ? std::string("logits") : absl::StrCat("layer ", layer);
 }
@@ -42,16 +31,6 @@ std::string Divergence(const EquivalenceResult& e) {
                          SiteName(e.first_bad_layer), e.first_bad_error);
 }
 
-std::string EquivalenceMessage(const EquivalenceResult& e) {
-  return absl::StrFormat(
-      "%s decoding (%s cache) is %s: at %s its error vs float64 is %.3g, the plain "
-      "expanded %s engine's %.3g, bound %.3g (ratio %.3g, passes at <= 1); greedy tokens "
-      "agreed %d/%d (%d ties); first divergence: %s; rule: %s",
-      e.mode, e.dtype, Verdict(e), SiteName(e.worst_site), e.candidate_error, e.dtype,
-      e.reference_error, e.bound, e.ratio, e.tokens_agreed, e.decode_tokens, e.tokens_tied,
-      Divergence(e), e.rule);
-}
-
 std::string CacheMessage(const CacheCheck& c) {
   return absl::StrFormat("%s engine (%s) after %d tokens: %d bytes used, %d allocated; "
                          "formula %d bytes",
@@ -60,6 +39,25 @@ std::string CacheMessage(const CacheCheck& c) {
 }
 
 }  // namespace
+
+std::string EquivalenceVerdict(const EquivalenceResult& e) {
+  if (!e.applicable) return "n/a";
+  if (!e.expected_equivalent) {
+    return e.equivalent ? "expected NOT EQUIVALENT: it was EQUIVALENT"
+                        : "expected NOT EQUIVALENT: confirmed";
+  }
+  return e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
+}
+
+std::string DescribeEquivalence(const EquivalenceResult& e) {
+  return absl::StrFormat(
+      "%s decoding (%s cache) is %s: at %s its error vs float64 is %.3g, the plain "
+      "expanded %s engine's %.3g, bound %.3g (ratio %.3g, passes at <= 1); greedy tokens "
+      "agreed %d/%d (%d ties); first divergence: %s; rule: %s",
+      e.mode, e.dtype, EquivalenceVerdict(e), SiteName(e.worst_site), e.candidate_error, e.dtype,
+      e.reference_error, e.bound, e.ratio, e.tokens_agreed, e.decode_tokens, e.tokens_tied,
+      Divergence(e), e.rule);
+}
 
 bool VerifyReport::passed() const {
   for (const auto& e : equivalence) {
@@ -77,7 +75,7 @@ nlohmann::json VerifyReport::ToJson() const {
     nlohmann::json j = {{"mode", e.mode},
                         {"dtype", e.dtype},
                         {"applicable", e.applicable},
-                        {"verdict", Verdict(e)},
+                        {"verdict", EquivalenceVerdict(e)},
                         {"expected_equivalent", e.expected_equivalent},
                         {"passed", e.passed()}};
     if (!e.applicable) {
@@ -162,10 +160,10 @@ std::string VerifyReport::ToJUnit() const {
       absl::StrAppend(&cases, "      <skipped message=\"", XmlEscape(e.reason), "\"/>\n");
     } else if (!e.passed()) {
       ++failures;
-      absl::StrAppend(&cases, "      <failure message=\"", XmlEscape(EquivalenceMessage(e)),
+      absl::StrAppend(&cases, "      <failure message=\"", XmlEscape(DescribeEquivalence(e)),
                       "\"/>\n");
     } else {
-      absl::StrAppend(&cases, "      <system-out>", XmlEscape(EquivalenceMessage(e)),
+      absl::StrAppend(&cases, "      <system-out>", XmlEscape(DescribeEquivalence(e)),
                       "</system-out>\n");
     }
     absl::StrAppend(&cases, "    </testcase>\n");
@@ -201,11 +199,11 @@ std::string VerifyReport::ToTable() const {
       continue;
     }
     absl::StrAppendFormat(&out, "%-12s %-6s %-19s %11.3g %10.3g %9.3g %9.3g %5d/%-3d %s\n",
-                          e.mode, e.dtype, e.expected_equivalent ? Verdict(e) : "control",
+                          e.mode, e.dtype, e.expected_equivalent ? EquivalenceVerdict(e) : "control",
                           e.candidate_error, e.reference_error, e.bound, e.ratio,
                           e.tokens_agreed, e.decode_tokens, e.passed() ? "pass" : "FAIL");
     if (!e.expected_equivalent) {
-      absl::StrAppendFormat(&out, "             %s\n", Verdict(e));
+      absl::StrAppendFormat(&out, "             %s\n", EquivalenceVerdict(e));
     }
     if (e.first_bad_step >= 0) {
       absl::StrAppendFormat(&out, "             first divergence: %s\n", Divergence(e));
@@ -215,11 +213,13 @@ std::string VerifyReport::ToTable() const {
                             e.tokens_tied);
     }
   }
-  if (!equivalence.empty()) {
-    absl::StrAppend(&out, "errors at the worst site, relative to max|f64| there; rule: ",
-                    equivalence.front().applicable ? equivalence.front().rule
-                                                   : std::string("see the JSON report"),
-                    "\n");
+  for (const auto& e : equivalence) {
+    if (!e.applicable) continue;
+    absl::StrAppend(&out,
+                    "errors: RMS at the worst site, relative to the RMS of the f64 values "
+                    "there; rule: ",
+                    e.rule, "\n");
+    break;
   }
   absl::StrAppend(&out, "\ncache engine  variant        tokens   used bytes   formula  check\n");
   for (const auto& c : cache) {

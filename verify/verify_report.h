@@ -83,6 +83,13 @@ struct EquivalenceResult {
   }
 };
 
+// EQUIVALENT / NOT EQUIVALENT / n/a; the naive control under "all" reads
+// "expected NOT EQUIVALENT: confirmed" (or "...: it was EQUIVALENT").
+std::string EquivalenceVerdict(const EquivalenceResult& e);
+// One line: the verdict, the measured error, the bound, the ratio, the greedy
+// tokens, the first divergence and the rule.
+std::string DescribeEquivalence(const EquivalenceResult& e);
+
 struct CacheCheck {
   std::string engine;   // "expanded" | mode name
   std::string variant;  // accounting config, e.g. "lrkv r=2"

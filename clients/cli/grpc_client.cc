@@ -11,7 +11,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "nlohmann/json.hpp"
@@ -74,19 +76,34 @@ void PrintProgress(const v1::JobProgress& p, bool bar) {
   std::fflush(stderr);
 }
 
+std::string XmlEscape(const std::string& s) {
+  return absl::StrReplaceAll(s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"},
+                                 {"\"", "&quot;"}, {"'", "&apos;"}});
+}
+
+// n/a checks are <skipped> (never a pass); a required n/a one, and every check
+// that did not hold, a <failure> carrying the measured value, bound and rule.
 void WriteJUnit(const v1::Report& r, const std::string& path) {
   std::ofstream out(path);
-  int failures = 0;
-  for (const auto& c : r.verification().checks()) failures += !c.passed();
+  int failures = 0, skipped = 0;
+  for (const auto& c : r.verification().checks()) {
+    if (c.verdict() == "n/a") {
+      ++skipped;
+    } else if (!c.passed()) {
+      ++failures;
+    }
+  }
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n  "
          "<testsuite name=\"lrkv "
       << r.job_id() << "\" tests=\"" << r.verification().checks_size()
-      << "\" failures=\"" << failures << "\">\n";
+      << "\" failures=\"" << failures << "\" skipped=\"" << skipped << "\">\n";
   for (const auto& c : r.verification().checks()) {
-    out << "    <testcase classname=\"lrkv\" name=\"" << c.name() << "\">";
-    if (!c.passed()) {
-      out << "<failure message=\"max rel " << c.max_rel_error() << ", cos "
-          << c.cos_dist() << "\"/>";
+    out << "    <testcase classname=\"lrkv\" name=\"" << XmlEscape(c.name()) << "\">";
+    if (c.verdict() == "n/a") {
+      out << "<skipped message=\"" << XmlEscape(c.detail()) << "\"/>";
+    } else if (!c.passed()) {
+      out << "<failure message=\"" << XmlEscape(c.verdict() + ": " + c.detail())
+          << "\"/>";
     }
     out << "</testcase>\n";
   }
@@ -115,9 +132,13 @@ void PrintSummary(const v1::Report& r) {
                 static_cast<long long>(last.step()), last.loss());
   }
   for (const auto& c : r.verification().checks()) {
-    std::printf("check       %-28s %s  max rel %.3g  cos %.3g  %s\n",
-                c.name().c_str(), c.passed() ? "pass" : "FAIL",
-                c.max_rel_error(), c.cos_dist(), c.detail().c_str());
+    const bool na = absl::StartsWith(c.verdict(), "n/a");
+    const char* check = c.verdict() == "n/a" ? "n/a" : c.passed() ? "pass" : "FAIL";
+    std::printf("check       %-28s %-4s %s", c.name().c_str(), check, c.verdict().c_str());
+    if (!na && c.bound() > 0) {
+      std::printf("  error %.3g bound %.3g ratio %.3g", c.error(), c.bound(), c.ratio());
+    }
+    std::printf("  %s\n", c.detail().c_str());
   }
   for (const auto& l : r.latency()) {
     // Whole-model rows have no bandwidth figure (they move more than the

@@ -62,8 +62,9 @@ def main():
             print(f"perplexity {e.label}: {e.perplexity:.4f} ({e.tokens} tokens)")
         print(f"loss curve: {len(report.loss_curve)} points")
         for check in report.verification.checks:
-            print(f"check {check.name}: {'pass' if check.passed else 'FAIL'} "
-                  f"(max rel {check.max_rel_error:.3g})")
+            numbers = (f" (error {check.error:.3g}, bound {check.bound:.3g}, "
+                       f"ratio {check.ratio:.3g})" if check.bound > 0 else "")
+            print(f"check {check.name}: {check.verdict}{numbers}")
         for row in report.latency:
             print(f"decode {row.variant} {row.engine}: {row.tokens_per_second:.1f} tokens/s "
                   f"at context {row.context}")
