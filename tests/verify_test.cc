@@ -12,6 +12,9 @@
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
 #include "verify/decode_engine.h"
+#include "kernels/decode_attention.h"
+#include <ATen/Parallel.h>
+#include "absl/strings/str_cat.h"
 #include "verify/equivalence.h"
 #include "verify/head_diversity.h"
 #include "verify/verify_job.h"
@@ -193,6 +196,37 @@ TEST(Equivalence, DroppedSigmaAndWrongPlaneFailByOrdersOfMagnitude) {
   const Model stories = Convert(Stories(), KvVariant::kLrkv, 4, RopeMode::kPlane);
   ExpectWrong(Check(stories, DecodeMode::kPlane, at::kFloat, FactoredCacheLayout::kRows,
                     DecodeFault::kWrongPlane));
+}
+
+// CI runs on whichever CPU it gets: the verdict of each case must not depend
+// on the kernel build (generic, AVX2, AVX-512 with the fused tiled kernel) or
+// the thread count, only the measured errors may.
+TEST(Equivalence, VerdictsAreTheSameOnEveryKernelBuildAndThreadCount) {
+  const Model stories = Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane);
+  const Model qk = Convert(RandomQkNorm(128), KvVariant::kLrkv, 16, RopeMode::kPlane);
+  const int threads = at::get_num_threads();
+  std::vector<std::string> isas = {"generic", "avx2", ""};
+  for (const Model* m : {&stories, &qk}) {
+    for (const std::string& isa : isas) {
+      kernels::ForceKernelIsa(isa);
+      for (int t : {1, 2}) {
+        at::set_num_threads(t);
+        SCOPED_TRACE(absl::StrCat(kernels::KernelIsa(), " threads ", t, " head_dim ",
+                                  m->config.head_dim));
+        for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+          for (DecodeMode mode : {DecodeMode::kReconstruct, DecodeMode::kPlane}) {
+            const EquivalenceResult r = Check(*m, mode, dtype);
+            EXPECT_TRUE(r.equivalent) << r.mode << " " << r.dtype << " ratio " << r.ratio;
+            EXPECT_LE(r.ratio, 1.0);
+          }
+          const EquivalenceResult naive = Check(*m, DecodeMode::kNaive, dtype);
+          EXPECT_FALSE(naive.equivalent) << naive.dtype;
+        }
+      }
+    }
+  }
+  kernels::ForceKernelIsa("");
+  at::set_num_threads(threads);
 }
 
 TEST(Equivalence, BiasedModelsStayExact) {

@@ -51,12 +51,13 @@ std::string EquivalenceVerdict(const EquivalenceResult& e) {
 
 std::string DescribeEquivalence(const EquivalenceResult& e) {
   return absl::StrFormat(
-      "%s decoding (%s cache) is %s: at %s its error vs float64 is %.3g, the plain "
-      "expanded %s engine's %.3g, bound %.3g (ratio %.3g, passes at <= 1); greedy tokens "
-      "agreed %d/%d (%d ties); first divergence: %s; rule: %s",
-      e.mode, e.dtype, EquivalenceVerdict(e), SiteName(e.worst_site), e.candidate_error, e.dtype,
-      e.reference_error, e.bound, e.ratio, e.tokens_agreed, e.decode_tokens, e.tokens_tied,
-      Divergence(e), e.rule);
+      "%s decoding (%s cache) is %s: at %s its RMS error vs float64 is %.3g, the "
+      "reference error (plain expanded %s engine, or the algorithm's own rounding) %.3g, "
+      "bound %.3g (ratio %.3g, passes at <= 1); greedy tokens agreed %d/%d (%d ties); "
+      "first divergence: %s; rule: %s",
+      e.mode, e.dtype, EquivalenceVerdict(e), SiteName(e.worst_site), e.candidate_error,
+      e.dtype, e.reference_error, e.bound, e.ratio, e.tokens_agreed, e.decode_tokens,
+      e.tokens_tied, Divergence(e), e.rule);
 }
 
 bool VerifyReport::passed() const {
@@ -190,7 +191,7 @@ std::string VerifyReport::ToJUnit() const {
 
 std::string VerifyReport::ToTable() const {
   std::string out = absl::StrFormat("checkpoint %s (%s)\n\n", checkpoint, variant);
-  absl::StrAppend(&out, "mode         dtype  verdict             error vs f64  plain err   "
+  absl::StrAppend(&out, "mode         dtype  verdict             error vs f64  ref err     "
                         "bound     ratio   tokens  check\n");
   for (const auto& e : equivalence) {
     if (!e.applicable) {
@@ -217,7 +218,8 @@ std::string VerifyReport::ToTable() const {
     if (!e.applicable) continue;
     absl::StrAppend(&out,
                     "errors: RMS at the worst site, relative to the RMS of the f64 values "
-                    "there; rule: ",
+                    "there; ref err: the larger of the plain expanded engine's and the "
+                    "candidate algorithm's own fp32 rounding; rule: ",
                     e.rule, "\n");
     break;
   }

@@ -132,13 +132,17 @@ void PrintSummary(const v1::Report& r) {
                 static_cast<long long>(last.step()), last.loss());
   }
   for (const auto& c : r.verification().checks()) {
+    // One line per check; the whole message (bound, rule) where it failed.
     const bool na = absl::StartsWith(c.verdict(), "n/a");
-    const char* check = c.verdict() == "n/a" ? "n/a" : c.passed() ? "pass" : "FAIL";
-    std::printf("check       %-28s %-4s %s", c.name().c_str(), check, c.verdict().c_str());
-    if (!na && c.bound() > 0) {
-      std::printf("  error %.3g bound %.3g ratio %.3g", c.error(), c.bound(), c.ratio());
+    const bool equivalence = c.bound() > 0;
+    std::printf("check       %-28s %-4s", c.name().c_str(),
+                c.verdict() == "n/a" ? "n/a" : c.passed() ? "pass" : "FAIL");
+    if (equivalence) {
+      std::printf(" %s  error %.3g bound %.3g ratio %.3g", c.verdict().c_str(), c.error(),
+                  c.bound(), c.ratio());
     }
-    std::printf("  %s\n", c.detail().c_str());
+    if (na || !equivalence || !c.passed()) std::printf("  %s", c.detail().c_str());
+    std::printf("\n");
   }
   for (const auto& l : r.latency()) {
     // Whole-model rows have no bandwidth figure (they move more than the
