@@ -30,6 +30,7 @@ constexpr ArchInfo kArchitectures[] = {
     {"Qwen2ForCausalLM", "qwen2"},
     {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
+    {"SmolLM3ForCausalLM", "smollm3"},
 };
 
 // Reads an integer field; `fallback` < 0 means required.
@@ -234,6 +235,10 @@ absl::Status ModelConfig::Validate() const {
   if (sliding_window < 0) {
     return Invalid(absl::StrCat("sliding_window must be >= 0, got ", sliding_window));
   }
+  if (!nope_layers.empty() && static_cast<int64_t>(nope_layers.size()) != num_layers) {
+    return Invalid(absl::StrCat("no_rope_layers lists ", nope_layers.size(),
+                                " layers for num_hidden_layers = ", num_layers));
+  }
   if (num_heads % num_kv_heads != 0) {
     return Invalid(absl::StrCat("num_key_value_heads (", num_kv_heads,
                                 ") must divide num_attention_heads (", num_heads, ")"));
@@ -298,7 +303,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
         source, ": unsupported architecture (field 'architectures' = '", arch,
         "', 'model_type' = '", model_type,
         "'); supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM"));
+        "Qwen3ForCausalLM, SmolLM3ForCausalLM"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, IntField(j, "hidden_size", source));
   ASSIGN_OR_RETURN(c.intermediate_size, IntField(j, "intermediate_size", source));
@@ -355,6 +360,35 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   if (j.value("use_sliding_window", false)) {
     return Invalid(absl::StrCat(source,
                                 ": field 'use_sliding_window' = true is not supported"));
+  }
+  if (c.model_type == "smollm3") {
+    // no_rope_layers[i] = 1 where layer i uses RoPE; transformers derives it from
+    // no_rope_layer_interval (every interval-th layer is NoPE) when it is absent.
+    ASSIGN_OR_RETURN(const int64_t interval,
+                     IntField(j, "no_rope_layer_interval", source, 4));
+    std::vector<int64_t> uses(c.num_layers);
+    if (auto n = j.find("no_rope_layers"); n != j.end() && !n->is_null()) {
+      if (!n->is_array() || static_cast<int64_t>(n->size()) != c.num_layers) {
+        return Invalid(absl::StrCat(source, ": field 'no_rope_layers' must list one 0/1 per "
+                                    "layer (", c.num_layers, "), got ", n->dump()));
+      }
+      for (int64_t i = 0; i < c.num_layers; ++i) {
+        const json& v = (*n)[i];
+        if (!v.is_number_integer() || (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
+          return Invalid(absl::StrCat(source, ": field 'no_rope_layers[", i,
+                                      "]' must be 0 or 1, got ", v.dump()));
+        }
+        uses[i] = v.get<int64_t>();
+      }
+    } else {
+      if (interval <= 0) {
+        return Invalid(absl::StrCat(source, ": field 'no_rope_layer_interval' must be "
+                                    "positive, got ", interval));
+      }
+      for (int64_t i = 0; i < c.num_layers; ++i) uses[i] = (i + 1) % interval != 0;
+    }
+    c.nope_layers.resize(c.num_layers);
+    for (int64_t i = 0; i < c.num_layers; ++i) c.nope_layers[i] = uses[i] == 0;
   }
   if (auto pr = j.find("partial_rotary_factor"); pr != j.end() && pr->is_number()) {
     c.rope_dim = static_cast<int64_t>(pr->get<double>() * c.head_dim) / 2 * 2;
@@ -478,6 +512,7 @@ std::string ConfigToHfJson(const ModelConfig& c) {
   const ArchInfo& info = c.qk_norm                             ? kArchitectures[2]
                          : (c.model_type == "qwen2" && c.qkv_bias) ? kArchitectures[1]
                          : c.sliding_window > 0                    ? kArchitectures[3]
+                         : !c.nope_layers.empty()                  ? kArchitectures[4]
                                                                    : kArchitectures[0];
   const char* arch = info.architecture;
   json j = {
@@ -510,6 +545,12 @@ std::string ConfigToHfJson(const ModelConfig& c) {
                     {"rope_planes_kept", c.kv.rope_planes_kept}};
   }
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (!c.nope_layers.empty()) {
+    json uses = json::array();
+    for (bool nope : c.nope_layers) uses.push_back(nope ? 0 : 1);
+    j["no_rope_layers"] = uses;
+    j["use_sliding_window"] = false;
+  }
   if (c.rope_scaling.type != RopeScalingType::kNone) {
     j["rope_scaling"] = RopeScalingToJson(c.rope_scaling, c.max_position_embeddings);
   }

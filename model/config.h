@@ -76,7 +76,8 @@ struct KvCompression {
 };
 
 struct ModelConfig {
-  // "llama", "mistral", "qwen2" or "qwen3": the HF model_type written back on export.
+  // "llama", "mistral", "qwen2", "qwen3" or "smollm3": the HF model_type written back
+  // on export.
   std::string model_type = "llama";
   /// Model width d.
   int64_t hidden_size = 0;
@@ -106,6 +107,12 @@ struct ModelConfig {
   /// Mistral's sliding window: a query attends to the last `sliding_window` positions
   /// (itself included); 0 for full causal attention.
   int64_t sliding_window = 0;
+  /// SmolLM3's NoPE layers: nope_layers[i] is true where layer i applies no RoPE
+  /// (HF `no_rope_layers[i] == 0`). Empty: every layer rotates.
+  std::vector<bool> nope_layers;
+  bool UsesRope(int64_t layer) const {
+    return nope_layers.empty() || !nope_layers[static_cast<size_t>(layer)];
+  }
   /// The output head reuses the token embedding.
   bool tie_word_embeddings = false;
   /// -1 when neither config.json nor the tokenizer names one.

@@ -68,6 +68,23 @@ Rope::Rope(const ModelConfig& config) : config_(config), half_(config.rope_dim /
   inv_freq_ = RopeInverseFrequencies(config, 0);
 }
 
+namespace {
+
+ModelConfig ForLayer(ModelConfig c, int64_t layer) {
+  if (!c.UsesRope(layer)) c.rope_dim = 0;
+  return c;
+}
+
+}  // namespace
+
+Rope::Rope(const ModelConfig& config, int64_t layer) : Rope(ForLayer(config, layer)) {}
+
+std::vector<Rope> LayerRopes(const ModelConfig& config) {
+  std::vector<Rope> out;
+  for (int64_t i = 0; i < config.num_layers; ++i) out.emplace_back(config, i);
+  return out;
+}
+
 bool Rope::PlaneRotates(int64_t plane) const {
   return config_.kv.rope_mode != RopeMode::kPartial || plane < config_.kv.rope_planes_kept;
 }
@@ -107,7 +124,7 @@ std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) cons
   }
   auto cos = angles.cos(), sin = angles.sin();
   if (config_.kv.rope_mode == RopeMode::kPartial) {
-    const int64_t kept = config_.kv.rope_planes_kept;
+    const int64_t kept = std::min(config_.kv.rope_planes_kept, half_);
     cos.narrow(-1, kept, half_ - kept).fill_(1.0);
     sin.narrow(-1, kept, half_ - kept).fill_(0.0);
   }

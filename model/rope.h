@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "model/config.h"
 
@@ -20,6 +21,9 @@ at::Tensor RopeInverseFrequencies(const ModelConfig& config, int64_t seq_len);
 class Rope {
  public:
   explicit Rope(const ModelConfig& config);
+  // The rotary embedding of decoder layer `layer`: none (rope_dim 0, every pair of the
+  // head position-free) where the config turns RoPE off for it (SmolLM3's NoPE layers).
+  Rope(const ModelConfig& config, int64_t layer);
 
   // Rotates x [B, T, n, d_h] at positions [T] (shared by the batch) or [B, T].
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;
@@ -52,6 +56,9 @@ class Rope {
   int64_t half_;
   at::Tensor inv_freq_;  // [half] float64, after scaling (dynamic: per position instead)
 };
+
+// One Rope per decoder layer of `config`.
+std::vector<Rope> LayerRopes(const ModelConfig& config);
 
 }  // namespace lrkv
 

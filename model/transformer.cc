@@ -48,11 +48,12 @@ at::Tensor Transformer::RmsNorm(const at::Tensor& x, const at::Tensor& gamma) co
   return lrkv::RmsNorm(x, gamma, config_.rms_norm_eps);
 }
 
-at::Tensor Transformer::ApplyRope(const at::Tensor& x, const at::Tensor& positions) const {
-  return rope_.Rotate(x, positions);
+at::Tensor Transformer::ApplyRope(int64_t layer, const at::Tensor& x,
+                                  const at::Tensor& positions) const {
+  return ropes_[layer].Rotate(x, positions);
 }
 
-void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
+void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Tensor& x,
                              const at::Tensor& positions, at::Tensor* q, at::Tensor* k,
                              at::Tensor* v) const {
   const int64_t b = x.size(0), t = x.size(1), dh = config_.head_dim;
@@ -92,8 +93,8 @@ void Transformer::ProjectQkv(const LayerWeights& l, const at::Tensor& x,
     qp = RmsNorm(qp, l.q_norm);
     kp = RmsNorm(kp, l.k_norm);
   }
-  *q = ApplyRope(qp, positions);
-  *k = ApplyRope(kp, positions);
+  *q = ApplyRope(layer, qp, positions);
+  *k = ApplyRope(layer, kp, positions);
 }
 
 at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s,
@@ -152,7 +153,7 @@ at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& position
     at::Tensor q, k, v;
     auto normed = RmsNorm(x, l.attn_norm);
     if (observer) observer(static_cast<int64_t>(i), normed);
-    ProjectQkv(l, normed, positions, &q, &k, &v);
+    ProjectQkv(static_cast<int64_t>(i), l, normed, positions, &q, &k, &v);
     auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), hidden);
     x = x + at::linear(attn, l.wo);
     x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
@@ -194,7 +195,7 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
     at::Tensor q, k, v;
-    ProjectQkv(l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
+    ProjectQkv(static_cast<int64_t>(i), l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
     cache.k[i].narrow(2, start, t).copy_(k.permute({0, 2, 1, 3}));
     cache.v[i].narrow(2, start, t).copy_(v.permute({0, 2, 1, 3}));
     auto attn = Attend(q, cache.k[i].narrow(2, 0, end), cache.v[i].narrow(2, 0, end),

@@ -60,14 +60,15 @@ class Transformer {
 
  private:
   Transformer(ModelConfig config, LlamaWeights weights)
-      : config_(std::move(config)), weights_(std::move(weights)), rope_(config_) {}
+      : config_(std::move(config)), weights_(std::move(weights)), ropes_(LayerRopes(config_)) {}
 
   // RMSNorm over the last dimension.
   at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& gamma) const;
-  // Rotates the first rope_dim dims of x [B, T, heads, d_h] at positions [T].
-  at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& positions) const;
+  // Rotates the first rope_dim dims of x [B, T, heads, d_h] at positions [T], as
+  // decoder layer `layer` does (SmolLM3's NoPE layers do not).
+  at::Tensor ApplyRope(int64_t layer, const at::Tensor& x, const at::Tensor& positions) const;
   // q, k, v [B, T, heads, d_h] for x [B, T, d], after QK-norm and RoPE.
-  void ProjectQkv(const LayerWeights& l, const at::Tensor& x, const at::Tensor& positions,
+  void ProjectQkv(int64_t layer, const LayerWeights& l, const at::Tensor& x, const at::Tensor& positions,
                   at::Tensor* q, at::Tensor* k, at::Tensor* v) const;
   // Attention of q [B, T, H, d_h] over k, v [B, H_kv, S, d_h]; `hidden` [T, S] or
   // [B, T, S] is true where a key must not be seen. Returns [B, T, H*d_h].
@@ -82,7 +83,7 @@ class Transformer {
 
   ModelConfig config_;
   LlamaWeights weights_;
-  Rope rope_;
+  std::vector<Rope> ropes_;  // one per layer
 };
 
 }  // namespace lrkv

@@ -19,8 +19,8 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 // Coordinates (within a head) of each plane a plane-mode residual may select: the
 // RoPE rotation planes by frequency index, then the position-free pairs a partial
 // rotary leaves (frequency 0, so selecting them is as exact as a rotation plane).
-std::vector<std::pair<int64_t, int64_t>> HeadPlanes(const ModelConfig& c) {
-  const Rope rope(c);
+std::vector<std::pair<int64_t, int64_t>> HeadPlanes(const ModelConfig& c, int64_t layer) {
+  const Rope rope(c, layer);
   std::vector<std::pair<int64_t, int64_t>> planes;
   for (int64_t p = 0; p < rope.head_planes(); ++p) planes.push_back(rope.PlaneCoordinates(p));
   return planes;
@@ -123,19 +123,22 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
   k_opt.rank = v_opt.rank = target.rank;
   k_opt.max_iters = v_opt.max_iters = o.max_iters;
   k_opt.tol = v_opt.tol = o.tol;
-  const auto planes = HeadPlanes(config);
-  if (o.rope_mode == RopeMode::kPlane) {
-    k_opt.support = ResidualSupport::kRopePlanes;
-    k_opt.planes = planes;
-  } else if (o.rope_mode == RopeMode::kPartial) {
-    k_opt.support = ResidualSupport::kExcludeCoords;
-    for (int64_t p = 0; p < kept; ++p) {
-      k_opt.excluded.push_back(planes[p].first);
-      k_opt.excluded.push_back(planes[p].second);
-    }
-  }
   std::vector<LayerReport> layer_reports;
   for (int64_t i = 0; i < config.num_layers; ++i) {
+    // The planes of this layer (a NoPE layer's are all position-free pairs).
+    const auto planes = HeadPlanes(config, i);
+    if (o.rope_mode == RopeMode::kPlane) {
+      k_opt.support = ResidualSupport::kRopePlanes;
+      k_opt.planes = planes;
+    } else if (o.rope_mode == RopeMode::kPartial) {
+      k_opt.support = ResidualSupport::kExcludeCoords;
+      k_opt.excluded.clear();
+      const int64_t rotating = Rope(config, i).planes();
+      for (int64_t p = 0; p < std::min(kept, rotating); ++p) {
+        k_opt.excluded.push_back(planes[p].first);
+        k_opt.excluded.push_back(planes[p].second);
+      }
+    }
     LayerWeights& l = out.weights.layers[i];
     const LayerWeights& src = weights.layers[i];
     at::Tensor whitening;

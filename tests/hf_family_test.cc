@@ -50,7 +50,8 @@ testing::RefConfig RefOf(const json& j) {
   c.bias = j["model_type"] == "qwen2" || j.value("attention_bias", false);
   c.tied = j.value("tie_word_embeddings", false);
   c.rope_scaling = j.value("rope_scaling", json());
-  c.window = j["model_type"] == "mistral" ? j.value("sliding_window", 0) : 0;
+  c.window = j["model_type"] == "mistral" ? j["sliding_window"].get<int>() : 0;
+  if (j.contains("no_rope_layers")) c.no_rope_layers = j["no_rope_layers"].get<std::vector<int>>();
   return c;
 }
 
@@ -153,6 +154,20 @@ std::vector<Family> Families() {
   mistral.update({{"rope_theta", 1000000.0}, {"max_position_embeddings", 64},
                   {"sliding_window", 24}});
   f.push_back({"MistralWindow", mistral});
+  // SmolLM2-135M's shape in small: LlamaForCausalLM, 3 query heads on 1 KV head,
+  // tied embeddings, rope_theta 100000.
+  json smollm2 = Base("LlamaForCausalLM", "llama");
+  smollm2.update({{"hidden_size", 48}, {"num_attention_heads", 3}, {"num_key_value_heads", 1},
+                  {"rope_theta", 100000.0}, {"max_position_embeddings", 64},
+                  {"tie_word_embeddings", true}});
+  f.push_back({"SmolLM2", smollm2});
+  // SmolLM3: every 4th layer NoPE (no_rope_layers), GQA, tied embeddings.
+  json smollm3 = Base("SmolLM3ForCausalLM", "smollm3");
+  smollm3.update({{"num_hidden_layers", 4}, {"rope_theta", 5000000.0},
+                  {"max_position_embeddings", 64}, {"tie_word_embeddings", true},
+                  {"no_rope_layers", {1, 1, 1, 0}}, {"no_rope_layer_interval", 4},
+                  {"use_sliding_window", false}, {"sliding_window", nullptr}});
+  f.push_back({"SmolLM3NoPE", smollm3});
   return f;
 }
 
@@ -193,11 +208,16 @@ TEST_P(HfFamilies, LogitsMatchTheFloat64ReferencePastTheOriginalContext) {
   for (int t = 20; t < T; ++t) parts.push_back((*model)->ForwardCached(cache, ids.narrow(1, t, 1))[0]);
   const at::Tensor chunked = at::cat(parts, 0).to(at::kDouble);
   EXPECT_LT((chunked - logits).abs().max().item<double>() / max_ref, 1e-5);
-  // The family's long-context rule matters at these positions: without its RoPE
-  // scaling or sliding window the logits differ.
+  // The family's positional rule matters at these positions: without its RoPE
+  // scaling, sliding window or NoPE layers the logits differ.
   json plain = f.config;
+  if (!plain.contains("rope_scaling") && !plain.contains("no_rope_layers") &&
+      plain.value("sliding_window", json()).is_null()) {
+    return;  // a plain-RoPE family (SmolLM2)
+  }
   plain.erase("rope_scaling");
   plain.erase("sliding_window");
+  plain.erase("no_rope_layers");
   const auto unscaled = testing::RefForward(RefOf(plain), w, tokens);
   double diff = 0;
   for (int v = 0; v < 160; ++v) diff = std::max(diff, std::abs(unscaled[T - 1][v] - ref[T - 1][v]));
@@ -254,7 +274,8 @@ TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
     vo.modes = {v.mode};
     vo.prompt_tokens = 36;  // past every family's original context of 16-32
     vo.decode_tokens = 8;
-    if (const int window = f.config.value("sliding_window", 0); window > 0) {
+    if (const int window = f.config.value("sliding_window", json()).is_number() ? f.config["sliding_window"].get<int>() : 0;
+        window > 0) {
       // The decode engines attend to their whole cache: verify refuses a sequence
       // longer than the window, and is exact within it.
       auto refused = RunVerifyJob(vo);
@@ -299,6 +320,22 @@ TEST(HfConfig, UnknownRopeTypeIsRefusedNamingTheField) {
       << parsed.status();
 }
 
+// transformers derives no_rope_layers from no_rope_layer_interval when it is absent;
+// a malformed list is refused naming the field.
+TEST(HfConfig, SmolLM3NoRopeLayers) {
+  json c = Base("SmolLM3ForCausalLM", "smollm3");
+  c.update({{"num_hidden_layers", 8}, {"rope_theta", 5e6}, {"no_rope_layer_interval", 4}});
+  auto parsed = ConfigFromHfJson(c.dump(), "config.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(parsed->UsesRope(i), (i + 1) % 4 != 0) << i;
+  c["no_rope_layers"] = {1, 1, 0};
+  parsed = ConfigFromHfJson(c.dump(), "config.json");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("'no_rope_layers'"), std::string::npos);
+  c["no_rope_layers"] = {1, 1, 1, 2, 1, 1, 1, 0};
+  EXPECT_FALSE(ConfigFromHfJson(c.dump(), "config.json").ok());
+}
+
 TEST(HfConfig, ScalingSurvivesTheConfigRoundTrip) {
   for (const Family& f : Families()) {
     auto a = ConfigFromHfJson(f.config.dump(), f.name);
@@ -309,6 +346,8 @@ TEST(HfConfig, ScalingSurvivesTheConfigRoundTrip) {
     EXPECT_TRUE(at::equal(fa, fb)) << f.name;
     EXPECT_EQ(a->rope_scaling.attention_factor, b->rope_scaling.attention_factor);
     EXPECT_EQ(a->eos_token_ids, b->eos_token_ids);
+    EXPECT_EQ(a->nope_layers, b->nope_layers);
+    EXPECT_EQ(a->model_type, b->model_type);
   }
 }
 

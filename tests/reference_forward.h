@@ -26,6 +26,8 @@ struct RefConfig {
   double eps = 1e-6, theta = 10000;
   bool qk_norm = false, bias = false, tied = false;
   nlohmann::json rope_scaling;  // null for plain RoPE
+  std::vector<int> no_rope_layers;  // SmolLM3: 1 = RoPE, 0 = NoPE (empty: all RoPE)
+  bool Rotates(int layer) const { return no_rope_layers.empty() || no_rope_layers[layer] != 0; }
 };
 
 // HF _compute_*_parameters: inverse frequencies and the attention factor.
@@ -149,14 +151,14 @@ inline std::vector<std::vector<double>> RefForward(const RefConfig& c, const Wei
           const auto n = RmsNorm(q[t], W("self_attn.q_norm.weight"), c.eps, h * dh, dh);
           std::copy(n.begin(), n.end(), q[t].begin() + h * dh);
         }
-        rope(q[t], h, t);
+        if (c.Rotates(l)) rope(q[t], h, t);
       }
       for (int h = 0; h < Hk; ++h) {
         if (c.qk_norm) {
           const auto n = RmsNorm(k[t], W("self_attn.k_norm.weight"), c.eps, h * dh, dh);
           std::copy(n.begin(), n.end(), k[t].begin() + h * dh);
         }
-        rope(k[t], h, t);
+        if (c.Rotates(l)) rope(k[t], h, t);
       }
     }
     for (int t = 0; t < T; ++t) {

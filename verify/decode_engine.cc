@@ -41,7 +41,7 @@ DecodeEngine::DecodeEngine(const ModelConfig& config,
       weights_(weights),
       mode_(mode),
       options_(options),
-      rope_(config),
+      ropes_(LayerRopes(config)),
       capacity_(std::max<int64_t>(1, options.capacity)) {}
 
 at::Tensor DecodeEngine::NewCache(std::vector<int64_t> rest) const {
@@ -66,8 +66,8 @@ at::Tensor DecodeEngine::Grouped(const at::Tensor& q) const {
   return q.reshape({q.size(0), config_.num_kv_heads, group, q.size(-1)});
 }
 
-at::Tensor DecodeEngine::RotateAt(const at::Tensor& x, int64_t pos) const {
-  return rope_.Rotate(x.unsqueeze(1), at::full({1}, pos, at::kLong)).squeeze(1);
+at::Tensor DecodeEngine::RotateAt(int64_t layer, const at::Tensor& x, int64_t pos) const {
+  return rope(layer).Rotate(x.unsqueeze(1), at::full({1}, pos, at::kLong)).squeeze(1);
 }
 
 void DecodeEngine::GrowIfFull() {

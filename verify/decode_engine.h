@@ -117,7 +117,9 @@ class DecodeEngine {
   // The query grouped by KV head: [B, H_kv, g, d].
   at::Tensor Grouped(const at::Tensor& q) const;
   // Rotates x [B, n, d_h] at one position.
-  at::Tensor RotateAt(const at::Tensor& x, int64_t pos) const;
+  at::Tensor RotateAt(int64_t layer, const at::Tensor& x, int64_t pos) const;
+  // The rotary embedding of `layer` (SmolLM3's NoPE layers rotate nothing).
+  const Rope& rope(int64_t layer) const { return ropes_[layer]; }
   // Positions allocated per cache tensor.
   int64_t capacity() const { return capacity_; }
   // Rounds the capacity up to a multiple of `positions`; before the first NewCache.
@@ -129,7 +131,7 @@ class DecodeEngine {
   LlamaWeights weights_;
   DecodeMode mode_;
   EngineOptions options_;
-  Rope rope_;
+  std::vector<Rope> ropes_;  // one per layer
 
  private:
   void GrowIfFull();

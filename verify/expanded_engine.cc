@@ -30,14 +30,14 @@ class ExpandedEngine : public DecodeEngine {
     if (config_.qk_norm) {
       k = RmsNorm(k, weights_.layers[layer].k_norm, config_.rms_norm_eps);
     }
-    Write(k_[layer], pos, RotateAt(k, pos));
+    Write(k_[layer], pos, RotateAt(layer, k, pos));
     Write(v_[layer], pos, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
     if (options_.materialize || !options_.kernels) return AttendAten(layer, q, pos);
     // Through the fused CPU kernel (kernels/), reading the position-major cache.
-    const auto qr = RotateAt(q, pos).contiguous();
+    const auto qr = RotateAt(layer, q, pos).contiguous();
     auto out = at::empty(q.sizes(), at::kFloat);
     kernels::MhaDecodeParams p;
     p.batch = q.size(0);
@@ -62,7 +62,7 @@ class ExpandedEngine : public DecodeEngine {
   // The same attention with ATen operations (materialize = true).
   at::Tensor AttendAten(int64_t layer, const at::Tensor& q, int64_t pos) {
     const int64_t n = pos + 1;
-    const auto qr = Grouped(RotateAt(q, pos));  // [B, Hkv, g, dh]
+    const auto qr = Grouped(RotateAt(layer, q, pos));  // [B, Hkv, g, dh]
     const auto k = Read(k_[layer], n), v = Read(v_[layer], n);  // [B, L, Hkv, dh]
     auto scores = at::einsum("bhgd,blhd->bhgl", {qr, k}) /
                   std::sqrt(static_cast<double>(config_.head_dim));

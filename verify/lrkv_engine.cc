@@ -111,17 +111,18 @@ class LrkvEngine : public DecodeEngine {
     if (tiled_) AlignCapacity(kernels::kCacheTile);
     for (size_t i = 0; i < weights_.layers.size(); ++i) {
       const LayerWeights& l = weights_.layers[i];
+      const Rope& layer_rope = rope(static_cast<int64_t>(i));
       Layer layer;
       layer.k = FactorsOf(l.k_lr, hkv, dh);
       layer.v = FactorsOf(l.v_lr, hkv, dh);
       layer.gamma = config_.qk_norm ? l.k_norm
                                     : at::ones({dh}, l.wq.options());
       if (mode_ == DecodeMode::kPlane) {
-        auto st = PlaneStructure(layer.k.up, rope_, static_cast<int64_t>(i),
+        auto st = PlaneStructure(layer.k.up, layer_rope, static_cast<int64_t>(i),
                                  &layer.coords, &layer.planes);
         if (!st.ok()) return st;
-        if (options_.fault == DecodeFault::kWrongPlane && rope_.planes() > 1) {
-          layer.planes = (layer.planes + 1) % rope_.planes();
+        if (options_.fault == DecodeFault::kWrongPlane && layer_rope.planes() > 1) {
+          layer.planes = (layer.planes + 1) % layer_rope.planes();
         }
         // Folded into the latent at write time: the bias on the selected
         // coordinates and γ. A per-head key bias elsewhere has no latent to
@@ -140,14 +141,14 @@ class LrkvEngine : public DecodeEngine {
                 .view({hkv, r});
       } else if (mode_ == DecodeMode::kNaive) {
         layer.planes = at::arange(r / 2, at::kLong)
-                           .clamp_max(std::max<int64_t>(rope_.planes() - 1, 0))
+                           .clamp_max(std::max<int64_t>(layer_rope.planes() - 1, 0))
                            .unsqueeze(0)
                            .expand({hkv, r / 2})
                            .contiguous();
       } else if (mode_ == DecodeMode::kPartial) {
-        for (int64_t p = 0; p < rope_.planes(); ++p) {
-          if (!rope_.PlaneRotates(p)) continue;
-          const auto [a, b] = rope_.PlaneCoordinates(p);
+        for (int64_t p = 0; p < layer_rope.planes(); ++p) {
+          if (!layer_rope.PlaneRotates(p)) continue;
+          const auto [a, b] = layer_rope.PlaneCoordinates(p);
           for (int64_t c : {a, b}) {
             if (layer.k.up.select(1, c).abs().max().item<float>() != 0 ||
                 layer.k.delta.select(1, c).abs().max().item<float>() != 0) {
@@ -181,16 +182,16 @@ class LrkvEngine : public DecodeEngine {
             at::rsqrt(k.pow(2).mean({-1}) + config_.rms_norm_eps));
     }
     WriteSegment(L.ks, pos,
-                 RotateAt((ks * L.gamma).unsqueeze(1), pos).squeeze(1));
+                 RotateAt(index, (ks * L.gamma).unsqueeze(1), pos).squeeze(1));
     const auto p = at::full({1}, pos, at::kLong);
     if (mode_ == DecodeMode::kPlane) {
       zk =
-          rope_
+          rope(index)
               .RotatePairs(((zk + L.latent_bias) * L.latent_gamma).unsqueeze(1),
                            p, L.planes)
               .squeeze(1);
     } else if (mode_ == DecodeMode::kNaive) {
-      zk = rope_.RotatePairs(zk.unsqueeze(1), p, L.planes).squeeze(1);
+      zk = rope(index).RotatePairs(zk.unsqueeze(1), p, L.planes).squeeze(1);
     }
     WriteSegment(L.zk, pos, zk);
     WriteSegment(L.vs, pos, Linear(x, L.v.shared, L.v.shared_bias));
@@ -215,7 +216,7 @@ class LrkvEngine : public DecodeEngine {
             : at::kFloat;
     auto A = [acc](const at::Tensor& t) { return t.to(acc); };
     const auto qg = A(Grouped(q));                 // q̂ [B, Hkv, g, dh]
-    const auto qr = A(Grouped(RotateAt(q, pos)));  // P_p q̂
+    const auto qr = A(Grouped(RotateAt(index, q, pos)));  // P_p q̂
     const auto z = A(ReadSegment(L.zk, n));        // [B, L, Hkv, r]
     auto scores = at::einsum("bhgd,bld->bhgl", {qr, A(ReadSegment(L.ks, n))});
     switch (mode_) {
@@ -225,7 +226,7 @@ class LrkvEngine : public DecodeEngine {
         auto res =
             (at::einsum("blhr,hdr->blhd", {z, A(L.k.up)}) + A(L.k.delta)) *
             A(L.gamma);
-        res = rope_.Rotate(res, at::arange(n, at::kLong));
+        res = rope(index).Rotate(res, at::arange(n, at::kLong));
         scores = scores + at::einsum("bhgd,blhd->bhgl", {qr, res});
         break;
       }
@@ -278,7 +279,7 @@ class LrkvEngine : public DecodeEngine {
     const int64_t b = q.size(0), h = config_.num_heads,
                   hkv = config_.num_kv_heads, dh = config_.head_dim,
                   r = config_.kv.rank;
-    const auto qr = RotateAt(q, pos).contiguous();  // [B, H, dh]
+    const auto qr = RotateAt(index, q, pos).contiguous();  // [B, H, dh]
     const auto qg = Grouped(qr);
     const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})
                          .expand({b, -1, qg.size(2), -1});
@@ -339,7 +340,7 @@ class LrkvEngine : public DecodeEngine {
     } else if (mode_ == DecodeMode::kNaive) {
       residual = at::einsum("blhr,hdr->blhd", {z, L.k.up}) * L.gamma;
     } else {
-      residual = rope_.Rotate(
+      residual = rope(index).Rotate(
           (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma,
           at::arange(n, at::kLong));
     }
@@ -350,7 +351,7 @@ class LrkvEngine : public DecodeEngine {
     auto v = ReadSegment(L.vs, n).unsqueeze(2) +
              at::einsum("blhr,hdr->blhd", {ReadSegment(L.zv, n), L.v.up}) +
              L.v.delta;
-    const auto qr = Grouped(RotateAt(q, pos));
+    const auto qr = Grouped(RotateAt(index, q, pos));
     auto probs = at::softmax(at::einsum("bhgd,blhd->bhgl", {qr, k}) /
                                  std::sqrt(static_cast<double>(dh)),
                              -1);

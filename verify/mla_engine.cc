@@ -33,8 +33,8 @@ class MlaEngine : public DecodeEngine {
     const auto c = Read(latent_[layer], n).to(l.kv_down.scalar_type());
     auto k = Linear(c, l.k_up, l.bk).view({b, n, hkv, dh});        // rebuilt per position
     if (config_.qk_norm) k = RmsNorm(k, l.k_norm, config_.rms_norm_eps);
-    k = rope_.Rotate(k, at::arange(n, at::kLong));
-    const auto qr = Grouped(RotateAt(q, pos));
+    k = rope(layer).Rotate(k, at::arange(n, at::kLong));
+    const auto qr = Grouped(RotateAt(layer, q, pos));
     auto scores = at::einsum("bhgd,blhd->bhgl", {qr, k}) / std::sqrt(static_cast<double>(dh));
     auto probs = at::softmax(scores, -1);
     if (options_.materialize) {
