@@ -31,6 +31,7 @@ constexpr ArchInfo kArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3"},
     {"MistralForCausalLM", "mistral"},
     {"SmolLM3ForCausalLM", "smollm3"},
+    {"Olmo2ForCausalLM", "olmo2"},
 };
 
 // Reads an integer field; `fallback` < 0 means required.
@@ -303,7 +304,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
         source, ": unsupported architecture (field 'architectures' = '", arch,
         "', 'model_type' = '", model_type,
         "'); supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, SmolLM3ForCausalLM"));
+        "Qwen3ForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, IntField(j, "hidden_size", source));
   ASSIGN_OR_RETURN(c.intermediate_size, IntField(j, "intermediate_size", source));
@@ -325,7 +326,8 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
                    BoolField(j, "tie_word_embeddings", source, false));
   ASSIGN_OR_RETURN(c.qkv_bias,
                    BoolField(j, "attention_bias", source, c.model_type == "qwen2"));
-  c.qk_norm = c.model_type == "qwen3";
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "olmo2";
+  c.qk_norm_over_heads = c.post_norm = c.model_type == "olmo2";
   c.rope_dim = c.head_dim;
   c.rope_layout = RopeLayout::kHalfSplit;
   if (auto b = j.find("bos_token_id"); b != j.end() && !b->is_null()) {
@@ -509,7 +511,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
 std::string ConfigToHfJson(const ModelConfig& c) {
   // The architecture follows the features: only Qwen3 has QK-norm, and Qwen2 always
   // has q/k/v biases; Llama takes biases through attention_bias.
-  const ArchInfo& info = c.qk_norm                             ? kArchitectures[2]
+  const ArchInfo& info = c.post_norm                           ? kArchitectures[5]
+                         : c.qk_norm                           ? kArchitectures[2]
                          : (c.model_type == "qwen2" && c.qkv_bias) ? kArchitectures[1]
                          : c.sliding_window > 0                    ? kArchitectures[3]
                          : !c.nope_layers.empty()                  ? kArchitectures[4]

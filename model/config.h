@@ -76,8 +76,8 @@ struct KvCompression {
 };
 
 struct ModelConfig {
-  // "llama", "mistral", "qwen2", "qwen3" or "smollm3": the HF model_type written back
-  // on export.
+  // "llama", "mistral", "qwen2", "qwen3", "smollm3" or "olmo2": the HF model_type
+  // written back on export.
   std::string model_type = "llama";
   /// Model width d.
   int64_t hidden_size = 0;
@@ -100,8 +100,15 @@ struct ModelConfig {
   int64_t rope_dim = 0;
   RopeScaling rope_scaling;
   RopeLayout rope_layout = RopeLayout::kHalfSplit;
-  /// Per-head RMSNorm on q and k after projection, before RoPE (Qwen3, OLMo2-style).
+  /// RMSNorm on q and k after projection, before RoPE (Qwen3, OLMo-2).
   bool qk_norm = false;
+  /// OLMo-2: that RMSNorm runs over the whole q / k projection (all heads at once, one
+  /// σ per token and weights of H·d_h / H_kv·d_h), not per head (Qwen3: d_h weights).
+  bool qk_norm_over_heads = false;
+  /// OLMo-2: each block normalises its output (post_attention_layernorm,
+  /// post_feedforward_layernorm: x + norm(f(x))) instead of its input (Llama:
+  /// x + f(norm(x))); attn_norm / ffn_norm hold those weights.
+  bool post_norm = false;
   /// Biases on the q, k, v projections (Qwen2).
   bool qkv_bias = false;
   /// Mistral's sliding window: a query attends to the last `sliding_window` positions

@@ -60,6 +60,10 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
   if (config.kv.rope_mode == RopeMode::kPartial) {
     return Invalid("a partial-RoPE conversion has no GGUF form llama.cpp runs");
   }
+  if (config.post_norm) {
+    return Invalid("OLMo-2 (post-norm blocks, QK-norm over the whole projection) has no "
+                   "GGUF export here (llama/qwen2/qwen3 only): use --format safetensors");
+  }
   if (!config.nope_layers.empty()) {
     return Invalid("the model has NoPE layers (SmolLM3's no_rope_layers); the GGUF export "
                    "writes llama/qwen2/qwen3 only: use --format safetensors");

@@ -23,6 +23,34 @@ inline at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) {
   return at::linear(at::silu(at::linear(x, l.w_gate)) * at::linear(x, l.w_up), l.w_down);
 }
 
+// QK-norm of x [..., heads, d_h]: per head (Qwen3, gamma [d_h]) or over every head at
+// once (OLMo-2, gamma [heads·d_h]).
+inline at::Tensor QkNorm(const ModelConfig& c, const at::Tensor& x, const at::Tensor& gamma) {
+  if (!c.qk_norm_over_heads) return RmsNorm(x, gamma, c.rms_norm_eps);
+  return RmsNorm(x.flatten(-2), gamma, c.rms_norm_eps).view(x.sizes());
+}
+
+// A decoder block's residual wiring. Pre-norm (Llama, Qwen, Mistral, SmolLM):
+// x + attn(norm(x)), then x + ffn(norm(x)). Post-norm (OLMo-2): x + norm(attn(x)),
+// then x + norm(ffn(x)).
+inline at::Tensor AttentionInput(const ModelConfig& c, const LayerWeights& l,
+                                 const at::Tensor& x) {
+  return c.post_norm ? x : RmsNorm(x, l.attn_norm, c.rms_norm_eps);
+}
+
+// x + the block's attention output `attn` [..., H·d_h] through o_proj.
+inline at::Tensor AddAttention(const ModelConfig& c, const LayerWeights& l,
+                               const at::Tensor& x, const at::Tensor& attn) {
+  const auto out = at::linear(attn, l.wo);
+  return x + (c.post_norm ? RmsNorm(out, l.attn_norm, c.rms_norm_eps) : out);
+}
+
+inline at::Tensor AddFeedForward(const ModelConfig& c, const LayerWeights& l,
+                                 const at::Tensor& x) {
+  if (c.post_norm) return x + RmsNorm(FeedForward(l, x), l.ffn_norm, c.rms_norm_eps);
+  return x + FeedForward(l, RmsNorm(x, l.ffn_norm, c.rms_norm_eps));
+}
+
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_LAYERS_H_

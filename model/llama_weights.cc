@@ -31,7 +31,7 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
   w->layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[i];
-    fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
+    if (!c.post_norm) fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
     fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
     if (c.qkv_bias) fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
     switch (c.kv.layout) {
@@ -74,11 +74,18 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
         break;
     }
     if (c.qk_norm) {
-      fn(LayerName(i, "self_attn.q_norm.weight"), &l.q_norm, {c.head_dim});
-      fn(LayerName(i, "self_attn.k_norm.weight"), &l.k_norm, {c.head_dim});
+      const int64_t qn = c.qk_norm_over_heads ? q : c.head_dim,
+                    kn = c.qk_norm_over_heads ? kv : c.head_dim;
+      fn(LayerName(i, "self_attn.q_norm.weight"), &l.q_norm, {qn});
+      fn(LayerName(i, "self_attn.k_norm.weight"), &l.k_norm, {kn});
     }
     fn(LayerName(i, "self_attn.o_proj.weight"), &l.wo, {d, q});
-    fn(LayerName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
+    if (c.post_norm) {  // OLMo-2: norms of the block outputs
+      fn(LayerName(i, "post_attention_layernorm.weight"), &l.attn_norm, {d});
+      fn(LayerName(i, "post_feedforward_layernorm.weight"), &l.ffn_norm, {d});
+    } else {
+      fn(LayerName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
+    }
     fn(LayerName(i, "mlp.gate_proj.weight"), &l.w_gate, {ff, d});
     fn(LayerName(i, "mlp.up_proj.weight"), &l.w_up, {ff, d});
     fn(LayerName(i, "mlp.down_proj.weight"), &l.w_down, {d, ff});
@@ -210,10 +217,15 @@ void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
       l.k_lr.head_bias =
           PermuteHeads(l.k_lr.head_bias, c->num_kv_heads, c->head_dim, index);
     }
-    if (l.q_norm.defined())
-      l.q_norm = l.q_norm.index_select(0, index).contiguous();
-    if (l.k_norm.defined())
-      l.k_norm = l.k_norm.index_select(0, index).contiguous();
+    if (c->qk_norm_over_heads) {  // one weight per coordinate of every head
+      l.q_norm = PermuteHeads(l.q_norm, c->num_heads, c->head_dim, index);
+      l.k_norm = PermuteHeads(l.k_norm, c->num_kv_heads, c->head_dim, index);
+    } else {
+      if (l.q_norm.defined())
+        l.q_norm = l.q_norm.index_select(0, index).contiguous();
+      if (l.k_norm.defined())
+        l.k_norm = l.k_norm.index_select(0, index).contiguous();
+    }
   }
   c->rope_layout = to;
 }

@@ -29,14 +29,14 @@ struct LowRankProjection {
 };
 
 struct LayerWeights {
-  at::Tensor attn_norm;           // [d]
+  at::Tensor attn_norm;           // [d] (post_norm: of the attention output)
   at::Tensor wq, wo;              // [H*dh, d], [d, H*dh]
   at::Tensor wk, wv;              // [Hkv*dh, d] (dense layout only)
   at::Tensor bq, bk, bv;          // undefined unless config.qkv_bias (bk/bv: dense, MLA)
   LowRankProjection k_lr, v_lr;   // LRKV layout only
   at::Tensor kv_down;             // [dc, d] MLA layout only: the joint latent
   at::Tensor k_up, v_up;          // [Hkv*dh, dc] MLA layout only
-  at::Tensor q_norm, k_norm;      // [dh], undefined unless config.qk_norm
+  at::Tensor q_norm, k_norm;      // [dh] (OLMo-2: [H*dh], [Hkv*dh]); qk_norm only
   at::Tensor ffn_norm;            // [d]
   at::Tensor w_gate, w_up;        // [ff, d]
   at::Tensor w_down;              // [d, ff]

@@ -90,8 +90,8 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
   kp = kp.reshape({b, t, hkv, dh});
   *v = vp.reshape({b, t, hkv, dh});
   if (config_.qk_norm) {
-    qp = RmsNorm(qp, l.q_norm);
-    kp = RmsNorm(kp, l.k_norm);
+    qp = QkNorm(config_, qp, l.q_norm);
+    kp = QkNorm(config_, kp, l.k_norm);
   }
   *q = ApplyRope(layer, qp, positions);
   *k = ApplyRope(layer, kp, positions);
@@ -151,12 +151,12 @@ at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& position
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
     at::Tensor q, k, v;
-    auto normed = RmsNorm(x, l.attn_norm);
+    auto normed = AttentionInput(config_, l, x);
     if (observer) observer(static_cast<int64_t>(i), normed);
     ProjectQkv(static_cast<int64_t>(i), l, normed, positions, &q, &k, &v);
     auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), hidden);
-    x = x + at::linear(attn, l.wo);
-    x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
+    x = AddAttention(config_, l, x, attn);
+    x = AddFeedForward(config_, l, x);
   }
   return at::linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
 }
@@ -195,13 +195,14 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
     at::Tensor q, k, v;
-    ProjectQkv(static_cast<int64_t>(i), l, RmsNorm(x, l.attn_norm), positions, &q, &k, &v);
+    ProjectQkv(static_cast<int64_t>(i), l, AttentionInput(config_, l, x), positions, &q, &k,
+               &v);
     cache.k[i].narrow(2, start, t).copy_(k.permute({0, 2, 1, 3}));
     cache.v[i].narrow(2, start, t).copy_(v.permute({0, 2, 1, 3}));
     auto attn = Attend(q, cache.k[i].narrow(2, 0, end), cache.v[i].narrow(2, 0, end),
                        CausalMask(start, t, end, tokens.device()));
-    x = x + at::linear(attn, l.wo);
-    x = x + FeedForward(l, RmsNorm(x, l.ffn_norm));
+    x = AddAttention(config_, l, x, attn);
+    x = AddFeedForward(config_, l, x);
   }
   cache.length = end;
   return at::linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);

@@ -62,6 +62,9 @@ int64_t CacheElementsPerToken(const AttentionShape& s, const KvConfig& c) {
     case KvVariant::kMqa: return 2 * s.head_dim;
     case KvVariant::kMla: return c.latent + c.rope_dim;
     case KvVariant::kLrkv:
+      if (s.qk_norm && s.qk_norm_over_heads) {
+        return 2 * (s.head_dim + s.source_kv_heads() * c.rank) + s.head_dim + 1;
+      }
       return 2 * (s.head_dim + s.source_kv_heads() * c.rank) +
              (s.qk_norm ? s.source_kv_heads() : 0);
   }

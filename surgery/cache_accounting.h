@@ -26,6 +26,9 @@ struct AttentionShape {
   int64_t kv_heads = 0;  // H_kv of the source; 0 means H (MHA)
   int64_t head_dim = 0;  // d_h
   bool qk_norm = false;  // per-head QK-norm: LRKV caches one scale per KV head
+  // OLMo-2's QK-norm over the whole projection: one scale per token, and (its weights
+  // differing per head) a second rotated shared key, P_t J k_s (lrkv_engine.cc).
+  bool qk_norm_over_heads = false;
 
   int64_t d() const { return hidden > 0 ? hidden : heads * head_dim; }
   int64_t source_kv_heads() const { return kv_heads > 0 ? kv_heads : heads; }

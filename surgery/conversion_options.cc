@@ -29,6 +29,7 @@ AttentionShape ShapeOf(const ModelConfig& c) {
   s.kv_heads = c.num_kv_heads;
   s.head_dim = c.head_dim;
   s.qk_norm = c.qk_norm;
+  s.qk_norm_over_heads = c.qk_norm_over_heads;
   return s;
 }
 

@@ -158,6 +158,8 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
           l.bk = PoolKvHeads(config, src.bk, n);
           l.bv = PoolKvHeads(config, src.bv, n);
         }
+        // OLMo-2's key norm has weights per KV head: pooled alike.
+        if (config.qk_norm_over_heads) l.k_norm = PoolKvHeads(config, src.k_norm, n);
         lr.k = PooledReport(config, src.wk, l.wk, n, whitening);
         lr.v = PooledReport(config, src.wv, l.wv, n, whitening);
         break;

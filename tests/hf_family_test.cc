@@ -46,11 +46,13 @@ testing::RefConfig RefOf(const json& j) {
   c.max_pos = j["max_position_embeddings"];
   c.eps = j["rms_norm_eps"];
   c.theta = j["rope_theta"];
-  c.qk_norm = j["model_type"] == "qwen3";
+  c.qk_norm = j["model_type"] == "qwen3" || j["model_type"] == "olmo2";
+  c.olmo2 = j["model_type"] == "olmo2";
   c.bias = j["model_type"] == "qwen2" || j.value("attention_bias", false);
   c.tied = j.value("tie_word_embeddings", false);
   c.rope_scaling = j.value("rope_scaling", json());
-  c.window = j["model_type"] == "mistral" ? j["sliding_window"].get<int>() : 0;
+  const json window = j.value("sliding_window", json());
+  c.window = j["model_type"] == "mistral" && window.is_number() ? window.get<int>() : 0;
   if (j.contains("no_rope_layers")) c.no_rope_layers = j["no_rope_layers"].get<std::vector<int>>();
   return c;
 }
@@ -65,7 +67,7 @@ testing::Weights WriteCheckpoint(const fs::path& dir, const json& config) {
   for (int l = 0; l < c.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const int64_t q = c.heads * c.head_dim, kv = c.kv_heads * c.head_dim;
-    shapes.push_back({p + "input_layernorm.weight", {c.hidden}});
+    if (!c.olmo2) shapes.push_back({p + "input_layernorm.weight", {c.hidden}});
     shapes.push_back({p + "self_attn.q_proj.weight", {q, c.hidden}});
     shapes.push_back({p + "self_attn.k_proj.weight", {kv, c.hidden}});
     shapes.push_back({p + "self_attn.v_proj.weight", {kv, c.hidden}});
@@ -76,10 +78,11 @@ testing::Weights WriteCheckpoint(const fs::path& dir, const json& config) {
       shapes.push_back({p + "self_attn.v_proj.bias", {kv}});
     }
     if (c.qk_norm) {
-      shapes.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
-      shapes.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+      shapes.push_back({p + "self_attn.q_norm.weight", {c.olmo2 ? q : c.head_dim}});
+      shapes.push_back({p + "self_attn.k_norm.weight", {c.olmo2 ? kv : c.head_dim}});
     }
     shapes.push_back({p + "post_attention_layernorm.weight", {c.hidden}});
+    if (c.olmo2) shapes.push_back({p + "post_feedforward_layernorm.weight", {c.hidden}});
     shapes.push_back({p + "mlp.gate_proj.weight", {c.inter, c.hidden}});
     shapes.push_back({p + "mlp.up_proj.weight", {c.inter, c.hidden}});
     shapes.push_back({p + "mlp.down_proj.weight", {c.hidden, c.inter}});
@@ -168,6 +171,12 @@ std::vector<Family> Families() {
                   {"no_rope_layers", {1, 1, 1, 0}}, {"no_rope_layer_interval", 4},
                   {"use_sliding_window", false}, {"sliding_window", nullptr}});
   f.push_back({"SmolLM3NoPE", smollm3});
+  // OLMo-2: QK-norm over the whole projection (weights per head differ), post-norm
+  // blocks, GQA.
+  json olmo2 = Base("Olmo2ForCausalLM", "olmo2");
+  olmo2.update({{"rope_theta", 500000.0}, {"max_position_embeddings", 64},
+                {"tie_word_embeddings", false}, {"attention_bias", false}});
+  f.push_back({"Olmo2", olmo2});
   return f;
 }
 
@@ -213,7 +222,7 @@ TEST_P(HfFamilies, LogitsMatchTheFloat64ReferencePastTheOriginalContext) {
   json plain = f.config;
   if (!plain.contains("rope_scaling") && !plain.contains("no_rope_layers") &&
       plain.value("sliding_window", json()).is_null()) {
-    return;  // a plain-RoPE family (SmolLM2)
+    return;  // a plain-RoPE family (SmolLM2, OLMo-2)
   }
   plain.erase("rope_scaling");
   plain.erase("sliding_window");

@@ -25,6 +25,9 @@ struct RefConfig {
   int window = 0;  // sliding window (0: none)
   double eps = 1e-6, theta = 10000;
   bool qk_norm = false, bias = false, tied = false;
+  // OLMo-2: QK-norm over the whole q / k projection, and post-norm blocks
+  // (x + norm(attn(x)), x + norm(mlp(x)); no input_layernorm).
+  bool olmo2 = false;
   nlohmann::json rope_scaling;  // null for plain RoPE
   std::vector<int> no_rope_layers;  // SmolLM3: 1 = RoPE, 0 = NoPE (empty: all RoPE)
   bool Rotates(int layer) const { return no_rope_layers.empty() || no_rope_layers[layer] != 0; }
@@ -139,22 +142,26 @@ inline std::vector<std::vector<double>> RefForward(const RefConfig& c, const Wei
     auto W = [&](const std::string& n) -> const Matrix& { return w.at(p + n); };
     std::vector<std::vector<double>> q(T), k(T), v(T);
     for (int t = 0; t < T; ++t) {
-      const auto xn = RmsNorm(x[t], W("input_layernorm.weight"), c.eps);
+      const auto xn = c.olmo2 ? x[t] : RmsNorm(x[t], W("input_layernorm.weight"), c.eps);
       q[t] = MatVec(W("self_attn.q_proj.weight"), xn, H * dh,
                     c.bias ? &W("self_attn.q_proj.bias") : nullptr);
       k[t] = MatVec(W("self_attn.k_proj.weight"), xn, Hk * dh,
                     c.bias ? &W("self_attn.k_proj.bias") : nullptr);
       v[t] = MatVec(W("self_attn.v_proj.weight"), xn, Hk * dh,
                     c.bias ? &W("self_attn.v_proj.bias") : nullptr);
+      if (c.olmo2) {
+        q[t] = RmsNorm(q[t], W("self_attn.q_norm.weight"), c.eps);
+        k[t] = RmsNorm(k[t], W("self_attn.k_norm.weight"), c.eps);
+      }
       for (int h = 0; h < H; ++h) {
-        if (c.qk_norm) {
+        if (c.qk_norm && !c.olmo2) {
           const auto n = RmsNorm(q[t], W("self_attn.q_norm.weight"), c.eps, h * dh, dh);
           std::copy(n.begin(), n.end(), q[t].begin() + h * dh);
         }
         if (c.Rotates(l)) rope(q[t], h, t);
       }
       for (int h = 0; h < Hk; ++h) {
-        if (c.qk_norm) {
+        if (c.qk_norm && !c.olmo2) {
           const auto n = RmsNorm(k[t], W("self_attn.k_norm.weight"), c.eps, h * dh, dh);
           std::copy(n.begin(), n.end(), k[t].begin() + h * dh);
         }
@@ -181,13 +188,15 @@ inline std::vector<std::vector<double>> RefForward(const RefConfig& c, const Wei
           for (int i = 0; i < dh; ++i) out[h * dh + i] += s[u] / z * v[u][g * dh + i];
         }
       }
-      const auto o = MatVec(W("self_attn.o_proj.weight"), out, d);
+      auto o = MatVec(W("self_attn.o_proj.weight"), out, d);
+      if (c.olmo2) o = RmsNorm(o, W("post_attention_layernorm.weight"), c.eps);
       for (int i = 0; i < d; ++i) x[t][i] += o[i];
-      const auto xn = RmsNorm(x[t], W("post_attention_layernorm.weight"), c.eps);
+      const auto xn = c.olmo2 ? x[t] : RmsNorm(x[t], W("post_attention_layernorm.weight"), c.eps);
       auto gate = MatVec(W("mlp.gate_proj.weight"), xn, c.inter);
       const auto up = MatVec(W("mlp.up_proj.weight"), xn, c.inter);
       for (int i = 0; i < c.inter; ++i) gate[i] = gate[i] / (1 + std::exp(-gate[i])) * up[i];
-      const auto down = MatVec(W("mlp.down_proj.weight"), gate, d);
+      auto down = MatVec(W("mlp.down_proj.weight"), gate, d);
+      if (c.olmo2) down = RmsNorm(down, W("post_feedforward_layernorm.weight"), c.eps);
       for (int i = 0; i < d; ++i) x[t][i] += down[i];
     }
   }

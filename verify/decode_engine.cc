@@ -97,16 +97,16 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
   attention_.resize(weights_.layers.size());
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const LayerWeights& l = weights_.layers[i];
-    auto h = RmsNorm(x, l.attn_norm, eps);
+    auto h = AttentionInput(config_, l, x);
     auto q = Linear(h, l.wq, l.bq)
                  .view({x.size(0), config_.num_heads, config_.head_dim});
-    if (config_.qk_norm) q = RmsNorm(q, l.q_norm, eps);
+    if (config_.qk_norm) q = QkNorm(config_, q, l.q_norm);
     Append(static_cast<int64_t>(i), h, pos);
     auto attn =
         Attend(static_cast<int64_t>(i), q, pos).reshape({x.size(0), -1});
     attention_[i] = attn;
-    x = x + at::linear(attn, l.wo);
-    x = x + FeedForward(l, RmsNorm(x, l.ffn_norm, eps));
+    x = AddAttention(config_, l, x, attn);
+    x = AddFeedForward(config_, l, x);
   }
   ++length_;
   return at::linear(RmsNorm(x, weights_.final_norm, eps), weights_.lm_head);

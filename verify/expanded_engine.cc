@@ -28,7 +28,7 @@ class ExpandedEngine : public DecodeEngine {
     const int64_t b = x.size(0), hkv = config_.num_kv_heads, dh = config_.head_dim;
     auto k = Linear(x, kv.wk, kv.bk).view({b, hkv, dh});
     if (config_.qk_norm) {
-      k = RmsNorm(k, weights_.layers[layer].k_norm, config_.rms_norm_eps);
+      k = QkNorm(config_, k, weights_.layers[layer].k_norm);
     }
     Write(k_[layer], pos, RotateAt(layer, k, pos));
     Write(v_[layer], pos, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));

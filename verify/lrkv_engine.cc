@@ -79,6 +79,8 @@ absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope,
 }
 
 class LrkvEngine : public DecodeEngine {
+  struct Layer;  // defined with the other members below
+
  public:
   LrkvEngine(const ModelConfig& config, const LlamaWeights& weights,
              DecodeMode mode, const EngineOptions& options)
@@ -102,9 +104,12 @@ class LrkvEngine : public DecodeEngine {
     // twins, verify/equivalence.h) goes through ATen.
     const bool kernel_types = weights_.embed.scalar_type() == at::kFloat &&
                               options_.cache_dtype != at::kDouble;
+    // Per-head key-norm weights (OLMo-2) need the two-part shared key below,
+    // which the kernel (one d_h-wide shared key) does not read.
+    split_ = config_.qk_norm && config_.qk_norm_over_heads;
     kernel_ = mode_ == DecodeMode::kPlane && !options_.materialize &&
-              options_.kernels && kernel_types;
-    tiled_ = mode_ == DecodeMode::kPlane && kernel_types &&
+              options_.kernels && kernel_types && !split_;
+    tiled_ = mode_ == DecodeMode::kPlane && kernel_types && !split_ &&
              (options_.factored_layout == FactoredCacheLayout::kTiles ||
               (options_.factored_layout == FactoredCacheLayout::kAuto &&
                kernels::TiledKernelAvailable()));
@@ -115,8 +120,11 @@ class LrkvEngine : public DecodeEngine {
       Layer layer;
       layer.k = FactorsOf(l.k_lr, hkv, dh);
       layer.v = FactorsOf(l.v_lr, hkv, dh);
-      layer.gamma = config_.qk_norm ? l.k_norm
-                                    : at::ones({dh}, l.wq.options());
+      // γ of the key norm per KV head [Hkv, dh] (ones without QK-norm).
+      layer.gamma = !config_.qk_norm ? at::ones({hkv, dh}, l.wq.options())
+                    : split_         ? l.k_norm.view({hkv, dh})
+                                     : l.k_norm.unsqueeze(0).expand({hkv, dh}).contiguous();
+      if (split_) SplitGamma(layer_rope, &layer);
       if (mode_ == DecodeMode::kPlane) {
         auto st = PlaneStructure(layer.k.up, layer_rope, static_cast<int64_t>(i),
                                  &layer.coords, &layer.planes);
@@ -136,9 +144,7 @@ class LrkvEngine : public DecodeEngine {
               "RoPE planes (rank ", r, "), which plane decoding cannot represent "
               "(convert with --rope-mode plane, which keeps them on the planes)"));
         }
-        layer.latent_gamma =
-            layer.gamma.index_select(0, layer.coords.reshape({-1}))
-                .view({hkv, r});
+        layer.latent_gamma = layer.gamma.gather(1, layer.coords);
       } else if (mode_ == DecodeMode::kNaive) {
         layer.planes = at::arange(r / 2, at::kLong)
                            .clamp_max(std::max<int64_t>(layer_rope.planes() - 1, 0))
@@ -159,11 +165,12 @@ class LrkvEngine : public DecodeEngine {
           }
         }
       }
-      layer.ks = NewSegment(true, {dh});
+      layer.ks = NewSegment(true, {split_ ? 2 * dh : dh});
       layer.vs = NewSegment(false, {dh});
       layer.zk = NewSegment(true, {hkv, r});
       layer.zv = NewSegment(false, {hkv, r});
-      if (config_.qk_norm) layer.sigma = NewCache({hkv});
+      // σ: one per KV head and token, or one per token over all heads.
+      if (config_.qk_norm) layer.sigma = NewCache({config_.qk_norm_over_heads ? 1 : hkv});
       layers_.push_back(std::move(layer));
     }
     return absl::OkStatus();
@@ -175,14 +182,21 @@ class LrkvEngine : public DecodeEngine {
     auto ks = Linear(x, L.k.shared, L.k.shared_bias);    // [B, dh]
     auto zk = at::einsum("bd,hrd->bhr", {x, L.k.down});  // [B, Hkv, r]
     if (config_.qk_norm) {
-      // Rebuild the full key once to get its per-head scale.
+      // Rebuild the full key once to get its scale (per head, or over all).
       auto k = ks.unsqueeze(1) + at::einsum("bhr,hdr->bhd", {zk, L.k.up}) +
                L.k.delta;
-      Write(L.sigma, pos,
-            at::rsqrt(k.pow(2).mean({-1}) + config_.rms_norm_eps));
+      const auto ms = config_.qk_norm_over_heads
+                          ? k.pow(2).mean({-2, -1}).unsqueeze(-1)
+                          : k.pow(2).mean({-1});
+      Write(L.sigma, pos, at::rsqrt(ms + config_.rms_norm_eps));
     }
-    WriteSegment(L.ks, pos,
-                 RotateAt(index, (ks * L.gamma).unsqueeze(1), pos).squeeze(1));
+    if (split_) {  // [P_t k_s ; P_t J k_s]
+      WriteSegment(L.ks, pos,
+                   RotateAt(index, at::stack({ks, ks * L.jsign}, 1), pos).flatten(1));
+    } else {
+      WriteSegment(L.ks, pos,
+                   RotateAt(index, (ks * L.gamma[0]).unsqueeze(1), pos).squeeze(1));
+    }
     const auto p = at::full({1}, pos, at::kLong);
     if (mode_ == DecodeMode::kPlane) {
       zk =
@@ -218,7 +232,12 @@ class LrkvEngine : public DecodeEngine {
     const auto qg = A(Grouped(q));                 // q̂ [B, Hkv, g, dh]
     const auto qr = A(Grouped(RotateAt(index, q, pos)));  // P_p q̂
     const auto z = A(ReadSegment(L.zk, n));        // [B, L, Hkv, r]
-    auto scores = at::einsum("bhgd,bld->bhgl", {qr, A(ReadSegment(L.ks, n))});
+    // The shared key's score; with split weights [ḡ_h ⊙ P_p q̂ ; δ_h ⊙ P_p q̂]
+    // against [P_t k_s ; P_t J k_s].
+    const auto q_shared =
+        split_ ? at::cat({qr * A(L.gbar).unsqueeze(1), qr * A(L.gdelta).unsqueeze(1)}, -1)
+               : qr;
+    auto scores = at::einsum("bhgd,bld->bhgl", {q_shared, A(ReadSegment(L.ks, n))});
     switch (mode_) {
       case DecodeMode::kReconstruct: {
         // Rebuild γ⊙(B_h z_t + δ_h) at every position and rotate it:
@@ -242,7 +261,7 @@ class LrkvEngine : public DecodeEngine {
       case DecodeMode::kPartial: {
         // The residual lives on position-free coordinates: (q̂⊙γ) B_h against
         // raw latents, plus the per-head bias term.
-        const auto qgam = qg * A(L.gamma);
+        const auto qgam = qg * A(L.gamma).unsqueeze(1);
         auto w = at::einsum("bhgd,hdr->bhgr", {qgam, A(L.k.up)});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {w, z}) +
                  at::einsum("bhgd,hd->bhg", {qgam, A(L.k.delta)}).unsqueeze(-1);
@@ -251,7 +270,7 @@ class LrkvEngine : public DecodeEngine {
       case DecodeMode::kNaive: {
         // The paper's shortcut: (P_p q̂ ⊙ γ) B_h against latents rotated in
         // r-space.
-        auto w = at::einsum("bhgd,hdr->bhgr", {qr * A(L.gamma), A(L.k.up)});
+        auto w = at::einsum("bhgd,hdr->bhgr", {qr * A(L.gamma).unsqueeze(1), A(L.k.up)});
         scores = scores + at::einsum("bhgr,blhr->bhgl", {w, z});
         break;
       }
@@ -344,7 +363,10 @@ class LrkvEngine : public DecodeEngine {
           (at::einsum("blhr,hdr->blhd", {z, L.k.up}) + L.k.delta) * L.gamma,
           at::arange(n, at::kLong));
     }
-    auto k = ReadSegment(L.ks, n).unsqueeze(2) + residual;
+    const auto ks = ReadSegment(L.ks, n);  // [B, L, dh], or [B, L, 2dh] split
+    auto k = split_ ? ks.narrow(-1, 0, dh).unsqueeze(2) * L.gbar +
+                          ks.narrow(-1, dh, dh).unsqueeze(2) * L.gdelta + residual
+                    : ks.unsqueeze(2) + residual;
     if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
       k = k * Read(L.sigma, n).unsqueeze(-1);
     }
@@ -356,6 +378,31 @@ class LrkvEngine : public DecodeEngine {
                                  std::sqrt(static_cast<double>(dh)),
                              -1);
     return at::einsum("bhgl,blhd->bhgd", {probs, v}).reshape(q.sizes());
+  }
+
+  // The key norm's weights differ per head (OLMo-2 normalises the whole
+  // projection), so the shared key, which every head reads, cannot carry them,
+  // and γ_h does not commute with a rotation whose two coordinates it weighs
+  // differently. On a plane (a, b), diag(γ_a, γ_b) = ḡ·I + δ·J with
+  // J = diag(1, −1), so P_t(γ ⊙ k) = ḡ P_t k + δ P_t (J k): the cache holds
+  // P_t k_s and P_t J k_s (2·d_h, shared) and each head weighs them on the
+  // query side. Exact for rotating and position-free pairs alike.
+  void SplitGamma(const Rope& rope, Layer* layer) const {
+    const int64_t dh = config_.head_dim;
+    layer->gbar = layer->gamma.clone();
+    layer->gdelta = at::zeros_like(layer->gamma);
+    layer->jsign = at::zeros({dh}, layer->gamma.options());
+    for (int64_t p = 0; p < rope.planes(); ++p) {
+      const auto [a, b] = rope.PlaneCoordinates(p);
+      const auto ga = layer->gamma.select(1, a), gb = layer->gamma.select(1, b);
+      const auto mean = (ga + gb) / 2, half_diff = (ga - gb) / 2;
+      for (int64_t c : {a, b}) {
+        layer->gbar.select(1, c).copy_(mean);
+        layer->gdelta.select(1, c).copy_(half_diff);
+      }
+      layer->jsign[a] = 1;
+      layer->jsign[b] = -1;
+    }
   }
 
   const char* cache_layout() const override {
@@ -451,7 +498,10 @@ class LrkvEngine : public DecodeEngine {
 
   struct Layer {
     Factors k, v;
-    at::Tensor gamma;                      // k_norm γ, or ones
+    at::Tensor gamma;                      // [Hkv, dh]: k_norm γ, or ones
+    // Split weights (OLMo-2): per plane, ḡ = (γ_a + γ_b)/2 and δ = (γ_a − γ_b)/2 on
+    // both of its coordinates (position-free ones: γ and 0), and J's signs [dh].
+    at::Tensor gbar, gdelta, jsign;
     at::Tensor coords, planes;             // plane / naive modes
     at::Tensor latent_bias, latent_gamma;  // plane mode: [Hkv, r]
     Segment ks, vs, zk, zv;                // the cache
@@ -459,6 +509,7 @@ class LrkvEngine : public DecodeEngine {
   };
   std::vector<Layer> layers_;
   bool kernel_ = false;  // plane mode through kernels::FactoredDecode
+  bool split_ = false;   // per-head key-norm weights: two-part shared key
   bool tiled_ = false;
 };
 

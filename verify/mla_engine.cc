@@ -32,7 +32,7 @@ class MlaEngine : public DecodeEngine {
     // [B, L, dc], in the weights' dtype (float64 for the error model's twins).
     const auto c = Read(latent_[layer], n).to(l.kv_down.scalar_type());
     auto k = Linear(c, l.k_up, l.bk).view({b, n, hkv, dh});        // rebuilt per position
-    if (config_.qk_norm) k = RmsNorm(k, l.k_norm, config_.rms_norm_eps);
+    if (config_.qk_norm) k = QkNorm(config_, k, l.k_norm);
     k = rope(layer).Rotate(k, at::arange(n, at::kLong));
     const auto qr = Grouped(RotateAt(layer, q, pos));
     auto scores = at::einsum("bhgd,blhd->bhgl", {qr, k}) / std::sqrt(static_cast<double>(dh));
