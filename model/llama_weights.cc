@@ -163,6 +163,15 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
         at::Tensor out = at::empty(shape, at::kFloat);
         ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
                          out.data_ptr<float>());
+        // A NaN/Inf weight would make every comparison downstream false (and
+        // verify read "max error 0"): refused here, naming the tensor.
+        if (!out.isfinite().all().item<bool>()) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat(ckpt.path(), ": tensor '", name, "' holds ",
+                           out.isnan().sum().item<int64_t>(), " NaN and ",
+                           out.isinf().sum().item<int64_t>(), " infinite values"));
+          return;
+        }
         *slot = out;
       });
   RETURN_IF_ERROR(status);

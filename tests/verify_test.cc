@@ -525,6 +525,20 @@ TEST_F(VerifyJobTest, NonFiniteOutputsFailAtTheFirstStep) {
   EXPECT_EQ(r.first_bad_step, 0);
 }
 
+// The same model on disk is refused at load, naming the tensor.
+TEST_F(VerifyJobTest, NonFiniteWeightsAreRefusedAtLoadNamingTheTensor) {
+  Model m = Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane);
+  m.weights.layers[1].w_up = m.weights.layers[1].w_up.clone();
+  m.weights.layers[1].w_up[3][5] = std::numeric_limits<float>::infinity();
+  VerifyJobOptions o;
+  o.checkpoint = Save("verify_inf", m);
+  auto r = RunVerifyJob(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()),
+              ::testing::HasSubstr("'model.layers.1.mlp.up_proj.weight' holds 0 NaN and 1 infinite"));
+}
+
 // A reconstruct-mode conversion keeps whole per-head K bias deltas: at r = 0
 // there is no latent to carry them, so plane decoding cannot represent the
 // model and must say so (n/a) rather than run and fail, or drop them.
