@@ -508,7 +508,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
   return c;
 }
 
-std::string ConfigToHfJson(const ModelConfig& c) {
+std::string ConfigToHfJson(const ModelConfig& c, const std::string& torch_dtype) {
   // The architecture follows the features: only Qwen3 has QK-norm, and Qwen2 always
   // has q/k/v biases; Llama takes biases through attention_bias.
   const ArchInfo& info = c.post_norm                           ? kArchitectures[5]
@@ -538,7 +538,7 @@ std::string ConfigToHfJson(const ModelConfig& c) {
       {"eos_token_id", c.eos_token_ids.empty()       ? json()
                        : c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0])
                                                      : json(c.eos_token_ids)},
-      {"torch_dtype", "float32"},
+      {"torch_dtype", torch_dtype},
   };
   if (c.kv.layout != KvLayout::kDense || c.kv.rope_mode == RopeMode::kPartial) {
     j["lrkv_kv"] = {{"layout", KvLayoutName(c.kv.layout)},

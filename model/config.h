@@ -145,7 +145,8 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& gguf);
 
 // The HF config.json text for `config`. HF loaders assume the half-split RoPE layout:
 // writers of adjacent-layout weights must permute Q/K first (see PermuteRopeLayout).
-std::string ConfigToHfJson(const ModelConfig& config);
+// `torch_dtype` names the storage of the weights written beside it.
+std::string ConfigToHfJson(const ModelConfig& config, const std::string& torch_dtype = "float32");
 
 }  // namespace lrkv
 

@@ -50,7 +50,8 @@ absl::Status AddTokenizer(const Tokenizer& tokenizer, int64_t rows, GgufBuilder*
 absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
                                               const LlamaWeights& weights,
                                               const Tokenizer& tokenizer,
-                                              std::vector<at::Tensor>* keep) {
+                                              std::vector<at::Tensor>* keep,
+                                              DType matrices) {
   RETURN_IF_ERROR(config.Validate());
   if (config.kv.layout != KvLayout::kDense) {
     return Invalid(absl::StrCat("a ", KvLayoutName(config.kv.layout),
@@ -88,7 +89,10 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
   auto key = [&](const char* k) { return absl::StrCat(arch, ".", k); };
   g.AddString("general.architecture", arch);
   g.AddString("general.name", "lrkv export");
-  g.AddUint32("general.file_type", 0);  // all F32
+  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32.
+  g.AddUint32("general.file_type", matrices == DType::kF16    ? 1
+                                   : matrices == DType::kBF16 ? 32
+                                                              : 0);
   g.AddUint32(key("context_length"), static_cast<uint32_t>(c.max_position_embeddings));
   g.AddUint32(key("embedding_length"), static_cast<uint32_t>(c.hidden_size));
   g.AddUint32(key("feed_forward_length"), static_cast<uint32_t>(c.intermediate_size));
@@ -115,7 +119,7 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
   }
   RETURN_IF_ERROR(AddTokenizer(tokenizer, c.vocab_size, &g));
 
-  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, keep));
+  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, keep, matrices));
   for (TensorView& v : views) {
     const std::string name = GgufNameFromCanonical(v.name);
     if (name.empty()) return Invalid(absl::StrCat("tensor '", v.name, "' has no GGUF name"));
@@ -126,9 +130,11 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
 }
 
 absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
-                                const LlamaWeights& weights, const Tokenizer& tokenizer) {
+                                const LlamaWeights& weights, const Tokenizer& tokenizer,
+                                DType matrices) {
   std::vector<at::Tensor> keep;
-  ASSIGN_OR_RETURN(GgufBuilder g, GgufExportBuilder(config, weights, tokenizer, &keep));
+  ASSIGN_OR_RETURN(GgufBuilder g,
+                   GgufExportBuilder(config, weights, tokenizer, &keep, matrices));
   return g.Write(path);
 }
 

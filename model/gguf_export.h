@@ -17,15 +17,19 @@ namespace lrkv {
 
 // InvalidArgument for what GGUF cannot hold as a plain model: LRKV/MLA layouts (export
 // them with --expand), partial-RoPE conversions, rope scaling other than linear/yarn.
+// `matrices`: the storage of every 2-D tensor (kF32, kF16, kBF16); norms and other
+// vectors are float32, as llama.cpp requires.
 absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
-                                const LlamaWeights& weights, const Tokenizer& tokenizer);
+                                const LlamaWeights& weights, const Tokenizer& tokenizer,
+                                DType matrices = DType::kF32);
 
 // The same file as a builder not yet written (float32 tensors whose data `keep` owns),
 // for callers that store some tensors differently.
 absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
                                               const LlamaWeights& weights,
                                               const Tokenizer& tokenizer,
-                                              std::vector<at::Tensor>* keep);
+                                              std::vector<at::Tensor>* keep,
+                                              DType matrices = DType::kF32);
 
 }  // namespace lrkv
 

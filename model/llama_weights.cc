@@ -335,7 +335,12 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
 
 absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
                                                    const LlamaWeights& weights,
-                                                   std::vector<at::Tensor>* keep) {
+                                                   std::vector<at::Tensor>* keep,
+                                                   DType matrices) {
+  if (matrices != DType::kF32 && matrices != DType::kF16 && matrices != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
+  }
   LlamaWeights w = weights;
   std::vector<TensorView> views;
   absl::Status status;
@@ -348,15 +353,20 @@ absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
                       "tensor '", name, "' is missing or has the wrong shape"));
                   return;
                 }
+                const DType dtype = shape.size() >= 2 ? matrices : DType::kF32;
+                const at::ScalarType scalar = dtype == DType::kF16    ? at::kHalf
+                                              : dtype == DType::kBF16 ? at::kBFloat16
+                                                                      : at::kFloat;
+                // Rounded to nearest even, once, from float32.
                 at::Tensor t =
-                    slot->detach().to(at::kCPU).to(at::kFloat).contiguous();
+                    slot->detach().to(at::kCPU).to(at::kFloat).to(scalar).contiguous();
                 keep->push_back(t);
                 TensorView v;
                 v.name = name;
-                v.dtype = DType::kF32;
+                v.dtype = dtype;
                 v.shape = shape;
                 v.data = static_cast<const uint8_t*>(t.data_ptr());
-                v.nbytes = t.numel() * sizeof(float);
+                v.nbytes = t.numel() * static_cast<int64_t>(t.element_size());
                 views.push_back(std::move(v));
               });
   RETURN_IF_ERROR(status);
@@ -366,7 +376,7 @@ absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
                                        const ModelConfig& config,
                                        const LlamaWeights& weights,
-                                       const Tokenizer* tokenizer) {
+                                       const Tokenizer* tokenizer, DType matrices) {
   RETURN_IF_ERROR(config.Validate());
   ModelConfig c = config;
   LlamaWeights w = weights;
@@ -378,12 +388,15 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
         absl::StrCat(dir, ": cannot create: ", ec.message()));
   }
   std::vector<at::Tensor> keep;
-  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, &keep));
+  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, &keep, matrices));
   RETURN_IF_ERROR(
       WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views,
                        {{"format", "pt"}}));
-  RETURN_IF_ERROR(WriteFileAtomically(
-      (fs::path(dir) / kConfigFileName).string(), ConfigToHfJson(c)));
+  const char* torch_dtype = matrices == DType::kF16    ? "float16"
+                            : matrices == DType::kBF16 ? "bfloat16"
+                                                       : "float32";
+  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
+                                      ConfigToHfJson(c, torch_dtype)));
   if (tokenizer != nullptr) {
     for (const TokenizerFile& f : tokenizer->Files()) {
       RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));

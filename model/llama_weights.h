@@ -78,16 +78,21 @@ DenseKv ExpandKv(const ModelConfig& config, const LayerWeights& layer);
 // Float32 views of every weight of `config`'s layout under its HF name ("model.layers.0.
 // self_attn.q_proj.weight"); `keep` owns the data. InvalidArgument naming a missing or
 // misshaped tensor.
+// `matrices` (kF32, kF16 or kBF16) is the storage of every 2-D tensor; vectors (norms,
+// biases) stay float32, as llama.cpp requires of norms.
 absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& config,
                                                    const LlamaWeights& weights,
-                                                   std::vector<at::Tensor>* keep);
+                                                   std::vector<at::Tensor>* keep,
+                                                   DType matrices = DType::kF32);
 
-// Writes config.json, model.safetensors (float32, HF names) and, when given, the
-// tokenizer into `dir` (created if needed). Adjacent-layout weights are permuted to
-// the half-split layout HF loaders assume.
+// Writes config.json, model.safetensors (HF names; matrices in `matrices`, vectors in
+// float32; torch_dtype says which) and, when given, the tokenizer into `dir` (created
+// if needed). Adjacent-layout weights are permuted to the half-split layout HF
+// loaders assume.
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig& config,
                                        const LlamaWeights& weights,
-                                       const Tokenizer* tokenizer);
+                                       const Tokenizer* tokenizer,
+                                       DType matrices = DType::kF32);
 
 }  // namespace lrkv
 

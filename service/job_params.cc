@@ -65,7 +65,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
       ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
                          "metric", "rope_mode", "rope_planes", "iters",
                          "damping", "calib", "calib_range", "calib_tokens",
-                         "eval", "eval_range", "expand"}));
+                         "eval", "eval_range", "expand", "weight_dtype"}));
   ConvertJobOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out_dir;
@@ -88,6 +88,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
   RETURN_IF_ERROR(Read(j, "eval", &o.eval_path));
   RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
   RETURN_IF_ERROR(Read(j, "expand", &o.expand));
+  RETURN_IF_ERROR(Read(j, "weight_dtype", &o.weight_dtype));
   ASSIGN_OR_RETURN(c.variant, ParseKvVariant(variant));
   ASSIGN_OR_RETURN(c.metric, ParseSurgeryMetric(metric));
   ASSIGN_OR_RETURN(c.rope_mode, ParseRopeMode(mode));

@@ -62,6 +62,15 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   if (!gguf && o.format != "safetensors") {
     return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
   }
+  DType matrices = DType::kF32;
+  if (o.weight_dtype == "f16") {
+    matrices = DType::kF16;
+  } else if (o.weight_dtype == "bf16") {
+    matrices = DType::kBF16;
+  } else if (o.weight_dtype != "f32") {
+    return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,
+                                "' is not one of f32, f16, bf16"));
+  }
   if (activation || !o.eval_path.empty() || gguf) {
     RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
   }
@@ -105,10 +114,10 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
       fs::create_directories(dir, ec);
       RETURN_IF_ERROR(SaveGgufCheckpoint((fs::path(dir) / kGgufExportFileName).string(),
                                          converted.config, converted.weights,
-                                         *ckpt->tokenizer()));
+                                         *ckpt->tokenizer(), matrices));
     } else {
       RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, converted.config, converted.weights,
-                                                ckpt->tokenizer()));
+                                                ckpt->tokenizer(), matrices));
     }
     RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "report.json").string(),
                                         report.ToJson().dump(2) + "\n"));

@@ -49,6 +49,9 @@ struct ConvertJobOptions {
   /// "safetensors" (config.json + model.safetensors + tokenizer files) or "gguf"
   /// (model.gguf, what llama.cpp loads: plain layouts only, i.e. GQA/MQA or --expand).
   std::string format = "safetensors";
+  /// Storage of the written matrices: "f32" (lossless), "f16" or "bf16" (half the
+  /// bytes, each weight rounded once to nearest); norms and biases stay float32.
+  std::string weight_dtype = "f32";
 };
 
 // The file a GGUF export writes inside the output folder.

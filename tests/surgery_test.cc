@@ -2,10 +2,13 @@
 // rank, r = 0 = MQA, monotone objectives, plane/partial RoPE constraints, the
 // activation metric, saved converted checkpoints, and impossible requests.
 #include <filesystem>
+#include <fstream>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "model/gguf_export.h"
 #include "model/llama_weights.h"
 #include "model/text_corpus.h"
 #include "model/transformer.h"
@@ -312,6 +315,55 @@ TEST_F(ConvertJobTest, WritesCheckpointAndReport) {
   // An existing, non-empty output folder is refused and left alone.
   ExpectRejected(job, "exists and is not empty", /*out_existed=*/true);
   EXPECT_TRUE(fs::exists(fs::path(job.out_dir) / "model.safetensors"));
+}
+
+// --weight-dtype f16 / bf16: matrices written at half the bytes, each weight the
+// float32 one rounded once to nearest; norms stay float32; config.json and the GGUF
+// file type say so; the model reads back to those exact values.
+TEST_F(ConvertJobTest, HalfPrecisionOutputsRoundEachMatrixOnce) {
+  ConvertJobOptions f32 = Job("f32");
+  f32.conversion.variant = KvVariant::kGqa;
+  f32.conversion.kv_heads = 2;
+  ASSERT_TRUE(RunConvertJob(f32).ok());
+  auto full = Checkpoint::Open(f32.out_dir);
+  ASSERT_TRUE(full.ok()) << full.status();
+  auto full_w = LoadLlamaWeights(**full);
+  ASSERT_TRUE(full_w.ok());
+  const auto f32_bytes = fs::file_size(fs::path(f32.out_dir) / "model.safetensors");
+  for (const auto& [name, dtype, scalar] :
+       {std::tuple{"f16", DType::kF16, at::kHalf}, {"bf16", DType::kBF16, at::kBFloat16}}) {
+    SCOPED_TRACE(name);
+    for (const std::string format : {"safetensors", "gguf"}) {
+      ConvertJobOptions job = f32;
+      job.out_dir = (root_ / (std::string(name) + format)).string();
+      job.weight_dtype = name;
+      job.format = format;
+      ASSERT_TRUE(RunConvertJob(job).ok());
+      const fs::path file = fs::path(job.out_dir) /
+                            (format == "gguf" ? kGgufExportFileName : "model.safetensors");
+      auto half = Checkpoint::Open(format == "gguf" ? file.string() : job.out_dir);
+      ASSERT_TRUE(half.ok()) << half.status();
+      EXPECT_EQ(half->get()->Find("model.layers.0.mlp.up_proj.weight") != nullptr
+                    ? half->get()->Find("model.layers.0.mlp.up_proj.weight")->dtype
+                    : half->get()->Find("blk.0.ffn_up.weight")->dtype,
+                dtype);
+      auto w = LoadLlamaWeights(**half);
+      ASSERT_TRUE(w.ok()) << w.status();
+      const auto& a = w->layers[0], &b = full_w->layers[0];
+      EXPECT_TRUE(at::equal(a.w_up, b.w_up.to(scalar).to(at::kFloat)));
+      EXPECT_TRUE(at::equal(a.ffn_norm, b.ffn_norm));  // norms stay float32
+      if (format == "safetensors") {
+        EXPECT_LT(fs::file_size(file), f32_bytes * 6 / 10);
+        std::ifstream in(fs::path(job.out_dir) / "config.json");
+        const std::string config((std::istreambuf_iterator<char>(in)), {});
+        EXPECT_THAT(config, HasSubstr(dtype == DType::kF16 ? "\"float16\"" : "\"bfloat16\""));
+      }
+    }
+  }
+  ConvertJobOptions bad = f32;
+  bad.out_dir = (root_ / "fp8").string();
+  bad.weight_dtype = "fp8";
+  ExpectRejected(bad, "--weight-dtype 'fp8'");
 }
 
 TEST_F(ConvertJobTest, ImpossibleRequestsFailAndWriteNothing) {

@@ -209,6 +209,9 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   conv->add_option("--format", v->job.format,
                    "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand)")
       ->capture_default_str();
+  conv->add_option("--weight-dtype", v->job.weight_dtype,
+                   "f32 | f16 | bf16: storage of the written matrices (norms stay f32)")
+      ->capture_default_str();
   conv->add_option("--out", v->job.out_dir,
                    "Output folder (must not exist; local runs)");
   conv->add_flag("--json", v->json, "Print the report as JSON");
