@@ -5,21 +5,36 @@
 #include <cmath>
 
 namespace lrkv {
+namespace {
+
+// Dynamic NTK's rope_theta for sequences of `len` tokens (float64, any shape):
+// unscaled within the trained context.
+at::Tensor DynamicNtkBase(const ModelConfig& c, const at::Tensor& len) {
+  const RopeScaling& s = c.rope_scaling;
+  const double trained = static_cast<double>(s.original_max_position_embeddings > 0
+                                                 ? s.original_max_position_embeddings
+                                                 : c.max_position_embeddings);
+  const double dim = static_cast<double>(c.rope_dim);
+  return c.rope_theta *
+         (s.factor * len.clamp_min(trained) / trained - (s.factor - 1.0)).pow(dim / (dim - 2.0));
+}
+
+// 2i / rope_dim for the rotation planes i: base^-exponent is a plane's frequency.
+at::Tensor PlaneExponents(const ModelConfig& c, const at::TensorOptions& options) {
+  return at::arange(0, c.rope_dim / 2, options) * 2.0 / static_cast<double>(c.rope_dim);
+}
+
+}  // namespace
 
 at::Tensor RopeInverseFrequencies(const ModelConfig& c, int64_t seq_len) {
+  const RopeScaling& s = c.rope_scaling;
+  const at::Tensor base =
+      s.type == RopeScalingType::kDynamic
+          ? DynamicNtkBase(c, at::scalar_tensor(static_cast<double>(seq_len), at::kDouble))
+          : at::scalar_tensor(c.rope_theta, at::kDouble);
+  at::Tensor inv_freq = base.pow(-PlaneExponents(c, at::kDouble));
   const int64_t half = c.rope_dim / 2;
   const double dim = static_cast<double>(c.rope_dim);
-  const RopeScaling& s = c.rope_scaling;
-  const auto exponents = at::arange(0, half, at::kDouble) * 2.0 / dim;
-  double base = c.rope_theta;
-  if (s.type == RopeScalingType::kDynamic) {
-    const double trained = static_cast<double>(s.original_max_position_embeddings > 0
-                                                   ? s.original_max_position_embeddings
-                                                   : c.max_position_embeddings);
-    const double len = std::max<double>(static_cast<double>(seq_len), trained);
-    base *= std::pow(s.factor * len / trained - (s.factor - 1.0), dim / (dim - 2.0));
-  }
-  at::Tensor inv_freq = at::pow(base, -exponents);
   switch (s.type) {
     case RopeScalingType::kNone:
     case RopeScalingType::kDynamic:
@@ -108,17 +123,9 @@ std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) cons
     // depends on how the sequence is cut into calls; per position is what its
     // token-by-token decoding computes, and the one rule under which a cached key
     // keeps its rotation, so every engine and cache agrees.
-    const double trained = static_cast<double>(s.original_max_position_embeddings > 0
-                                                   ? s.original_max_position_embeddings
-                                                   : config_.max_position_embeddings);
-    const double dim = static_cast<double>(config_.rope_dim);
     const auto pos = positions.to(at::kDouble);
-    const auto len = (pos + 1.0).clamp_min(trained);
-    const auto base =
-        config_.rope_theta * (s.factor * len / trained - (s.factor - 1.0)).pow(dim / (dim - 2.0));
-    const auto exponents =
-        at::arange(0, half_, pos.options()) * 2.0 / dim;  // [half]
-    angles = pos.unsqueeze(-1) * base.unsqueeze(-1).pow(-exponents);
+    const auto base = DynamicNtkBase(config_, pos + 1.0);
+    angles = pos.unsqueeze(-1) * base.unsqueeze(-1).pow(-PlaneExponents(config_, pos.options()));
   } else {
     angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_.to(positions.device());
   }

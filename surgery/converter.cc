@@ -19,8 +19,7 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 // Coordinates (within a head) of each plane a plane-mode residual may select: the
 // RoPE rotation planes by frequency index, then the position-free pairs a partial
 // rotary leaves (frequency 0, so selecting them is as exact as a rotation plane).
-std::vector<std::pair<int64_t, int64_t>> HeadPlanes(const ModelConfig& c, int64_t layer) {
-  const Rope rope(c, layer);
+std::vector<std::pair<int64_t, int64_t>> HeadPlanes(const Rope& rope) {
   std::vector<std::pair<int64_t, int64_t>> planes;
   for (int64_t p = 0; p < rope.head_planes(); ++p) planes.push_back(rope.PlaneCoordinates(p));
   return planes;
@@ -126,15 +125,15 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
   std::vector<LayerReport> layer_reports;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     // The planes of this layer (a NoPE layer's are all position-free pairs).
-    const auto planes = HeadPlanes(config, i);
+    const Rope rope(config, i);
+    const auto planes = HeadPlanes(rope);
     if (o.rope_mode == RopeMode::kPlane) {
       k_opt.support = ResidualSupport::kRopePlanes;
       k_opt.planes = planes;
     } else if (o.rope_mode == RopeMode::kPartial) {
       k_opt.support = ResidualSupport::kExcludeCoords;
       k_opt.excluded.clear();
-      const int64_t rotating = Rope(config, i).planes();
-      for (int64_t p = 0; p < std::min(kept, rotating); ++p) {
+      for (int64_t p = 0; p < std::min(kept, rope.planes()); ++p) {
         k_opt.excluded.push_back(planes[p].first);
         k_opt.excluded.push_back(planes[p].second);
       }
