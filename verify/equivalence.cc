@@ -52,11 +52,12 @@ struct Site {
   double Relative(double x) const { return values.rms() > 0 ? x / values.rms() : x; }
 };
 
-void Accumulate(Site* s, const at::Tensor& candidate, const at::Tensor& plain,
+// `candidate64` is the candidate's output already in float64.
+void Accumulate(Site* s, const at::Tensor& candidate64, const at::Tensor& plain,
                 const at::Tensor& reordered, const at::Tensor& f64,
                 const at::Tensor& rounded, const at::Tensor& exact64) {
   auto d = [](const at::Tensor& t) { return t.to(at::kDouble); };
-  s->candidate.Add(d(candidate) - f64);
+  s->candidate.Add(candidate64 - f64);
   s->plain.Add(d(plain) - f64);
   s->reordered.Add(d(reordered) - f64);
   s->own.Add(d(rounded) - exact64);
@@ -144,7 +145,6 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   const size_t layers = weights.layers.size();
   std::vector<Site> sites(layers + 1);  // layers, then the logits
   struct Greedy {
-    int64_t step;
     bool agreed;
     double margin;  // f64's top-1 minus top-2 logit
   };
@@ -165,7 +165,7 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
     const auto plain_logits = plain->Step(token);
     const auto reordered_logits = reordered->Step(token);
     const auto cand_logits = (*candidate)->Step(token);
-    const auto stored_logits = rounded->Step(token);
+    const auto rounded_logits = rounded->Step(token);
     const auto exact_logits = exact64->Step(token);
     for (size_t layer = 0; layer <= layers; ++layer) {
       const bool logits = layer == layers;
@@ -174,15 +174,16 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
       const at::Tensor& p = logits ? plain_logits : plain->attention_outputs()[layer];
       const at::Tensor& p2 = logits ? reordered_logits : reordered->attention_outputs()[layer];
       const at::Tensor& t = logits ? truth_logits : truth->attention_outputs()[layer];
-      const at::Tensor& s64 = logits ? stored_logits : rounded->attention_outputs()[layer];
+      const at::Tensor& r32 = logits ? rounded_logits : rounded->attention_outputs()[layer];
       const at::Tensor& e64 = logits ? exact_logits : exact64->attention_outputs()[layer];
       const int64_t site = logits ? -1 : static_cast<int64_t>(layer);
       if (!AllFinite(c) || !AllFinite(p) || !AllFinite(t)) {
         note_non_finite(step, site);
         break;
       }
-      Accumulate(&sites[layer], c, p, p2, t, s64, e64);
-      Worst(logits ? &r.worst_logits : &r.worst_layer, Compare(c, t));
+      const at::Tensor c64 = c.to(at::kDouble);  // converted once for both
+      Accumulate(&sites[layer], c64, p, p2, t, r32, e64);
+      Worst(logits ? &r.worst_logits : &r.worst_layer, Compare(c64, t));
     }
     if (r.non_finite) break;
     const auto top = truth_logits.topk(2, -1);
@@ -192,7 +193,7 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
     const int64_t generated = step + 1 - static_cast<int64_t>(o.prompt.size());
     if (generated >= 0 && generated < o.decode_tokens) {
       const auto values = std::get<0>(top);
-      greedy.push_back({step, cand_next == truth_next,
+      greedy.push_back({cand_next == truth_next,
                         values.size(1) > 1 ? (values[0][0] - values[0][1]).item<double>()
                                            : std::numeric_limits<double>::infinity()});
     }

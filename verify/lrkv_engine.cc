@@ -107,6 +107,16 @@ class LrkvEngine : public DecodeEngine {
     // Per-head key-norm weights (OLMo-2) need the two-part shared key below,
     // which the kernel (one d_h-wide shared key) does not read.
     split_ = config_.qk_norm && config_.qk_norm_over_heads;
+    apply_sigma_ = config_.qk_norm && options_.fault != DecodeFault::kDropSigma;
+    // The shared and residual parts of a score (and of an output) are summed
+    // after they are computed, and after healing they can be large and cancel.
+    // With fp32 storage, the proof mode, that sum is carried in float64 so that
+    // the only roundings left are the stored values'; bf16 storage computes in
+    // fp32. float64 weights (the error model's twins) compute in float64 too.
+    sum_dtype_ = weights_.embed.scalar_type() == at::kDouble ||
+                         (options_.cache_dtype == at::kFloat && options_.float64_sums)
+                     ? at::kDouble
+                     : at::kFloat;
     kernel_ = mode_ == DecodeMode::kPlane && !options_.materialize &&
               options_.kernels && kernel_types && !split_;
     tiled_ = mode_ == DecodeMode::kPlane && kernel_types && !split_ &&
@@ -217,18 +227,7 @@ class LrkvEngine : public DecodeEngine {
     if (kernel_) return AttendWithKernel(index, q, pos);
     Layer& L = layers_[index];
     const int64_t n = pos + 1, dh = config_.head_dim;
-    // The shared and residual parts of a score (and of an output) are summed
-    // after they are computed, and after healing they can be large and cancel.
-    // With fp32 storage, the proof mode, that sum is carried in float64 so that
-    // the only roundings left are the stored values'; bf16 storage computes in
-    // fp32.
-    // float64 weights (the error model's twins) compute in float64 too.
-    const bool f64_weights = weights_.embed.scalar_type() == at::kDouble;
-    const auto acc =
-        f64_weights || (options_.cache_dtype == at::kFloat && options_.float64_sums)
-            ? at::kDouble
-            : at::kFloat;
-    auto A = [acc](const at::Tensor& t) { return t.to(acc); };
+    auto A = [acc = sum_dtype_](const at::Tensor& t) { return t.to(acc); };
     const auto qg = A(Grouped(q));                 // q̂ [B, Hkv, g, dh]
     const auto qr = A(Grouped(RotateAt(index, q, pos)));  // P_p q̂
     const auto z = A(ReadSegment(L.zk, n));        // [B, L, Hkv, r]
@@ -277,7 +276,7 @@ class LrkvEngine : public DecodeEngine {
       case DecodeMode::kExpanded:
         break;
     }
-    if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
+    if (apply_sigma_) {
       scores = scores * A(Read(L.sigma, n)).permute({0, 2, 1}).unsqueeze(2);
     }
     auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
@@ -304,9 +303,7 @@ class LrkvEngine : public DecodeEngine {
                          .expand({b, -1, qg.size(2), -1});
     const auto q_sel = qg.gather(3, idx).reshape({b, h, r}).contiguous();
     at::Tensor sigma;
-    if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
-      sigma = L.sigma.to(at::kFloat).contiguous();
-    }
+    if (apply_sigma_) sigma = L.sigma.to(at::kFloat).contiguous();
     auto out = at::empty({b, h, dh}, at::kFloat);
     auto out_latent = at::empty({b, h, r}, at::kFloat);
     kernels::FactoredDecodeParams p;
@@ -367,9 +364,7 @@ class LrkvEngine : public DecodeEngine {
     auto k = split_ ? ks.narrow(-1, 0, dh).unsqueeze(2) * L.gbar +
                           ks.narrow(-1, dh, dh).unsqueeze(2) * L.gdelta + residual
                     : ks.unsqueeze(2) + residual;
-    if (config_.qk_norm && options_.fault != DecodeFault::kDropSigma) {
-      k = k * Read(L.sigma, n).unsqueeze(-1);
-    }
+    if (apply_sigma_) k = k * Read(L.sigma, n).unsqueeze(-1);
     auto v = ReadSegment(L.vs, n).unsqueeze(2) +
              at::einsum("blhr,hdr->blhd", {ReadSegment(L.zv, n), L.v.up}) +
              L.v.delta;
@@ -510,6 +505,8 @@ class LrkvEngine : public DecodeEngine {
   std::vector<Layer> layers_;
   bool kernel_ = false;  // plane mode through kernels::FactoredDecode
   bool split_ = false;   // per-head key-norm weights: two-part shared key
+  bool apply_sigma_ = false;  // QK-norm's σ enters the scores (not for kDropSigma)
+  at::ScalarType sum_dtype_ = at::kFloat;  // ATen paths: of the shared + residual sums
   bool tiled_ = false;
 };
 
