@@ -93,15 +93,17 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
   g.AddUint32("general.file_type", matrices == DType::kF16    ? 1
                                    : matrices == DType::kBF16 ? 32
                                                               : 0);
-  g.AddUint32(key("context_length"), static_cast<uint32_t>(c.max_position_embeddings));
-  g.AddUint32(key("embedding_length"), static_cast<uint32_t>(c.hidden_size));
-  g.AddUint32(key("feed_forward_length"), static_cast<uint32_t>(c.intermediate_size));
-  g.AddUint32(key("block_count"), static_cast<uint32_t>(c.num_layers));
-  g.AddUint32(key("attention.head_count"), static_cast<uint32_t>(c.num_heads));
-  g.AddUint32(key("attention.head_count_kv"), static_cast<uint32_t>(c.num_kv_heads));
-  g.AddUint32(key("attention.key_length"), static_cast<uint32_t>(c.head_dim));
-  g.AddUint32(key("attention.value_length"), static_cast<uint32_t>(c.head_dim));
-  g.AddUint32(key("rope.dimension_count"), static_cast<uint32_t>(c.rope_dim));
+  for (const auto& [name, value] : {std::pair{"context_length", c.max_position_embeddings},
+                                     {"embedding_length", c.hidden_size},
+                                     {"feed_forward_length", c.intermediate_size},
+                                     {"block_count", c.num_layers},
+                                     {"attention.head_count", c.num_heads},
+                                     {"attention.head_count_kv", c.num_kv_heads},
+                                     {"attention.key_length", c.head_dim},
+                                     {"attention.value_length", c.head_dim},
+                                     {"rope.dimension_count", c.rope_dim}}) {
+    g.AddUint32(key(name), static_cast<uint32_t>(value));
+  }
   g.AddFloat32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
   g.AddFloat32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.rms_norm_eps));
   g.AddUint32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));

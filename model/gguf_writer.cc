@@ -25,6 +25,17 @@ void PutString(std::string* out, const std::string& s) {
   out->append(s);
 }
 
+// The encoded value of an array of `type` numbers.
+template <typename T>
+std::string NumberArray(uint32_t type, const std::vector<T>& values) {
+  std::string v;
+  Put<uint32_t>(&v, kArray);
+  Put<uint32_t>(&v, type);
+  Put<uint64_t>(&v, values.size());
+  for (T x : values) Put(&v, x);
+  return v;
+}
+
 }  // namespace
 
 void GgufBuilder::AddString(const std::string& key, const std::string& value) {
@@ -65,21 +76,11 @@ void GgufBuilder::AddStrings(const std::string& key, const std::vector<std::stri
 }
 
 void GgufBuilder::AddFloat32s(const std::string& key, const std::vector<float>& values) {
-  std::string v;
-  Put<uint32_t>(&v, kArray);
-  Put<uint32_t>(&v, kF32);
-  Put<uint64_t>(&v, values.size());
-  for (float f : values) Put(&v, f);
-  metadata_.emplace_back(key, std::move(v));
+  metadata_.emplace_back(key, NumberArray(kF32, values));
 }
 
 void GgufBuilder::AddInt32s(const std::string& key, const std::vector<int32_t>& values) {
-  std::string v;
-  Put<uint32_t>(&v, kArray);
-  Put<uint32_t>(&v, kI32);
-  Put<uint64_t>(&v, values.size());
-  for (int32_t i : values) Put(&v, i);
-  metadata_.emplace_back(key, std::move(v));
+  metadata_.emplace_back(key, NumberArray(kI32, values));
 }
 
 void GgufBuilder::AddTensor(const TensorView& tensor) { tensors_.push_back(tensor); }

@@ -12,11 +12,6 @@ nlohmann::json StatsJson(const ErrorStats& e) {
   return {{"max_abs", e.max_abs}, {"max_rel", e.max_rel}, {"cos_dist", e.cos_dist}};
 }
 
-std::string XmlEscape(const std::string& s) {
-  return absl::StrReplaceAll(s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"},
-                                 {"\"", "&quot;"}, {"'", "&apos;"}});
-}
-
 std::string SiteName(int64_t layer) {
   return layer < 0 ? std::string("logits") : absl::StrCat("layer ", layer);
 }
@@ -39,6 +34,11 @@ std::string CacheMessage(const CacheCheck& c) {
 }
 
 }  // namespace
+
+std::string XmlEscape(const std::string& s) {
+  return absl::StrReplaceAll(s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"},
+                                 {"\"", "&quot;"}, {"'", "&apos;"}});
+}
 
 std::string EquivalenceVerdict(const EquivalenceResult& e) {
   if (!e.applicable) return "n/a";

@@ -83,6 +83,9 @@ struct EquivalenceResult {
   }
 };
 
+// `s` escaped for an XML attribute or text (the JUnit writers).
+std::string XmlEscape(const std::string& s);
+
 // EQUIVALENT / NOT EQUIVALENT / n/a; the naive control under "all" reads
 // "expected NOT EQUIVALENT: confirmed" (or "...: it was EQUIVALENT").
 std::string EquivalenceVerdict(const EquivalenceResult& e);

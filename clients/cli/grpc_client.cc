@@ -13,11 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "nlohmann/json.hpp"
 #include "study/compare_html.h"
+#include "verify/verify_report.h"
 
 namespace lrkv::cli {
 namespace {
@@ -74,11 +74,6 @@ void PrintProgress(const v1::JobProgress& p, bool bar) {
     std::fprintf(stderr, "\n");
   }
   std::fflush(stderr);
-}
-
-std::string XmlEscape(const std::string& s) {
-  return absl::StrReplaceAll(s, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"},
-                                 {"\"", "&quot;"}, {"'", "&apos;"}});
 }
 
 // n/a checks are <skipped> (never a pass); a required n/a one, and every check
