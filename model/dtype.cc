@@ -147,4 +147,35 @@ void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst) {
   }
 }
 
+namespace {
+
+// Counts elements whose exponent bits are all ones: NaN when the mantissa bits are not
+// zero, infinity when they are.
+template <typename Bits>
+NonFiniteCount CountByExponent(const unsigned char* bytes, size_t n, Bits exponent, Bits mantissa) {
+  NonFiniteCount c;
+  for (size_t i = 0; i < n; ++i) {
+    Bits v;
+    std::memcpy(&v, bytes + i * sizeof(Bits), sizeof(Bits));
+    if ((v & exponent) == exponent) ++((v & mantissa) != 0 ? c.nan : c.inf);
+  }
+  return c;
+}
+
+}  // namespace
+
+NonFiniteCount CountNonFinite(DType dtype, const void* src, size_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(src);
+  switch (dtype) {
+    case DType::kF32:
+      return CountByExponent<uint32_t>(bytes, n, 0x7f800000u, 0x007fffffu);
+    case DType::kF16:
+      return CountByExponent<uint16_t>(bytes, n, 0x7c00, 0x03ff);
+    case DType::kBF16:
+      return CountByExponent<uint16_t>(bytes, n, 0x7f80, 0x007f);
+    default:
+      return {};
+  }
+}
+
 }  // namespace lrkv

@@ -49,6 +49,13 @@ inline uint16_t FloatToBFloat16(float f) {
 // n is a multiple of the block's values).
 void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst);
 
+// NaN and infinite elements among n little-endian F32, F16 or BF16 values (from the
+// exponent bits, without converting: a multi-GB bf16 checkpoint is checked in place).
+struct NonFiniteCount {
+  uint64_t nan = 0, inf = 0;
+};
+NonFiniteCount CountNonFinite(DType dtype, const void* src, size_t n);
+
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_DTYPE_H_

@@ -13,14 +13,33 @@ inline at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& gamma, double e
   return x * at::rsqrt(x.pow(2).mean({-1}, /*keepdim=*/true) + eps) * gamma;
 }
 
+// The dtype activations are computed in for weights held as `w`: float64 for a
+// float64 model (verify's reference), float32 otherwise (weights loaded in their
+// stored bf16/f16 are widened on use).
+inline at::ScalarType ComputeDtype(const at::Tensor& w) {
+  return w.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// `w` in the dtype of `x`: a weight kept in its stored dtype is converted when used,
+// one tensor at a time, so the model is never held twice (a no-op when they agree).
+inline at::Tensor AsDtypeOf(const at::Tensor& w, const at::Tensor& x) {
+  return !w.defined() || w.scalar_type() == x.scalar_type() ? w : w.to(x.scalar_type());
+}
+
 // x Wᵀ + b, with b optional (undefined).
-inline at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+inline at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  return b.defined() ? at::linear(x, AsDtypeOf(w, x), AsDtypeOf(b, x))
+                     : at::linear(x, AsDtypeOf(w, x));
+}
+
+// The embedding rows of `tokens`, in the compute dtype.
+inline at::Tensor Embed(const at::Tensor& embed, const at::Tensor& tokens) {
+  return at::embedding(embed, tokens).to(ComputeDtype(embed));
 }
 
 // The SwiGLU feed-forward block.
 inline at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) {
-  return at::linear(at::silu(at::linear(x, l.w_gate)) * at::linear(x, l.w_up), l.w_down);
+  return Linear(at::silu(Linear(x, l.w_gate)) * Linear(x, l.w_up), l.w_down);
 }
 
 // QK-norm of x [..., heads, d_h]: per head (Qwen3, gamma [d_h]) or over every head at
@@ -41,7 +60,7 @@ inline at::Tensor AttentionInput(const ModelConfig& c, const LayerWeights& l,
 // x + the block's attention output `attn` [..., H·d_h] through o_proj.
 inline at::Tensor AddAttention(const ModelConfig& c, const LayerWeights& l,
                                const at::Tensor& x, const at::Tensor& attn) {
-  const auto out = at::linear(attn, l.wo);
+  const auto out = Linear(attn, l.wo);
   return x + (c.post_norm ? RmsNorm(out, l.attn_norm, c.rms_norm_eps) : out);
 }
 

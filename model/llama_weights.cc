@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 #include "model/status_macros.h"
 
 namespace lrkv {
@@ -130,7 +131,16 @@ at::Tensor PermuteHeads(const at::Tensor& t, int64_t heads, int64_t head_dim,
 
 }  // namespace
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
+namespace {
+
+at::ScalarType StoredScalar(DType dtype) {
+  return dtype == DType::kF16 ? at::kHalf : dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
+}
+
+// `keep_alive` non-null: F32/F16/BF16 tensors become views of the mapped file that
+// hold it alive; otherwise (and for block types) float32 copies.
+absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
+                                  std::shared_ptr<const Checkpoint> keep_alive) {
   const ModelConfig& c = ckpt.config();
   LlamaWeights w;
   absl::Status status;
@@ -160,16 +170,27 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
               DTypeName(t->dtype), "; weights must be F32, F16 or BF16"));
           return;
         }
-        at::Tensor out = at::empty(shape, at::kFloat);
-        ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
-                         out.data_ptr<float>());
+        const bool plain = DTypeSize(t->dtype) > 0;  // not a block-quantised type
+        at::Tensor out;
+        if (keep_alive != nullptr && plain) {
+          // Read-only pages of the map: nothing may write to this tensor.
+          out = at::from_blob(const_cast<uint8_t*>(t->data), shape,
+                              [keep = keep_alive](void*) {},
+                              at::TensorOptions().dtype(StoredScalar(t->dtype)));
+        } else {
+          out = at::empty(shape, at::kFloat);
+          ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
+                           out.data_ptr<float>());
+        }
         // A NaN/Inf weight would make every comparison downstream false (and
         // verify read "max error 0"): refused here, naming the tensor.
-        if (!out.isfinite().all().item<bool>()) {
+        const NonFiniteCount bad =
+            plain ? CountNonFinite(t->dtype, t->data, static_cast<size_t>(t->numel()))
+                  : CountNonFinite(DType::kF32, out.data_ptr(), static_cast<size_t>(out.numel()));
+        if (bad.nan + bad.inf > 0) {
           status = absl::InvalidArgumentError(
-              absl::StrCat(ckpt.path(), ": tensor '", name, "' holds ",
-                           out.isnan().sum().item<int64_t>(), " NaN and ",
-                           out.isinf().sum().item<int64_t>(), " infinite values"));
+              absl::StrCat(ckpt.path(), ": tensor '", name, "' holds ", bad.nan, " NaN and ",
+                           bad.inf, " infinite values"));
           return;
         }
         *slot = out;
@@ -185,6 +206,29 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
   }
   if (c.tie_word_embeddings) w.lm_head = w.embed;
   return w;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
+  return Load(ckpt, nullptr);
+}
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const Checkpoint> ckpt,
+                                              const WeightLoadOptions& options) {
+  const Checkpoint& c = *ckpt;
+  return Load(c, options.stored_dtype ? std::move(ckpt) : nullptr);
+}
+
+DType StoredMatrixDType(const LlamaWeights& w) {
+  switch (w.embed.scalar_type()) {
+    case at::kHalf:
+      return DType::kF16;
+    case at::kBFloat16:
+      return DType::kBF16;
+    default:
+      return DType::kF32;
+  }
 }
 
 LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
@@ -333,50 +377,81 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
   return out;
 }
 
-absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
-                                                   const LlamaWeights& weights,
-                                                   std::vector<at::Tensor>* keep,
-                                                   DType matrices) {
+namespace {
+
+// Calls fn(name, dtype, shape, tensor) for every tensor `c`'s layout stores, in file
+// order: matrices in `matrices`, vectors in F32. InvalidArgument for a missing or
+// misshaped one.
+absl::Status ForEachStoredWeight(
+    const ModelConfig& c, const LlamaWeights& weights, DType matrices,
+    const std::function<absl::Status(const std::string&, DType, const std::vector<int64_t>&,
+                                     const at::Tensor&)>& fn) {
   if (matrices != DType::kF32 && matrices != DType::kF16 && matrices != DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
   }
   LlamaWeights w = weights;
-  std::vector<TensorView> views;
   absl::Status status;
-  ForEachSlot(c, &w,
-              [&](const std::string& name, at::Tensor* slot,
-                  std::vector<int64_t> shape) {
-                if (!status.ok()) return;
-                if (!slot->defined() || slot->sizes().vec() != shape) {
-                  status = absl::InvalidArgumentError(absl::StrCat(
-                      "tensor '", name, "' is missing or has the wrong shape"));
-                  return;
-                }
-                const DType dtype = shape.size() >= 2 ? matrices : DType::kF32;
-                const at::ScalarType scalar = dtype == DType::kF16    ? at::kHalf
-                                              : dtype == DType::kBF16 ? at::kBFloat16
-                                                                      : at::kFloat;
-                // Rounded to nearest even, once, from float32.
-                at::Tensor t =
-                    slot->detach().to(at::kCPU).to(at::kFloat).to(scalar).contiguous();
-                keep->push_back(t);
-                TensorView v;
-                v.name = name;
-                v.dtype = dtype;
-                v.shape = shape;
-                v.data = static_cast<const uint8_t*>(t.data_ptr());
-                v.nbytes = t.numel() * static_cast<int64_t>(t.element_size());
-                views.push_back(std::move(v));
-              });
-  RETURN_IF_ERROR(status);
+  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot, std::vector<int64_t> shape) {
+    if (!status.ok()) return;
+    if (!slot->defined() || slot->sizes().vec() != shape) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is missing or has the wrong shape"));
+      return;
+    }
+    status = fn(name, shape.size() >= 2 ? matrices : DType::kF32, shape, *slot);
+  });
+  return status;
+}
+
+// `t` as stored in `dtype`: rounded to nearest even, once, from its value (a tensor
+// already in `dtype` is used as it is, without a copy).
+at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
+  const at::ScalarType scalar = StoredScalar(dtype);
+  at::Tensor cpu = t.detach().to(at::kCPU);
+  if (cpu.scalar_type() != scalar) cpu = cpu.to(at::kFloat).to(scalar);
+  return cpu.contiguous();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
+                                                   const LlamaWeights& weights,
+                                                   std::vector<at::Tensor>* keep,
+                                                   DType matrices) {
+  std::vector<TensorView> views;
+  RETURN_IF_ERROR(ForEachStoredWeight(
+      c, weights, matrices,
+      [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+          const at::Tensor& slot) {
+        at::Tensor t = StoredTensor(slot, dtype);
+        keep->push_back(t);
+        TensorView v;
+        v.name = name;
+        v.dtype = dtype;
+        v.shape = shape;
+        v.data = static_cast<const uint8_t*>(t.data_ptr());
+        v.nbytes = t.numel() * static_cast<int64_t>(t.element_size());
+        views.push_back(std::move(v));
+        return absl::OkStatus();
+      }));
   return views;
+}
+
+LlamaWeights MatricesIn(const ModelConfig& c, const LlamaWeights& weights, DType matrices) {
+  LlamaWeights w = weights;
+  ForEachSlot(c, &w, [&](const std::string&, at::Tensor* slot, std::vector<int64_t> shape) {
+    if (slot->defined() && shape.size() >= 2) *slot = StoredTensor(*slot, matrices);
+  });
+  if (c.tie_word_embeddings) w.lm_head = w.embed;
+  return w;
 }
 
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
                                        const ModelConfig& config,
                                        const LlamaWeights& weights,
-                                       const Tokenizer* tokenizer, DType matrices) {
+                                       const Tokenizer* tokenizer, DType matrices,
+                                       uint64_t max_shard_bytes) {
   RETURN_IF_ERROR(config.Validate());
   ModelConfig c = config;
   LlamaWeights w = weights;
@@ -387,11 +462,28 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
     return absl::PermissionDeniedError(
         absl::StrCat(dir, ": cannot create: ", ec.message()));
   }
-  std::vector<at::Tensor> keep;
-  ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, &keep, matrices));
-  RETURN_IF_ERROR(
-      WriteSafetensors((fs::path(dir) / "model.safetensors").string(), views,
-                       {{"format", "pt"}}));
+  // Planned first (shard boundaries go in each shard's header), then streamed a tensor
+  // at a time: only one converted tensor is ever held besides the model itself.
+  std::vector<TensorSpec> specs;
+  RETURN_IF_ERROR(ForEachStoredWeight(
+      c, w, matrices,
+      [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+          const at::Tensor&) {
+        specs.push_back({name, dtype, shape});
+        return absl::OkStatus();
+      }));
+  SafetensorsShardOptions shard_options;
+  shard_options.max_shard_bytes = max_shard_bytes;
+  ASSIGN_OR_RETURN(auto writer,
+                   SafetensorsCheckpointWriter::Create(dir, std::move(specs), shard_options));
+  RETURN_IF_ERROR(ForEachStoredWeight(
+      c, w, matrices,
+      [&](const std::string& name, DType dtype, const std::vector<int64_t>&,
+          const at::Tensor& slot) {
+        const at::Tensor t = StoredTensor(slot, dtype);
+        return writer->Write(name, t.data_ptr(), t.numel() * t.element_size());
+      }));
+  RETURN_IF_ERROR(writer->Finish());
   const char* torch_dtype = matrices == DType::kF16    ? "float16"
                             : matrices == DType::kBF16 ? "bfloat16"
                                                        : "float32";

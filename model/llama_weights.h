@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,22 @@ struct LlamaWeights {
 // unexpected extra tensor.
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& checkpoint);
 
+struct WeightLoadOptions {
+  /// Keep F32/F16/BF16 tensors as read-only views of the checkpoint's memory map in
+  /// their stored dtype: nothing is copied, pages are read when a layer is used, and
+  /// the compute code converts a weight to its compute dtype on use (layers.h). The
+  /// tensors keep the checkpoint alive; writing to them faults, so they are for
+  /// inference and conversion, never for training. Block-quantised GGUF tensors are
+  /// dequantised to float32 either way.
+  bool stored_dtype = false;
+};
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const Checkpoint> checkpoint,
+                                              const WeightLoadOptions& options);
+
+// The dtype the embedding matrix is held in (F32, F16 or BF16): a checkpoint's
+// storage dtype when loaded with stored_dtype.
+DType StoredMatrixDType(const LlamaWeights& weights);
+
 // Random weights of the right shapes (normal, std 0.02 for projections, ~1 for
 // norms), deterministic in `seed`.
 LlamaWeights RandomLlamaWeights(const ModelConfig& config, uint64_t seed);
@@ -85,14 +102,23 @@ absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& config,
                                                    std::vector<at::Tensor>* keep,
                                                    DType matrices = DType::kF32);
 
+// The same weights with every matrix held as it would be stored in `matrices` (F32,
+// F16 or BF16; rounded once to nearest even, no copy where it already is), vectors
+// unchanged: what a conversion evaluates is then exactly what it writes.
+LlamaWeights MatricesIn(const ModelConfig& config, const LlamaWeights& weights,
+                        DType matrices);
+
 // Writes config.json, model.safetensors (HF names; matrices in `matrices`, vectors in
 // float32; torch_dtype says which) and, when given, the tokenizer into `dir` (created
 // if needed). Adjacent-layout weights are permuted to the half-split layout HF
 // loaders assume.
+// Streamed a tensor at a time into HF shards of at most `max_shard_bytes`
+// (model.safetensors.index.json) when the model is larger.
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig& config,
                                        const LlamaWeights& weights,
                                        const Tokenizer* tokenizer,
-                                       DType matrices = DType::kF32);
+                                       DType matrices = DType::kF32,
+                                       uint64_t max_shard_bytes = 5'000'000'000);
 
 }  // namespace lrkv
 

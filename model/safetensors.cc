@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/safetensors_writer.h"
 #include "model/status_macros.h"
 #include "model/utf8.h"
 #include "nlohmann/json.hpp"
@@ -347,33 +348,31 @@ absl::Status WriteDirectoryAtomically(
 absl::Status WriteSafetensors(const std::string& path,
                               const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  uint64_t offset = 0;
+  std::vector<TensorSpec> specs;
   for (const auto& t : tensors) {
-    if (header.contains(t.name)) {
-      return Invalid(absl::StrCat("duplicate tensor name '", t.name, "'"));
-    }
     if (static_cast<uint64_t>(t.numel()) * DTypeSize(t.dtype) != t.nbytes) {
       return Invalid(absl::StrCat("tensor '", t.name, "' has ", t.nbytes,
                                   " bytes for shape ", ShapeString(t.shape)));
     }
-    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.nbytes}}};
-    offset += t.nbytes;
+    specs.push_back({t.name, t.dtype, t.shape});
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out;
-  out.reserve(8 + text.size() + offset);
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += text;
+  ASSIGN_OR_RETURN(const std::string header, SafetensorsHeader(specs, metadata));
+  // Streamed from the views: a model is never copied into one buffer to be written.
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create"));
+  std::setvbuf(f, nullptr, _IOFBF, 1 << 22);
+  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
   for (const auto& t : tensors) {
-    out.append(reinterpret_cast<const char*>(t.data), t.nbytes);
+    ok = ok && (t.nbytes == 0 || std::fwrite(t.data, 1, t.nbytes, f) == t.nbytes);
   }
-  return WriteFileAtomically(path, out);
+  ok = std::fflush(f) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat(path, ": write failed"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace lrkv

@@ -71,8 +71,8 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
       const int64_t r = config_.kv.rank;
       auto project = [&](const LowRankProjection& p) {
         auto shared = linear(x, p.shared, p.shared_bias).unsqueeze(2);  // [B,T,1,dh]
-        auto z = at::linear(x, p.down).view({b, t, hkv, r});
-        auto out = shared + at::einsum("bthr,hdr->bthd", {z, p.up});
+        auto z = Linear(x, p.down).view({b, t, hkv, r});
+        auto out = shared + at::einsum("bthr,hdr->bthd", {z, AsDtypeOf(p.up, z)});
         if (p.head_bias.defined()) out = out + p.head_bias.view({hkv, dh});
         return out;
       };
@@ -81,7 +81,7 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
       break;
     }
     case KvLayout::kMla: {
-      auto c = at::linear(x, l.kv_down);
+      auto c = Linear(x, l.kv_down);
       kp = linear(c, l.k_up, l.bk);
       vp = linear(c, l.v_up, l.bv);
       break;
@@ -147,7 +147,7 @@ at::Tensor Transformer::ForwardPacked(const at::Tensor& tokens, const at::Tensor
 at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& positions,
                             const at::Tensor& hidden,
                             const AttentionInputObserver& observer) const {
-  auto x = at::embedding(weights_.embed, tokens);
+  auto x = Embed(weights_.embed, tokens);
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
     at::Tensor q, k, v;
@@ -158,7 +158,7 @@ at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& position
     x = AddAttention(config_, l, x, attn);
     x = AddFeedForward(config_, l, x);
   }
-  return at::linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
+  return Linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
 }
 
 KVCache Transformer::NewCache(int64_t batch, int64_t capacity) const {
@@ -167,10 +167,10 @@ KVCache Transformer::NewCache(int64_t batch, int64_t capacity) const {
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     cache.k.push_back(
         at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim},
-                  weights_.embed.options()));
+                  weights_.embed.options().dtype(ComputeDtype(weights_.embed))));
     cache.v.push_back(
         at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim},
-                  weights_.embed.options()));
+                  weights_.embed.options().dtype(ComputeDtype(weights_.embed))));
   }
   return cache;
 }
@@ -191,7 +191,7 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
     cache.capacity = grown;
   }
   auto positions = at::arange(start, end, tokens.options().dtype(at::kLong));
-  auto x = at::embedding(weights_.embed, tokens);
+  auto x = Embed(weights_.embed, tokens);
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const auto& l = weights_.layers[i];
     at::Tensor q, k, v;
@@ -205,7 +205,7 @@ at::Tensor Transformer::ForwardCached(KVCache& cache, const at::Tensor& tokens) 
     x = AddFeedForward(config_, l, x);
   }
   cache.length = end;
-  return at::linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
+  return Linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
 }
 
 std::vector<int32_t> Transformer::GenerateGreedy(const std::vector<int32_t>& prompt,

@@ -65,7 +65,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
       ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
                          "metric", "rope_mode", "rope_planes", "iters",
                          "damping", "calib", "calib_range", "calib_tokens",
-                         "eval", "eval_range", "expand", "weight_dtype"}));
+                         "eval", "eval_range", "expand", "weight_dtype", "max_shard_size"}));
   ConvertJobOptions o;
   o.checkpoint = checkpoint;
   o.out_dir = out_dir;
@@ -89,6 +89,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
   RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
   RETURN_IF_ERROR(Read(j, "expand", &o.expand));
   RETURN_IF_ERROR(Read(j, "weight_dtype", &o.weight_dtype));
+  RETURN_IF_ERROR(Read(j, "max_shard_size", &o.max_shard_bytes));
   ASSIGN_OR_RETURN(c.variant, ParseKvVariant(variant));
   ASSIGN_OR_RETURN(c.metric, ParseSurgeryMetric(metric));
   ASSIGN_OR_RETURN(c.rope_mode, ParseRopeMode(mode));

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -50,7 +51,7 @@ absl::Status CheckOutputDir(const std::string& out) {
 
 absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   RETURN_IF_ERROR(CheckOutputDir(o.out_dir));
-  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
   // Every option is checked before any heavy work or any write.
   RETURN_IF_ERROR(ResolveTarget(config, o.conversion).status());
@@ -62,15 +63,18 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   if (!gguf && o.format != "safetensors") {
     return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
   }
-  DType matrices = DType::kF32;
+  std::optional<DType> matrices;  // unset: the source's
   if (o.weight_dtype == "f16") {
     matrices = DType::kF16;
   } else if (o.weight_dtype == "bf16") {
     matrices = DType::kBF16;
-  } else if (o.weight_dtype != "f32") {
+  } else if (o.weight_dtype == "f32") {
+    matrices = DType::kF32;
+  } else if (o.weight_dtype != "auto") {
     return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,
-                                "' is not one of f32, f16, bf16"));
+                                "' is not one of auto, f32, f16, bf16"));
   }
+  if (o.max_shard_bytes == 0) return Invalid("--max-shard-size must be positive");
   if (activation || !o.eval_path.empty() || gguf) {
     RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
   }
@@ -85,7 +89,13 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
     eval_docs = o.eval_range.Slice(docs);
     if (eval_docs.empty()) return Invalid("--eval-range selects no document");
   }
-  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt));
+  // The source stays in its mapped file, in its stored dtype: only the K/V of the
+  // layer being converted is widened (converter.cc), and every other tensor is
+  // written from the map as it is.
+  WeightLoadOptions load;
+  load.stored_dtype = true;
+  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(ckpt, load));
+  if (!matrices) matrices = StoredMatrixDType(weights);
   ASSIGN_OR_RETURN(auto source, Transformer::Create(config, weights));
 
   ConversionReport report;
@@ -99,6 +109,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   ASSIGN_OR_RETURN(ConvertedModel converted,
                    ConvertModel(config, weights, o.conversion,
                                 calib ? &*calib : nullptr, &report));
+  converted.weights = MatricesIn(converted.config, converted.weights, *matrices);
   if (!eval_docs.empty()) {
     ASSIGN_OR_RETURN(report.perplexity_before,
                      Perplexity(*source, *ckpt->tokenizer(), eval_docs, &report.eval_tokens));
@@ -114,10 +125,11 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
       fs::create_directories(dir, ec);
       RETURN_IF_ERROR(SaveGgufCheckpoint((fs::path(dir) / kGgufExportFileName).string(),
                                          converted.config, converted.weights,
-                                         *ckpt->tokenizer(), matrices));
+                                         *ckpt->tokenizer(), *matrices));
     } else {
       RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, converted.config, converted.weights,
-                                                ckpt->tokenizer(), matrices));
+                                                ckpt->tokenizer(), *matrices,
+                                                o.max_shard_bytes));
     }
     RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "report.json").string(),
                                         report.ToJson().dump(2) + "\n"));

@@ -49,9 +49,15 @@ struct ConvertJobOptions {
   /// "safetensors" (config.json + model.safetensors + tokenizer files) or "gguf"
   /// (model.gguf, what llama.cpp loads: plain layouts only, i.e. GQA/MQA or --expand).
   std::string format = "safetensors";
-  /// Storage of the written matrices: "f32" (lossless), "f16" or "bf16" (half the
-  /// bytes, each weight rounded once to nearest); norms and biases stay float32.
-  std::string weight_dtype = "f32";
+  /// Storage of the written matrices: "auto" (the source's own: bf16 stays bf16, f16
+  /// stays f16, float32 and quantised GGUF sources give f32), "f32", "f16" or "bf16"
+  /// (each weight rounded once to nearest); norms and biases stay float32. The
+  /// converted K/V factors are rounded to it before evaluation, so the reported
+  /// perplexity is that of the written model.
+  std::string weight_dtype = "auto";
+  /// Largest safetensors shard in bytes; a larger model is written as HF shards with
+  /// model.safetensors.index.json.
+  uint64_t max_shard_bytes = 5'000'000'000;
 };
 
 // The file a GGUF export writes inside the output folder.

@@ -75,6 +75,20 @@ ProjectionReport PooledReport(const ModelConfig& c, const at::Tensor& src,
   return p;
 }
 
+// The tensors a conversion reads from a source layer, in float32 (weights loaded in
+// their stored bf16/f16 are widened here, one layer at a time; the solvers work in
+// float64 from these exact values).
+LayerWeights KvInFloat32(const LayerWeights& l) {
+  auto f32 = [](const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t; };
+  LayerWeights out;
+  out.wk = f32(l.wk);
+  out.wv = f32(l.wv);
+  out.bk = f32(l.bk);
+  out.bv = f32(l.bv);
+  out.k_norm = f32(l.k_norm);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
@@ -139,7 +153,7 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
       }
     }
     LayerWeights& l = out.weights.layers[i];
-    const LayerWeights& src = weights.layers[i];
+    const LayerWeights src = KvInFloat32(weights.layers[i]);
     at::Tensor whitening;
     if (o.metric == SurgeryMetric::kActivation) {
       ASSIGN_OR_RETURN(whitening, WhiteningFactor(calibration->gram[i],

@@ -147,6 +147,53 @@ TEST(CheckpointRoundTrip, HalfPrecisionWeightsLoadAsTheirFloatValues) {
   EXPECT_TRUE(at::equal(loaded->layers[0].wk, w.layers[0].wk.to(at::kHalf).to(at::kFloat)));
 }
 
+// Weights kept in their stored dtype are views of the mapped file (no copy), outlive
+// the Checkpoint object that opened it, and compute exactly what the float32 copies
+// compute (each weight is widened exactly on use). A sharded bf16 save reads back to
+// the same values; NaN in a bf16 view is still refused naming the tensor.
+TEST(CheckpointRoundTrip, StoredDtypeWeightsAreMappedViewsThatComputeTheSame) {
+  ModelConfig c = testing::SmallConfig();
+  c.qk_norm = true;
+  c.model_type = "qwen3";
+  const LlamaWeights w = RandomLlamaWeights(c, 12);
+  const fs::path dir = testing::FreshTempDir("stored_dtype");
+  // ~20 KB shards: the small model is split across several files.
+  ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), c, w, nullptr, DType::kBF16, 20'000).ok());
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  EXPECT_TRUE(fs::exists(dir / "model-00001-of-00007.safetensors"));
+  auto opened = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  std::shared_ptr<const Checkpoint> ckpt = std::move(*opened);
+  auto copies = LoadLlamaWeights(*ckpt);
+  ASSERT_TRUE(copies.ok()) << copies.status();
+  WeightLoadOptions options;
+  options.stored_dtype = true;
+  auto views = LoadLlamaWeights(ckpt, options);
+  ASSERT_TRUE(views.ok()) << views.status();
+  EXPECT_EQ(views->layers[0].w_up.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(views->layers[0].w_up.data_ptr(),
+            static_cast<const void*>(ckpt->Find("model.layers.0.mlp.up_proj.weight")->data));
+  EXPECT_EQ(StoredMatrixDType(*views), DType::kBF16);
+  EXPECT_TRUE(at::equal(views->layers[1].wk.to(at::kFloat), w.layers[1].wk.to(at::kBFloat16).to(at::kFloat)));
+  const ModelConfig config = ckpt->config();
+  ckpt.reset();  // the views keep the mapping alive
+  const auto tokens = at::randint(0, c.vocab_size, {2, 9}, at::kLong);
+  EXPECT_TRUE(at::equal(Logits(config, *views, tokens), Logits(config, *copies, tokens)));
+  // Non-finite values in a bf16 view: refused at load, naming the tensor.
+  const fs::path nan_dir = testing::FreshTempDir("stored_dtype_nan");
+  LlamaWeights bad = w;
+  bad.layers[1].w_gate = w.layers[1].w_gate.clone();
+  bad.layers[1].w_gate[3][4] = std::numeric_limits<float>::quiet_NaN();
+  bad.layers[1].w_gate[5][6] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE(SaveSafetensorsCheckpoint(nan_dir.string(), c, bad, nullptr, DType::kBF16).ok());
+  auto nan_ckpt = Checkpoint::Open(nan_dir.string());
+  ASSERT_TRUE(nan_ckpt.ok());
+  auto refused = LoadLlamaWeights(std::shared_ptr<const Checkpoint>(std::move(*nan_ckpt)), options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("'model.layers.1.mlp.gate_proj.weight' holds 1 NaN and 1 infinite"));
+}
+
 TEST(CheckpointRoundTrip, MismatchedCheckpointsAreRejectedNamingTheTensor) {
   ModelConfig c = testing::SmallConfig();
   c.num_layers = 1;

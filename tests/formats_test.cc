@@ -15,8 +15,10 @@
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/safetensors.h"
+#include "model/safetensors_writer.h"
 #include "model/text_corpus.h"
 #include "tests/test_paths.h"
+#include "nlohmann/json.hpp"
 
 namespace lrkv {
 namespace {
@@ -104,6 +106,83 @@ TEST(Safetensors, ShardedCheckpointThroughIndex) {
   ASSERT_NE((*reader)->Find("a"), nullptr);
   ASSERT_NE((*reader)->Find("b"), nullptr);
   EXPECT_EQ(std::memcmp((*reader)->Find("b")->data, b.data(), 8), 0);
+}
+
+// The streaming writer splits where Hugging Face's rule does (a tensor that would push
+// a non-empty shard past the limit opens the next one; one larger than the limit gets a
+// shard of its own), names the shards model-0000i-of-0000N, and the index maps every
+// tensor; the reader then sees exactly the bytes written.
+TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
+  const fs::path dir = testing::FreshTempDir("st_stream");
+  const auto a = RandomBytes(40, 1), b = RandomBytes(40, 2), c = RandomBytes(120, 3),
+             d = RandomBytes(8, 4);
+  const std::vector<TensorView> in = {View("a", DType::kF32, {10}, a),
+                                      View("b", DType::kBF16, {20}, b),
+                                      View("big", DType::kF16, {60}, c),
+                                      View("d", DType::kF32, {2}, d)};
+  std::vector<TensorSpec> specs;
+  for (const auto& t : in) specs.push_back({t.name, t.dtype, t.shape});
+  SafetensorsShardOptions options;
+  options.max_shard_bytes = 100;  // a+b = 80 fit; big (120) alone; d after it
+  auto writer = SafetensorsCheckpointWriter::Create(dir.string(), specs, options);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  EXPECT_THAT((*writer)->shard_files(),
+              ::testing::ElementsAre("model-00001-of-00003.safetensors",
+                                     "model-00002-of-00003.safetensors",
+                                     "model-00003-of-00003.safetensors"));
+  // Out of order or wrongly sized writes are refused.
+  EXPECT_EQ((*writer)->Write("b", b.data(), b.size()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*writer)->Write("a", a.data(), 8).code(), absl::StatusCode::kInvalidArgument);
+  for (const auto& t : in) ASSERT_TRUE((*writer)->Write(t.name, t.data, t.nbytes).ok()) << t.name;
+  ASSERT_TRUE((*writer)->Finish().ok());
+  std::ifstream index_file(dir / kSafetensorsIndexFileName);
+  const auto index = nlohmann::json::parse(index_file);
+  EXPECT_EQ(index["metadata"]["total_size"], 208);
+  EXPECT_EQ(index["weight_map"]["b"], "model-00001-of-00003.safetensors");
+  EXPECT_EQ(index["weight_map"]["d"], "model-00003-of-00003.safetensors");
+  auto reader = SafetensorsReader::Open(dir.string());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (const auto& t : in) {
+    const TensorView* got = (*reader)->Find(t.name);
+    ASSERT_NE(got, nullptr) << t.name;
+    EXPECT_EQ(got->dtype, t.dtype);
+    EXPECT_EQ(got->shape, t.shape);
+    ASSERT_EQ(got->nbytes, t.nbytes);
+    EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0) << t.name;
+  }
+  // Under the limit: one model.safetensors and no index.
+  const fs::path one = testing::FreshTempDir("st_stream_one");
+  auto single = SafetensorsCheckpointWriter::Create(one.string(), specs);
+  ASSERT_TRUE(single.ok());
+  EXPECT_THAT((*single)->shard_files(), ::testing::ElementsAre("model.safetensors"));
+  for (const auto& t : in) ASSERT_TRUE((*single)->Write(t.name, t.data, t.nbytes).ok());
+  ASSERT_TRUE((*single)->Finish().ok());
+  EXPECT_FALSE(fs::exists(one / kSafetensorsIndexFileName));
+  EXPECT_TRUE(SafetensorsReader::Open(one.string()).ok());
+}
+
+// A writer abandoned part-way (a failed conversion) leaves its finished shards, no
+// index and no temporary file; finishing early is refused.
+TEST(Safetensors, AnUnfinishedWriterLeavesNoIndexAndNoTemporary) {
+  const fs::path dir = testing::FreshTempDir("st_stream_partial");
+  const auto a = RandomBytes(40, 1);
+  {
+    auto writer = SafetensorsCheckpointWriter::Create(
+        dir.string(), {{"a", DType::kF32, {10}}, {"b", DType::kF32, {10}}}, {/*max=*/40, {}});
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE((*writer)->Write("a", a.data(), a.size()).ok());
+    EXPECT_EQ((*writer)->Finish().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE((*writer)->Write("b", a.data(), a.size()).ok());  // shard 2 open
+  }
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  EXPECT_THAT(left, ::testing::ElementsAre("model-00001-of-00002.safetensors"));
+  EXPECT_EQ(SafetensorsCheckpointWriter::Create(dir.string(),
+                                                {{"a", DType::kF32, {1}}, {"a", DType::kF32, {1}}})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Safetensors, ShardedIndexErrorsNameTheProblem) {

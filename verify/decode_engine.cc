@@ -93,7 +93,7 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
   GrowIfFull();
   const int64_t pos = length_;
   const double eps = config_.rms_norm_eps;
-  auto x = at::embedding(weights_.embed, tokens);  // [B, d]
+  auto x = Embed(weights_.embed, tokens);  // [B, d]
   attention_.resize(weights_.layers.size());
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const LayerWeights& l = weights_.layers[i];
@@ -109,7 +109,7 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
     x = AddFeedForward(config_, l, x);
   }
   ++length_;
-  return at::linear(RmsNorm(x, weights_.final_norm, eps), weights_.lm_head);
+  return Linear(RmsNorm(x, weights_.final_norm, eps), weights_.lm_head);
 }
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(

@@ -210,8 +210,14 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
                    "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand)")
       ->capture_default_str();
   conv->add_option("--weight-dtype", v->job.weight_dtype,
-                   "f32 | f16 | bf16: storage of the written matrices (norms stay f32)")
+                   "auto | f32 | f16 | bf16: storage of the written matrices (auto: the "
+                   "source's; norms stay f32)")
       ->capture_default_str();
+  conv->add_option("--max-shard-size", v->job.max_shard_bytes,
+                   "Largest safetensors shard (5GB, 500MB, 2GiB, bytes); larger models are "
+                   "written as HF shards with model.safetensors.index.json")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
+      ->default_str("5GB");
   conv->add_option("--out", v->job.out_dir,
                    "Output folder (must not exist; local runs)");
   conv->add_flag("--json", v->json, "Print the report as JSON");

@@ -1,0 +1,181 @@
+// Streaming, sharded safetensors writer (see safetensors_writer.h).
+#include "model/safetensors_writer.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "model/safetensors.h"
+#include "model/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::Status IoError(const std::string& path, const char* what) {
+  return absl::InternalError(absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
+}
+
+}  // namespace
+
+uint64_t TensorSpec::nbytes() const {
+  uint64_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+absl::StatusOr<std::string> SafetensorsHeader(const std::vector<TensorSpec>& specs,
+                                              const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& t : specs) {
+    if (header.contains(t.name)) return Invalid(absl::StrCat("duplicate tensor name '", t.name, "'"));
+    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.nbytes()}}};
+    offset += t.nbytes();
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out;
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  return out + text;
+}
+
+absl::StatusOr<std::unique_ptr<SafetensorsCheckpointWriter>> SafetensorsCheckpointWriter::Create(
+    const std::string& dir, std::vector<TensorSpec> specs, SafetensorsShardOptions options) {
+  std::set<std::string> names;
+  for (const auto& s : specs) {
+    if (!names.insert(s.name).second) {
+      return Invalid(absl::StrCat("duplicate tensor name '", s.name, "'"));
+    }
+  }
+  if (options.max_shard_bytes == 0) return Invalid("the shard size limit must be positive");
+  std::unique_ptr<SafetensorsCheckpointWriter> w(new SafetensorsCheckpointWriter());
+  w->dir_ = dir;
+  w->options_ = std::move(options);
+  // Hugging Face's rule: a tensor opens a new shard when it would push a non-empty
+  // shard past the limit.
+  size_t shard = 0;
+  uint64_t size = 0;
+  for (const auto& s : specs) {
+    if (size > 0 && size + s.nbytes() > w->options_.max_shard_bytes) {
+      ++shard;
+      size = 0;
+    }
+    size += s.nbytes();
+    w->shard_of_.push_back(shard);
+  }
+  const size_t shards = specs.empty() ? 1 : shard + 1;
+  for (size_t i = 0; i < shards; ++i) {
+    w->shard_files_.push_back(shards == 1 ? std::string(kSafetensorsFileName)
+                                          : absl::StrFormat("model-%05d-of-%05d.safetensors",
+                                                            i + 1, shards));
+  }
+  w->specs_ = std::move(specs);
+  if (w->specs_.empty()) RETURN_IF_ERROR(w->OpenShard(0));
+  return w;
+}
+
+SafetensorsCheckpointWriter::~SafetensorsCheckpointWriter() {
+  if (file_ != nullptr) {
+    std::fclose(file_);
+    std::remove(tmp_path_.c_str());
+  }
+}
+
+absl::Status SafetensorsCheckpointWriter::OpenShard(size_t shard) {
+  std::vector<TensorSpec> in_shard;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    if (shard_of_[i] == shard) in_shard.push_back(specs_[i]);
+  }
+  ASSIGN_OR_RETURN(std::string header, SafetensorsHeader(in_shard, options_.metadata));
+  tmp_path_ = (fs::path(dir_) / (shard_files_[shard] + ".tmp")).string();
+  file_ = std::fopen(tmp_path_.c_str(), "wb");
+  if (file_ == nullptr) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(tmp_path_, ": cannot create: ", std::strerror(errno)));
+  }
+  std::setvbuf(file_, nullptr, _IOFBF, 1 << 22);
+  open_shard_ = shard;
+  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
+    return IoError(tmp_path_, "write failed");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsCheckpointWriter::CloseShard() {
+  if (file_ == nullptr) return absl::OkStatus();
+  const bool ok = std::fflush(file_) == 0;
+  const int close_rc = std::fclose(file_);
+  file_ = nullptr;
+  if (!ok || close_rc != 0) {
+    const absl::Status st = IoError(tmp_path_, "write failed");
+    std::remove(tmp_path_.c_str());
+    return st;
+  }
+  const std::string path = (fs::path(dir_) / shard_files_[open_shard_]).string();
+  if (std::rename(tmp_path_.c_str(), path.c_str()) != 0) {
+    const absl::Status st = IoError(path, "rename failed");
+    std::remove(tmp_path_.c_str());
+    return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsCheckpointWriter::Write(const std::string& name, const void* data,
+                                                uint64_t nbytes) {
+  if (next_ >= specs_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat("tensor '", name, "' written after the last one"));
+  }
+  const TensorSpec& spec = specs_[next_];
+  if (name != spec.name) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor '", name, "' written where '", spec.name, "' was planned"));
+  }
+  if (nbytes != spec.nbytes()) {
+    return Invalid(absl::StrCat("tensor '", name, "' has ", nbytes, " bytes for shape ",
+                                ShapeString(spec.shape), " ", DTypeName(spec.dtype)));
+  }
+  if (open_shard_ != shard_of_[next_]) {
+    RETURN_IF_ERROR(CloseShard());
+    RETURN_IF_ERROR(OpenShard(shard_of_[next_]));
+  }
+  if (nbytes > 0 && std::fwrite(data, 1, nbytes, file_) != nbytes) {
+    return IoError(tmp_path_, "write failed");
+  }
+  ++next_;
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsCheckpointWriter::Finish() {
+  if (next_ != specs_.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint finished after ", next_, " of ", specs_.size(), " tensors"));
+  }
+  RETURN_IF_ERROR(CloseShard());
+  if (shard_files_.size() == 1) return absl::OkStatus();
+  json index;
+  uint64_t total = 0;
+  json weight_map = json::object();
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    total += specs_[i].nbytes();
+    weight_map[specs_[i].name] = shard_files_[shard_of_[i]];
+  }
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = weight_map;
+  return WriteFileAtomically((fs::path(dir_) / kSafetensorsIndexFileName).string(),
+                             index.dump(2) + "\n");
+}
+
+}  // namespace lrkv
