@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "model/llama_weights.h"
+#include "model/stored_linear.h"
 
 namespace lrkv {
 
@@ -26,15 +27,25 @@ inline at::Tensor AsDtypeOf(const at::Tensor& w, const at::Tensor& x) {
   return !w.defined() || w.scalar_type() == x.scalar_type() ? w : w.to(x.scalar_type());
 }
 
-// x Wᵀ + b, with b optional (undefined).
+// x Wᵀ + b, with b optional (undefined). A weight in its stored dtype is streamed
+// by the WeightMatVec kernel for a few rows (decode steps) and widened for a GEMM
+// otherwise.
 inline at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  if (w.scalar_type() != x.scalar_type()) {
+    if (at::Tensor y = StoredLinear(x, w); y.defined()) return b.defined() ? y + AsDtypeOf(b, x) : y;
+  }
   return b.defined() ? at::linear(x, AsDtypeOf(w, x), AsDtypeOf(b, x))
                      : at::linear(x, AsDtypeOf(w, x));
 }
 
-// The embedding rows of `tokens`, in the compute dtype.
+// The embedding rows of `tokens`, in `dtype` (by default the compute dtype of the
+// embedding's own storage).
 inline at::Tensor Embed(const at::Tensor& embed, const at::Tensor& tokens) {
   return at::embedding(embed, tokens).to(ComputeDtype(embed));
+}
+inline at::Tensor Embed(const at::Tensor& embed, const at::Tensor& tokens,
+                        at::ScalarType dtype) {
+  return at::embedding(embed, tokens).to(dtype);
 }
 
 // The SwiGLU feed-forward block.

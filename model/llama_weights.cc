@@ -137,6 +137,15 @@ at::ScalarType StoredScalar(DType dtype) {
   return dtype == DType::kF16 ? at::kHalf : dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
 }
 
+// `t` as stored in `dtype`: rounded to nearest even, once, from its value (a tensor
+// already in `dtype` is used as it is, without a copy).
+at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
+  const at::ScalarType scalar = StoredScalar(dtype);
+  at::Tensor cpu = t.detach().to(at::kCPU);
+  if (cpu.scalar_type() != scalar) cpu = cpu.to(at::kFloat).to(scalar);
+  return cpu.contiguous();
+}
+
 // `keep_alive` non-null: F32/F16/BF16 tensors become views of the mapped file that
 // hold it alive; otherwise (and for block types) float32 copies.
 absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
@@ -251,6 +260,36 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
   return w;
 }
 
+absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& c, uint64_t seed,
+                                DType matrices, uint64_t max_shard_bytes) {
+  if (matrices != DType::kF32 && matrices != DType::kF16 && matrices != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
+  }
+  RETURN_IF_ERROR(c.Validate());
+  std::vector<TensorSpec> specs;
+  LlamaWeights unused;
+  ForEachSlot(c, &unused, [&](const std::string& name, at::Tensor*, std::vector<int64_t> shape) {
+    specs.push_back({name, shape.size() >= 2 ? matrices : DType::kF32, shape});
+  });
+  SafetensorsShardOptions shard_options;
+  shard_options.max_shard_bytes = max_shard_bytes;
+  ASSIGN_OR_RETURN(auto writer, SafetensorsCheckpointWriter::Create(dir, specs, shard_options));
+  // One tensor at a time, as RandomLlamaWeights draws them: an 8B model is written in
+  // the memory of its largest tensor.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const TensorSpec& spec : specs) {
+    const bool is_norm = spec.name.find("norm") != std::string::npos;
+    const bool is_bias = spec.name.find(".bias") != std::string::npos ||
+                         spec.name.find("_head_bias") != std::string::npos;
+    at::Tensor t = at::randn(spec.shape, gen, at::kFloat);
+    t = is_norm ? 1.0 + 0.1 * t : is_bias ? 0.1 * t : 0.02 * t;
+    t = StoredTensor(t, spec.dtype);
+    RETURN_IF_ERROR(writer->Write(spec.name, t.data_ptr(), t.numel() * t.element_size()));
+  }
+  return writer->Finish();
+}
+
 void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
   if (c->rope_layout == to) return;
   const auto perm =
@@ -337,6 +376,19 @@ LlamaWeights ToDtype(const LlamaWeights& w, at::ScalarType dtype) {
   return MapWeights(w, [&](const at::Tensor& t) { return t.to(dtype); });
 }
 
+LlamaWeights ForCompute(const LlamaWeights& w, at::ScalarType dtype) {
+  // The matrices Linear streams as stored, recognised by their data.
+  std::set<const void*> streamed = {w.embed.data_ptr(), w.lm_head.data_ptr()};
+  for (const LayerWeights& l : w.layers) {
+    for (const at::Tensor* t : {&l.wq, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (t->defined()) streamed.insert(t->data_ptr());
+    }
+  }
+  return MapWeights(w, [&](const at::Tensor& t) {
+    return streamed.count(t.data_ptr()) > 0 ? t : t.to(dtype);
+  });
+}
+
 DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
   DenseKv out;
   const int64_t hkv = c.num_kv_heads, dh = c.head_dim;
@@ -404,14 +456,6 @@ absl::Status ForEachStoredWeight(
   return status;
 }
 
-// `t` as stored in `dtype`: rounded to nearest even, once, from its value (a tensor
-// already in `dtype` is used as it is, without a copy).
-at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
-  const at::ScalarType scalar = StoredScalar(dtype);
-  at::Tensor cpu = t.detach().to(at::kCPU);
-  if (cpu.scalar_type() != scalar) cpu = cpu.to(at::kFloat).to(scalar);
-  return cpu.contiguous();
-}
 
 }  // namespace
 

@@ -66,6 +66,12 @@ struct WeightLoadOptions {
 };
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const Checkpoint> checkpoint,
                                               const WeightLoadOptions& options);
+// The options of inference-only loads: weights left in the map, in their stored dtype.
+inline WeightLoadOptions StoredDtype() {
+  WeightLoadOptions o;
+  o.stored_dtype = true;
+  return o;
+}
 
 // The dtype the embedding matrix is held in (F32, F16 or BF16): a checkpoint's
 // storage dtype when loaded with stored_dtype.
@@ -74,6 +80,14 @@ DType StoredMatrixDType(const LlamaWeights& weights);
 // Random weights of the right shapes (normal, std 0.02 for projections, ~1 for
 // norms), deterministic in `seed`.
 LlamaWeights RandomLlamaWeights(const ModelConfig& config, uint64_t seed);
+
+// Writes the safetensors files (HF names, shards past `max_shard_bytes`) of a model of
+// `config` with weights drawn as RandomLlamaWeights draws them, one tensor at a time,
+// matrices stored in `matrices`: random-weight checkpoints of real shapes (8B and up)
+// in the memory of one tensor. config.json and tokenizer files are the caller's.
+absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& config,
+                                uint64_t seed, DType matrices,
+                                uint64_t max_shard_bytes = 5'000'000'000);
 
 // Re-expresses q/k projections (rows, biases, QK-norm scales) from config.rope_layout
 // in `to`, so that the model computes the same function; updates config.rope_layout.
@@ -84,6 +98,13 @@ LlamaWeights ToDevice(const LlamaWeights& weights, at::Device device);
 
 // The same weights in `dtype` (verify's float64 reference engine).
 LlamaWeights ToDtype(const LlamaWeights& weights, at::ScalarType dtype);
+
+// The same weights for computing in `dtype` (float32, or float64 for verify's
+// reference) without copying the model: every tensor but the big matrices that only
+// ever enter a product through Linear (embed, lm_head, wq, wo, FFN) is converted to
+// `dtype` (norms, biases, the K/V projections and factors: a small fraction of the
+// model); those keep their storage and are streamed by Linear's stored-weight path.
+LlamaWeights ForCompute(const LlamaWeights& weights, at::ScalarType dtype);
 
 // Materialises the dense per-KV-head K/V projections [Hkv*dh, d] (and biases [Hkv*dh],
 // undefined without biases) of any layout.

@@ -20,4 +20,6 @@ int ConfigureThreads(int requested) {
   return at::get_num_threads();
 }
 
+int ThreadCount() { return at::get_num_threads(); }
+
 }  // namespace lrkv

@@ -10,6 +10,9 @@ namespace lrkv {
 // Returns the count in force.
 int ConfigureThreads(int requested = 0);
 
+// The intra-op thread count in force.
+int ThreadCount();
+
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_THREADS_H_

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "model/blas_core.h"
 #include "model/threads.h"
 #include "service/server.h"
 
@@ -17,6 +18,7 @@ void OnSignal(int) { g_stop = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  lrkv::UseBestOpenBlasCore(argv);
   CLI::App app{"lrkvd: the lrkv surgery and verification server"};
   lrkv::service::ServerOptions o;
   app.add_option("--listen", o.listen,

@@ -5,14 +5,57 @@
 #include <c10/util/Exception.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace lrkv {
+
+namespace {
+
+absl::StatusOr<DType> MatrixDType(const std::string& name) {
+  if (name == "f32" || name == "float32") return DType::kF32;
+  if (name == "f16" || name == "float16") return DType::kF16;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--weight-dtype '", name, "' is not one of f32, f16, bf16"));
+}
+
+// `init --config`: a real model's config.json, random weights streamed to shards.
+absl::Status WriteCheckpointOfConfig(const ModelInitOptions& o) {
+  std::ifstream in(o.config_json);
+  if (!in) return absl::NotFoundError(absl::StrCat(o.config_json, ": cannot read"));
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  ASSIGN_OR_RETURN(ModelConfig c, ConfigFromHfJson(text, o.config_json));
+  ASSIGN_OR_RETURN(Tokenizer tokenizer, LoadTokenizer(o.tokenizer_from));
+  RETURN_IF_ERROR(ReconcileTokenizer(tokenizer, o.tokenizer_from, &c));
+  nlohmann::json j = nlohmann::json::parse(text);
+  std::string dtype_name = o.weight_dtype;
+  if (dtype_name.empty()) dtype_name = j.value("torch_dtype", std::string("float32"));
+  ASSIGN_OR_RETURN(const DType matrices, MatrixDType(dtype_name));
+  j["torch_dtype"] = matrices == DType::kF16    ? "float16"
+                     : matrices == DType::kBF16 ? "bfloat16"
+                                                : "float32";
+  return WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    RETURN_IF_ERROR(WriteRandomWeights(dir, c, o.seed, matrices, o.max_shard_bytes));
+    RETURN_IF_ERROR(WriteFileAtomically((std::filesystem::path(dir) / kConfigFileName).string(),
+                                        j.dump(2) + "\n"));
+    for (const TokenizerFile& f : tokenizer.Files()) {
+      RETURN_IF_ERROR(
+          WriteFileAtomically((std::filesystem::path(dir) / f.name).string(), f.contents));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
 
 absl::Status WriteInitialCheckpoint(const ModelInitOptions& o) {
   if (o.out_dir.empty()) return absl::InvalidArgumentError("--out is required");
@@ -21,6 +64,13 @@ absl::Status WriteInitialCheckpoint(const ModelInitOptions& o) {
       !std::filesystem::is_empty(o.out_dir, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat(o.out_dir, ": output folder exists and is not empty"));
+  }
+  if (!o.config_json.empty()) {
+    try {
+      return WriteCheckpointOfConfig(o);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("init: ", e.what_without_backtrace()));
+    }
   }
   if (o.heads < 1 || o.hidden % o.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,10 +95,12 @@ absl::Status WriteInitialCheckpoint(const ModelInitOptions& o) {
   c.eos_token_ids = like->config().eos_token_ids;
   // Validate names the offending field (--layers etc. map onto these).
   RETURN_IF_ERROR(c.Validate());
+  ASSIGN_OR_RETURN(const DType matrices, MatrixDType(o.weight_dtype.empty() ? "f32" : o.weight_dtype));
   try {
     const LlamaWeights weights = RandomLlamaWeights(c, o.seed);
     return WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
-      return SaveSafetensorsCheckpoint(dir, c, weights, like->tokenizer());
+      return SaveSafetensorsCheckpoint(dir, c, weights, like->tokenizer(), matrices,
+                                       o.max_shard_bytes);
     });
   } catch (const c10::Error& e) {
     return absl::InternalError(

@@ -27,6 +27,18 @@ struct ModelInitOptions {
   /// Longest context (max_position_embeddings).
   int64_t context = 512;
   uint64_t seed = 1;
+  /// An HF config.json (of a real model, say): when set, the model has its shape and
+  /// every setting (RoPE scaling, QK-norm, biases, tied embeddings), the file is
+  /// written as the checkpoint's config.json with only torch_dtype made to match, and
+  /// the --layers/--hidden/... options are not used. `tokenizer_from` may then be any
+  /// tokenizer folder (tokenizer.json) or checkpoint. Weights are written a tensor at
+  /// a time, so checkpoints far larger than memory can be made.
+  std::string config_json;
+  /// Storage of the matrices: "f32", "f16" or "bf16" (empty: the config's torch_dtype,
+  /// else f32).
+  std::string weight_dtype;
+  /// Largest safetensors shard (HF-style shards with an index above it).
+  uint64_t max_shard_bytes = 5'000'000'000;
   /// Output folder (written atomically; must not exist or be empty).
   std::string out_dir;
 };

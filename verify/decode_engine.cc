@@ -38,7 +38,8 @@ DecodeEngine::DecodeEngine(const ModelConfig& config,
                            const LlamaWeights& weights, DecodeMode mode,
                            const EngineOptions& options)
     : config_(config),
-      weights_(weights),
+      weights_(ForCompute(weights, options.cache_dtype == at::kDouble ? at::kDouble
+                                                                         : at::kFloat)),
       mode_(mode),
       options_(options),
       ropes_(LayerRopes(config)),
@@ -93,7 +94,7 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
   GrowIfFull();
   const int64_t pos = length_;
   const double eps = config_.rms_norm_eps;
-  auto x = Embed(weights_.embed, tokens);  // [B, d]
+  auto x = Embed(weights_.embed, tokens, compute_dtype());  // [B, d]
   attention_.resize(weights_.layers.size());
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
     const LayerWeights& l = weights_.layers[i];
@@ -118,11 +119,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
   if (options.cache_dtype == at::kDouble) {
     // The float64 engines of the error model (verify/equivalence.h): float64
     // weights, and ATen for the expanded one (its kernel is fp32).
-    if (weights.embed.scalar_type() != at::kDouble ||
-        (mode == DecodeMode::kExpanded && !options.materialize)) {
+    if (mode == DecodeMode::kExpanded && !options.materialize) {
       return absl::InvalidArgumentError(
-          "a float64 cache needs float64 weights (and, expanded, the "
-          "materialised ATen path)");
+          "a float64 cache needs the materialised ATen path (the expanded kernel is fp32)");
     }
   } else if (options.cache_dtype != at::kFloat &&
              options.cache_dtype != at::kBFloat16) {

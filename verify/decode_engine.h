@@ -127,7 +127,14 @@ class DecodeEngine {
     capacity_ = (capacity_ + positions - 1) / positions * positions;
   }
 
+  // float64 for the error model's float64 engines, float32 otherwise.
+  at::ScalarType compute_dtype() const {
+    return options_.cache_dtype == at::kDouble ? at::kDouble : at::kFloat;
+  }
+
   ModelConfig config_;
+  // ForCompute(weights, compute_dtype()): the big matrices as stored, the rest in the
+  // compute dtype.
   LlamaWeights weights_;
   DecodeMode mode_;
   EngineOptions options_;

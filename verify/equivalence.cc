@@ -83,7 +83,7 @@ ErrorStats Compare(const at::Tensor& candidate, const at::Tensor& reference) {
 }
 
 absl::StatusOr<EquivalenceResult> CheckEquivalence(
-    const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
+    const ModelConfig& config, const LlamaWeights& stored, DecodeMode mode,
     const EquivalenceOptions& o) {
   if (o.prompt.empty())
     return absl::InvalidArgumentError("the prompt is empty");
@@ -99,6 +99,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   eo.capacity = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
   eo.factored_layout = o.factored_layout;
   at::NoGradGuard no_grad;
+  // Converted once here for all the engines of each dtype (each engine's own
+  // ForCompute is then free): the K/V factors and norms, not the big matrices, which
+  // every engine streams as stored.
+  const LlamaWeights weights = ForCompute(stored, at::kFloat);
   EngineOptions candidate_options = eo;
   candidate_options.fault = o.fault;
   auto candidate = CreateDecodeEngine(config, weights, mode, candidate_options);
@@ -119,7 +123,7 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   EngineOptions f64_options = eo;
   f64_options.cache_dtype = at::kDouble;
   f64_options.materialize = true;
-  const LlamaWeights weights64 = ToDtype(weights, at::kDouble);
+  const LlamaWeights weights64 = ForCompute(stored, at::kDouble);
   ASSIGN_OR_RETURN(auto truth,
                    CreateDecodeEngine(config, weights64, DecodeMode::kExpanded, f64_options));
   // The candidate's own algorithm twice, both through ATen on rows: in fp32

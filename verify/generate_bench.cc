@@ -58,7 +58,7 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
         "--cache-layout must be auto, rows or tiles (got '", o.cache_layout, "')"));
   }
   ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(o.mode));
-  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   // The decode engines attend to their whole cache: past a sliding window they would
   // time (and compute) another model than the checkpoint's.
   if (const int64_t w = ckpt->config().sliding_window; w > 0 && o.context + o.tokens > w) {
@@ -66,7 +66,7 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
         "--context + --tokens = ", o.context + o.tokens, " exceeds the model's sliding_window "
         "of ", w, "; the decode engines attend to the whole cache"));
   }
-  ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(*ckpt));
+  ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
   std::vector<GenerateBenchRow> rows;
   ASSIGN_OR_RETURN(auto expanded, Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted"));
   rows.push_back(expanded);
@@ -75,8 +75,8 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
     rows.push_back(factored);
   }
   if (!o.source.empty()) {
-    ASSIGN_OR_RETURN(auto src, Checkpoint::Open(o.source));
-    ASSIGN_OR_RETURN(LlamaWeights sw, LoadLlamaWeights(*src));
+    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> src, Checkpoint::Open(o.source));
+    ASSIGN_OR_RETURN(LlamaWeights sw, LoadLlamaWeights(src, StoredDtype()));
     ASSIGN_OR_RETURN(auto row, Time(src->config(), sw, DecodeMode::kExpanded, o, "source"));
     rows.push_back(row);
   }

@@ -102,8 +102,7 @@ class LrkvEngine : public DecodeEngine {
     // storage); its fused implementation reads the tiled layout, which
     // allocates whole tiles of positions. float64 arithmetic (the error model's
     // twins, verify/equivalence.h) goes through ATen.
-    const bool kernel_types = weights_.embed.scalar_type() == at::kFloat &&
-                              options_.cache_dtype != at::kDouble;
+    const bool kernel_types = compute_dtype() == at::kFloat;
     // Per-head key-norm weights (OLMo-2) need the two-part shared key below,
     // which the kernel (one d_h-wide shared key) does not read.
     split_ = config_.qk_norm && config_.qk_norm_over_heads;
@@ -112,8 +111,8 @@ class LrkvEngine : public DecodeEngine {
     // after they are computed, and after healing they can be large and cancel.
     // With fp32 storage, the proof mode, that sum is carried in float64 so that
     // the only roundings left are the stored values'; bf16 storage computes in
-    // fp32. float64 weights (the error model's twins) compute in float64 too.
-    sum_dtype_ = weights_.embed.scalar_type() == at::kDouble ||
+    // fp32. The error model's float64 twins compute in float64 too.
+    sum_dtype_ = compute_dtype() == at::kDouble ||
                          (options_.cache_dtype == at::kFloat && options_.float64_sums)
                      ? at::kDouble
                      : at::kFloat;
@@ -131,7 +130,7 @@ class LrkvEngine : public DecodeEngine {
       layer.k = FactorsOf(l.k_lr, hkv, dh);
       layer.v = FactorsOf(l.v_lr, hkv, dh);
       // γ of the key norm per KV head [Hkv, dh] (ones without QK-norm).
-      layer.gamma = !config_.qk_norm ? at::ones({hkv, dh}, l.wq.options())
+      layer.gamma = !config_.qk_norm ? at::ones({hkv, dh}, at::TensorOptions().dtype(compute_dtype()))
                     : split_         ? l.k_norm.view({hkv, dh})
                                      : l.k_norm.unsqueeze(0).expand({hkv, dh}).contiguous();
       if (split_) SplitGamma(layer_rope, &layer);

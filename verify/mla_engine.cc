@@ -22,7 +22,7 @@ class MlaEngine : public DecodeEngine {
 
  protected:
   void Append(int64_t layer, const at::Tensor& x, int64_t pos) override {
-    Write(latent_[layer], pos, at::linear(x, weights_.layers[layer].kv_down));
+    Write(latent_[layer], pos, Linear(x, weights_.layers[layer].kv_down));
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {

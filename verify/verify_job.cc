@@ -95,7 +95,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     return Invalid(
         absl::StrCat("--dtype '", o.dtype, "' must be fp32, bf16 or both"));
 
-  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
   // The decode engines attend to their whole cache: exact for a sliding-window model
   // only while every position fits in the window.
@@ -113,7 +113,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   if (!o.text.empty()) {
     ASSIGN_OR_RETURN(docs, ReadDocuments(o.text));
   }
-  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt));
+  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(ckpt, StoredDtype()));
 
   // The prompt: the text's first tokens, else a built-in passage, else fixed
   // ids.
@@ -237,8 +237,8 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   std::tie(diversity.converted_centred, diversity.converted_uncentred) =
       diversity_of(config, weights);
   if (!o.source.empty()) {
-    ASSIGN_OR_RETURN(auto src_ckpt, Checkpoint::Open(o.source));
-    ASSIGN_OR_RETURN(LlamaWeights src_weights, LoadLlamaWeights(*src_ckpt));
+    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> src_ckpt, Checkpoint::Open(o.source));
+    ASSIGN_OR_RETURN(LlamaWeights src_weights, LoadLlamaWeights(src_ckpt, StoredDtype()));
     const ModelConfig& sc = src_ckpt->config();
     if (sc.num_layers != config.num_layers ||
         sc.hidden_size != config.hidden_size ||

@@ -194,7 +194,8 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
                                   "train from scratch (with lrkv heal "
                                   "--loss lm --trainable all)");
   icmd->add_option("--tokenizer-from", init->tokenizer_from,
-                   "Checkpoint whose tokenizer and vocabulary to use")
+                   "Checkpoint (or, with --config, tokenizer folder) whose tokenizer and "
+                   "vocabulary to use")
       ->required();
   icmd->add_option("--layers", init->layers, "Decoder layers");
   icmd->add_option("--hidden", init->hidden, "Model width d");
@@ -204,12 +205,28 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   icmd->add_option("--ffn", init->ffn, "SwiGLU width");
   icmd->add_option("--context", init->context, "max_position_embeddings");
   icmd->add_option("--seed", init->seed, "Seed of the random weights");
+  icmd->add_option("--config", init->config_json,
+                   "An HF config.json (a real model's): its shape and settings, written "
+                   "as the checkpoint's config.json; --layers etc. are then unused and "
+                   "--tokenizer-from may be a tokenizer.json folder");
+  icmd->add_option("--weight-dtype", init->weight_dtype,
+                   "f32 | f16 | bf16 (default: the --config's torch_dtype, else f32)");
+  icmd->add_option("--max-shard-size", init->max_shard_bytes,
+                   "Largest safetensors shard (5GB, 500MB, bytes)")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
+      ->default_str("5GB");
   icmd->add_option("--out", init->out_dir, "Output folder (must not exist)")
       ->required();
   icmd->callback([init, exit_code] {
     const absl::Status st = WriteInitialCheckpoint(*init);
     if (!st.ok()) {
       *exit_code = Fail(st);
+      return;
+    }
+    if (!init->config_json.empty()) {
+      std::printf("initialised a random-weight model of %s in %s\n",
+                  init->config_json.c_str(), init->out_dir.c_str());
+      *exit_code = kExitOk;
       return;
     }
     std::printf(

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "clients/cli/commands.h"
+#include "model/blas_core.h"
 #include "model/threads.h"
 
 namespace lrkv::cli {
@@ -19,6 +20,7 @@ int Fail(const absl::Status& status) {
 }  // namespace lrkv::cli
 
 int main(int argc, char** argv) {
+  lrkv::UseBestOpenBlasCore(argv);
   CLI::App app{"lrkv: LRKV model surgery and verification"};
   app.require_subcommand(1);
   int exit_code = lrkv::cli::kExitOk;

@@ -1,12 +1,17 @@
 // `lrkv eval` and `lrkv generate`: perplexity and greedy continuation of a
 // checkpoint.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "clients/cli/commands.h"
+#include "kernels/decode_attention.h"
+#include "kernels/weight_matvec.h"
+#include "model/blas_core.h"
 #include "model/language_model.h"
+#include "model/threads.h"
 #include "model/text_corpus.h"
 #include "nlohmann/json.hpp"
 
@@ -81,6 +86,19 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   gen->add_option("--max-tokens", gen_args->max_tokens, "New tokens at most")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   gen->callback([gen_args, exit_code] { *exit_code = RunGenerate(*gen_args); });
+
+  auto* sysinfo = app.add_subcommand(
+      "sysinfo", "What this build runs on here: kernel builds, BLAS core, threads");
+  sysinfo->callback([exit_code] {
+    const std::string blas = OpenBlasCore();
+    std::printf("decode kernels: %s%s\n", kernels::KernelIsa(),
+                kernels::TiledKernelAvailable() ? " (+ tiled avx512-bf16)" : "");
+    std::printf("weight mat-vec: %s\n", kernels::WeightMatVecIsa());
+    std::printf("blas core: %s%s\n", blas.empty() ? "(not OpenBLAS)" : blas.c_str(),
+                std::getenv("OPENBLAS_CORETYPE") != nullptr ? " (OPENBLAS_CORETYPE)" : "");
+    std::printf("threads: %d\n", ThreadCount());
+    *exit_code = kExitOk;
+  });
 }
 
 }  // namespace lrkv::cli

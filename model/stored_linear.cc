@@ -1,0 +1,45 @@
+// Small-batch products with stored-dtype weights (see stored_linear.h).
+#include "model/stored_linear.h"
+
+#include "kernels/weight_matvec.h"
+
+namespace lrkv {
+
+at::Tensor StoredLinear(const at::Tensor& x, const at::Tensor& w) {
+  const at::ScalarType xt = x.scalar_type(), wt = w.scalar_type();
+  if (!x.device().is_cpu() || !w.device().is_cpu() || w.dim() != 2 || x.dim() < 1 ||
+      x.size(-1) != w.size(1) || w.numel() == 0 || (xt != at::kFloat && xt != at::kDouble) ||
+      x.requires_grad() || w.requires_grad() || !w.is_contiguous()) {
+    return {};
+  }
+  kernels::WeightMatVecParams p;
+  if (wt == at::kBFloat16) {
+    p.dtype = kernels::WeightDType::kBF16;
+  } else if (wt == at::kHalf) {
+    p.dtype = kernels::WeightDType::kF16;
+  } else if (wt == at::kFloat && xt == at::kDouble) {
+    p.dtype = kernels::WeightDType::kF32;
+  } else {
+    return {};
+  }
+  const at::Tensor xc = x.contiguous();
+  p.batch = x.numel() / x.size(-1);
+  if (p.batch < 1 || p.batch > kStoredLinearMaxRows) return {};
+  p.rows = w.size(0);
+  p.cols = w.size(1);
+  p.w = w.data_ptr();
+  auto shape = x.sizes().vec();
+  shape.back() = p.rows;
+  at::Tensor y = at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
+  if (xt == at::kDouble) {
+    p.x64 = xc.data_ptr<double>();
+    p.y64 = y.data_ptr<double>();
+  } else {
+    p.x = xc.data_ptr<float>();
+    p.y = y.data_ptr<float>();
+  }
+  if (!kernels::WeightMatVec(p).ok()) return {};
+  return y;
+}
+
+}  // namespace lrkv
