@@ -5,6 +5,7 @@
 // Include only from those translation units.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -74,26 +75,78 @@ void Widen(const WeightMatVecParams& p, int64_t row, float* out) {
 #endif
 }
 
-template <typename T>
-T Dot(const float* w, const T* x, int64_t n) {
+// Weight element -> fp32, exactly: bf16 is the high half of an fp32; staged f16 rows
+// (see Run) and fp32 are already fp32.
+inline float Widened(uint16_t b) { return Bf16(b); }
+inline float Widened(float f) { return f; }
+
+// Four outputs at once: four independent accumulator chains (one chain is bound by
+// the FMA latency, not by memory, in fp64 and for batches), one pass over x.
+template <typename W, typename T>
+void Dot4(const W* w, int64_t stride, const T* x, int64_t n, T* out) {
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  const W *w0 = w, *w1 = w + stride, *w2 = w + 2 * stride, *w3 = w + 3 * stride;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+  for (int64_t i = 0; i < n; ++i) {
+    s0 += static_cast<T>(Widened(w0[i])) * x[i];
+    s1 += static_cast<T>(Widened(w1[i])) * x[i];
+    s2 += static_cast<T>(Widened(w2[i])) * x[i];
+    s3 += static_cast<T>(Widened(w3[i])) * x[i];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+template <typename W, typename T>
+T Dot(const W* w, const T* x, int64_t n) {
   T s = 0;
 #pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += static_cast<T>(w[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) s += static_cast<T>(Widened(w[i])) * x[i];
   return s;
+}
+
+constexpr int64_t kRowBlock = 4;
+
+// Rows o..o+n-1 of W (n <= kRowBlock) times every x row into y.
+template <typename W, typename T>
+void Block(const W* w, int64_t o, int64_t n, const WeightMatVecParams& p, const T* x, T* y) {
+  T out[kRowBlock];
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const T* xb = x + b * p.cols;
+    T* yb = y + b * p.rows + o;
+    if (n == kRowBlock) {
+      Dot4(w, p.cols, xb, p.cols, out);
+      for (int64_t j = 0; j < kRowBlock; ++j) yb[j] = out[j];
+    } else {
+      for (int64_t j = 0; j < n; ++j) yb[j] = Dot(w + j * p.cols, xb, p.cols);
+    }
+  }
 }
 
 template <typename T>
 void Run(const WeightMatVecParams& p, const T* x, T* y) {
   // Threads only where the matrix is worth it (a few hundred KB and up).
   const bool parallel = p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
+  const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> row(p.cols);
+    std::vector<float> staged(p.dtype == WeightDType::kF16 ? kRowBlock * p.cols : 0);
 #pragma omp for schedule(static)
-    for (int64_t o = 0; o < p.rows; ++o) {
-      Widen(p, o, row.data());
-      for (int64_t b = 0; b < p.batch; ++b) {
-        y[b * p.rows + o] = Dot(row.data(), x + b * p.cols, p.cols);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t o = blk * kRowBlock, n = std::min(kRowBlock, p.rows - o);
+      switch (p.dtype) {
+        case WeightDType::kBF16:
+          Block(static_cast<const uint16_t*>(p.w) + o * p.cols, o, n, p, x, y);
+          break;
+        case WeightDType::kF32:
+          Block(static_cast<const float*>(p.w) + o * p.cols, o, n, p, x, y);
+          break;
+        case WeightDType::kF16:  // widened by F16C into a staging block first
+          for (int64_t j = 0; j < n; ++j) Widen(p, o + j, staged.data() + j * p.cols);
+          Block(staged.data(), o, n, p, x, y);
+          break;
       }
     }
   }

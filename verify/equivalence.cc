@@ -82,6 +82,60 @@ ErrorStats Compare(const at::Tensor& candidate, const at::Tensor& reference) {
   return e;
 }
 
+absl::StatusOr<std::unique_ptr<ReferenceEngines>> ReferenceEngines::Create(
+    const ModelConfig& config, const LlamaWeights& weights, at::ScalarType cache_dtype,
+    int64_t capacity, FactoredCacheLayout factored_layout) {
+  std::unique_ptr<ReferenceEngines> r(new ReferenceEngines());
+  r->cache_dtype_ = cache_dtype;
+  EngineOptions eo;
+  eo.cache_dtype = cache_dtype;
+  eo.capacity = capacity;
+  eo.factored_layout = factored_layout;
+  // The plain engine shows what the candidate's storage dtype and fp32
+  // arithmetic cost a standard cache (through the kernel, and reordered through
+  // ATen); the float64 engine is the truth all are measured against.
+  r->weights32_ = ForCompute(weights, at::kFloat);
+  r->weights64_ = ForCompute(weights, at::kDouble);
+  const LlamaWeights& weights32 = r->weights32_;
+  ASSIGN_OR_RETURN(r->plain_,
+                   CreateDecodeEngine(config, weights32, DecodeMode::kExpanded, eo));
+  EngineOptions reordered_options = eo;
+  reordered_options.kernels = false;
+  ASSIGN_OR_RETURN(r->reordered_, CreateDecodeEngine(config, weights32, DecodeMode::kExpanded,
+                                                     reordered_options));
+  EngineOptions f64_options = eo;
+  f64_options.cache_dtype = at::kDouble;
+  f64_options.materialize = true;
+  ASSIGN_OR_RETURN(r->truth_, CreateDecodeEngine(config, r->weights64_, DecodeMode::kExpanded,
+                                                 f64_options));
+  return r;
+}
+
+absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(int64_t step,
+                                                                          int32_t token) {
+  if (step < static_cast<int64_t>(steps_.size())) {
+    if (steps_[step].token != token) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "reference step ", step, " ran token ", steps_[step].token, ", asked for ", token));
+    }
+    return &steps_[step];
+  }
+  if (step != static_cast<int64_t>(steps_.size())) {
+    return absl::FailedPreconditionError("reference steps are run in order");
+  }
+  const auto t = at::full({1}, token, at::kLong);
+  StepOutputs s;
+  s.token = token;
+  s.truth_logits = truth_->Step(t);
+  s.truth = truth_->attention_outputs();
+  s.plain_logits = plain_->Step(t);
+  s.plain = plain_->attention_outputs();
+  s.reordered_logits = reordered_->Step(t);
+  s.reordered = reordered_->attention_outputs();
+  steps_.push_back(std::move(s));
+  return &steps_.back();
+}
+
 absl::StatusOr<EquivalenceResult> CheckEquivalence(
     const ModelConfig& config, const LlamaWeights& stored, DecodeMode mode,
     const EquivalenceOptions& o) {
@@ -99,10 +153,20 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   eo.capacity = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
   eo.factored_layout = o.factored_layout;
   at::NoGradGuard no_grad;
-  // Converted once here for all the engines of each dtype (each engine's own
-  // ForCompute is then free): the K/V factors and norms, not the big matrices, which
-  // every engine streams as stored.
-  const LlamaWeights weights = ForCompute(stored, at::kFloat);
+  // The references convert the weights once per dtype (ForCompute: the K/V factors
+  // and norms, not the big matrices every engine streams as stored); the candidate and
+  // its twins use those conversions.
+  std::unique_ptr<ReferenceEngines> own_references;
+  ReferenceEngines* refs = o.references;
+  if (refs == nullptr) {
+    ASSIGN_OR_RETURN(own_references, ReferenceEngines::Create(config, stored, o.cache_dtype,
+                                                              eo.capacity, o.factored_layout));
+    refs = own_references.get();
+  } else if (refs->cache_dtype() != o.cache_dtype) {
+    return absl::InvalidArgumentError("the shared reference engines run another cache dtype");
+  }
+  const LlamaWeights& weights = refs->weights32();
+  const LlamaWeights& weights64 = refs->weights64();
   EngineOptions candidate_options = eo;
   candidate_options.fault = o.fault;
   auto candidate = CreateDecodeEngine(config, weights, mode, candidate_options);
@@ -112,20 +176,6 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
     return r;
   }
   r.cache_layout = (*candidate)->cache_layout();
-  // The plain engine shows what the candidate's storage dtype and fp32
-  // arithmetic cost a standard cache; the float64 engine is the truth both are
-  // measured against.
-  ASSIGN_OR_RETURN(auto plain, CreateDecodeEngine(config, weights, DecodeMode::kExpanded, eo));
-  EngineOptions reordered_options = eo;
-  reordered_options.kernels = false;
-  ASSIGN_OR_RETURN(auto reordered,
-                   CreateDecodeEngine(config, weights, DecodeMode::kExpanded, reordered_options));
-  EngineOptions f64_options = eo;
-  f64_options.cache_dtype = at::kDouble;
-  f64_options.materialize = true;
-  const LlamaWeights weights64 = ForCompute(stored, at::kDouble);
-  ASSIGN_OR_RETURN(auto truth,
-                   CreateDecodeEngine(config, weights64, DecodeMode::kExpanded, f64_options));
   // The candidate's own algorithm twice, both through ATen on rows: in fp32
   // arithmetic with its cache in the candidate's dtype, and in float64 with a
   // float64 cache. Their distance is what rounding costs that algorithm (a
@@ -165,9 +215,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   for (int64_t step = 0; step < total && !r.non_finite; ++step) {
     if (step < static_cast<int64_t>(o.prompt.size())) next = o.prompt[step];
     const auto token = at::full({1}, next, at::kLong);
-    const auto truth_logits = truth->Step(token);
-    const auto plain_logits = plain->Step(token);
-    const auto reordered_logits = reordered->Step(token);
+    ASSIGN_OR_RETURN(const ReferenceEngines::StepOutputs* ref, refs->At(step, next));
+    const at::Tensor& truth_logits = ref->truth_logits;
+    const at::Tensor& plain_logits = ref->plain_logits;
+    const at::Tensor& reordered_logits = ref->reordered_logits;
     const auto cand_logits = (*candidate)->Step(token);
     const auto rounded_logits = rounded->Step(token);
     const auto exact_logits = exact64->Step(token);
@@ -175,9 +226,9 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
       const bool logits = layer == layers;
       const at::Tensor& c =
           logits ? cand_logits : (*candidate)->attention_outputs()[layer];
-      const at::Tensor& p = logits ? plain_logits : plain->attention_outputs()[layer];
-      const at::Tensor& p2 = logits ? reordered_logits : reordered->attention_outputs()[layer];
-      const at::Tensor& t = logits ? truth_logits : truth->attention_outputs()[layer];
+      const at::Tensor& p = logits ? plain_logits : ref->plain[layer];
+      const at::Tensor& p2 = logits ? reordered_logits : ref->reordered[layer];
+      const at::Tensor& t = logits ? truth_logits : ref->truth[layer];
       const at::Tensor& r32 = logits ? rounded_logits : rounded->attention_outputs()[layer];
       const at::Tensor& e64 = logits ? exact_logits : exact64->attention_outputs()[layer];
       const int64_t site = logits ? -1 : static_cast<int64_t>(layer);
@@ -247,9 +298,8 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
       tokens_ok = false;
     }
   }
-  for (auto [engine, bytes] : {std::pair{candidate->get(), &r.candidate_cache},
-                               {plain.get(), &r.reference_cache}}) {
-    const CacheMeasurement m = engine->MeasureCache();
+  for (auto [m, bytes] : {std::pair{(*candidate)->MeasureCache(), &r.candidate_cache},
+                          {refs->PlainCache(), &r.reference_cache}}) {
     *bytes = {m.used_bytes, m.allocated_bytes};
   }
   r.equivalent = within && tokens_ok;

