@@ -35,10 +35,11 @@ const ModelConfig& LanguageModel::config() const { return transformer_->config()
 
 absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
     const std::string& path) {
-  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(path));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(path));
   ASSIGN_OR_RETURN(const Tokenizer* tok, ckpt->RequireTokenizer());
   try {
-    ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(*ckpt));
+    // Inference only: the weights stay in the map, in their stored dtype.
+    ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
     ASSIGN_OR_RETURN(auto t, Transformer::Create(ckpt->config(), std::move(w)));
     return std::unique_ptr<LanguageModel>(
         new LanguageModel(std::move(t), *tok));

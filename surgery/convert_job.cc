@@ -92,9 +92,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   // The source stays in its mapped file, in its stored dtype: only the K/V of the
   // layer being converted is widened (converter.cc), and every other tensor is
   // written from the map as it is.
-  WeightLoadOptions load;
-  load.stored_dtype = true;
-  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(ckpt, load));
+  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(ckpt, StoredDtype()));
   if (!matrices) matrices = StoredMatrixDType(weights);
   ASSIGN_OR_RETURN(auto source, Transformer::Create(config, weights));
 

@@ -166,8 +166,7 @@ TEST(CheckpointRoundTrip, StoredDtypeWeightsAreMappedViewsThatComputeTheSame) {
   std::shared_ptr<const Checkpoint> ckpt = std::move(*opened);
   auto copies = LoadLlamaWeights(*ckpt);
   ASSERT_TRUE(copies.ok()) << copies.status();
-  WeightLoadOptions options;
-  options.stored_dtype = true;
+  const WeightLoadOptions options = StoredDtype();
   auto views = LoadLlamaWeights(ckpt, options);
   ASSERT_TRUE(views.ok()) << views.status();
   EXPECT_EQ(views->layers[0].w_up.scalar_type(), at::kBFloat16);

@@ -581,5 +581,59 @@ TEST_F(VerifyJobTest, ActivationMetricPlaneConversionVerifies) {
   }
 }
 
+// Prefill (one GEMM per layer over the tokens, then the cache position by position)
+// and single steps compute the same decode: for every engine, the logits after a
+// 20-token prefill and 5 steps are within the error model's bound of the float64
+// expanded engine stepped 25 times (2x the step-by-step engine's own error plus twice
+// fp32 rounding of the reference), and the same greedy tokens follow.
+TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
+  const Model source = Stories();
+  const Model lrkv = Convert(source, KvVariant::kLrkv, 2, RopeMode::kPlane);
+  const Model mla = Convert(source, KvVariant::kMla, 24, RopeMode::kReconstruct);
+  struct Case {
+    const Model* m;
+    DecodeMode mode;
+  } cases[] = {{&source, DecodeMode::kExpanded},
+               {&lrkv, DecodeMode::kPlane},
+               {&lrkv, DecodeMode::kReconstruct},
+               {&mla, DecodeMode::kReconstruct}};
+  std::vector<int64_t> ids = {1};
+  for (int i = 0; i < 24; ++i) ids.push_back(3 + (i * 37) % (source.config.vocab_size - 3));
+  at::NoGradGuard no_grad;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(DecodeModeName(c.mode));
+    EngineOptions eo;
+    eo.capacity = 8;  // grown on the way (prefill reserves its span at once)
+    auto prefilled = CreateDecodeEngine(c.m->config, c.m->weights, c.mode, eo);
+    auto stepped = CreateDecodeEngine(c.m->config, c.m->weights, c.mode, eo);
+    EngineOptions f64 = eo;
+    f64.cache_dtype = at::kDouble;
+    f64.materialize = true;
+    auto truth = CreateDecodeEngine(c.m->config, ForCompute(c.m->weights, at::kDouble),
+                                    DecodeMode::kExpanded, f64);
+    ASSERT_TRUE(prefilled.ok() && stepped.ok() && truth.ok());
+    const auto all = at::tensor(ids, at::kLong);
+    at::Tensor a = (*prefilled)->Prefill(all.narrow(0, 0, 20));
+    at::Tensor b, t;
+    for (int64_t i = 0; i < 20; ++i) {
+      b = (*stepped)->Step(all.narrow(0, i, 1));
+      t = (*truth)->Step(all.narrow(0, i, 1));
+    }
+    EXPECT_EQ((*prefilled)->length(), 20);
+    for (int64_t i = 20; i <= 25; ++i) {
+      const double e_prefill = (a.to(at::kDouble) - t).pow(2).mean().sqrt().item<double>();
+      const double e_step = (b.to(at::kDouble) - t).pow(2).mean().sqrt().item<double>();
+      const double rms = t.pow(2).mean().sqrt().item<double>();
+      EXPECT_LE(e_prefill, 2 * e_step + 2 * 0x1p-24 * rms) << "step " << i;
+      EXPECT_EQ(a.argmax(-1).item<int64_t>(), t.argmax(-1).item<int64_t>()) << "step " << i;
+      if (i == 25) break;
+      const auto token = all.narrow(0, i, 1);
+      a = (*prefilled)->Step(token);
+      b = (*stepped)->Step(token);
+      t = (*truth)->Step(token);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lrkv

@@ -71,12 +71,13 @@ at::Tensor DecodeEngine::RotateAt(int64_t layer, const at::Tensor& x, int64_t po
   return rope(layer).Rotate(x.unsqueeze(1), at::full({1}, pos, at::kLong)).squeeze(1);
 }
 
-void DecodeEngine::GrowIfFull() {
-  if (length_ < capacity_) return;
-  for (at::Tensor* t : CacheTensors()) {
-    *t = at::cat({*t, at::zeros_like(*t)}, 1);
+void DecodeEngine::Reserve(int64_t positions) {
+  while (length_ + positions > capacity_) {
+    for (at::Tensor* t : CacheTensors()) {
+      *t = at::cat({*t, at::zeros_like(*t)}, 1);
+    }
+    capacity_ *= 2;
   }
-  capacity_ *= 2;
 }
 
 CacheMeasurement DecodeEngine::MeasureCache() const {
@@ -91,7 +92,7 @@ CacheMeasurement DecodeEngine::MeasureCache() const {
 }
 
 at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
-  GrowIfFull();
+  Reserve(1);
   const int64_t pos = length_;
   const double eps = config_.rms_norm_eps;
   auto x = Embed(weights_.embed, tokens, compute_dtype());  // [B, d]
@@ -111,6 +112,36 @@ at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
   }
   ++length_;
   return Linear(RmsNorm(x, weights_.final_norm, eps), weights_.lm_head);
+}
+
+at::Tensor DecodeEngine::Prefill(const at::Tensor& tokens) {
+  const int64_t n = tokens.size(0), start = length_;
+  TORCH_CHECK(n >= 1 && options_.batch == 1, "Prefill takes >= 1 tokens of one sequence");
+  Reserve(n);
+  const double eps = config_.rms_norm_eps;
+  auto x = Embed(weights_.embed, tokens, compute_dtype());  // [T, d]
+  attention_.resize(weights_.layers.size());
+  for (size_t i = 0; i < weights_.layers.size(); ++i) {
+    const auto layer = static_cast<int64_t>(i);
+    const LayerWeights& l = weights_.layers[i];
+    auto h = AttentionInput(config_, l, x);
+    auto q = Linear(h, l.wq, l.bq).view({n, config_.num_heads, config_.head_dim});
+    if (config_.qk_norm) q = QkNorm(config_, q, l.q_norm);
+    // Every position's cache entry first, then each query over the positions up to
+    // its own: causal, as n single steps would be.
+    for (int64_t t = 0; t < n; ++t) Append(layer, h.narrow(0, t, 1), start + t);
+    std::vector<at::Tensor> outputs;
+    outputs.reserve(n);
+    for (int64_t t = 0; t < n; ++t) {
+      outputs.push_back(Attend(layer, q.narrow(0, t, 1), start + t).reshape({1, -1}));
+    }
+    const auto attn = at::cat(outputs, 0);
+    attention_[i] = outputs.back();
+    x = AddAttention(config_, l, x, attn);
+    x = AddFeedForward(config_, l, x);
+  }
+  length_ += n;
+  return Linear(RmsNorm(x.narrow(0, n - 1, 1), weights_.final_norm, eps), weights_.lm_head);
 }
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(

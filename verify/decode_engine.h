@@ -87,6 +87,11 @@ class DecodeEngine {
 
   // Appends token ids [B] at the next position; returns logits [B, V] (fp32).
   at::Tensor Step(const at::Tensor& tokens);
+  // Appends token ids [T] of one sequence (batch 1) at the next T positions, layer by
+  // layer: each layer's Q/O/FFN products are one GEMM over all T tokens, and the
+  // cache is written and read position by position exactly as Step does. Returns the
+  // last token's logits [1, V]; attention_outputs() then hold the last token's.
+  at::Tensor Prefill(const at::Tensor& tokens);
   // Each layer's attention output [B, H*d_h] (before o_proj) at the last step.
   const std::vector<at::Tensor>& attention_outputs() const { return attention_; }
   CacheMeasurement MeasureCache() const;
@@ -141,7 +146,8 @@ class DecodeEngine {
   std::vector<Rope> ropes_;  // one per layer
 
  private:
-  void GrowIfFull();
+  // Grows the cache (doubling) until `positions` more fit.
+  void Reserve(int64_t positions);
   int64_t length_ = 0;
   int64_t capacity_;
   std::vector<at::Tensor> attention_;

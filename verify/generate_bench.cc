@@ -3,7 +3,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
@@ -25,15 +27,31 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
                                                    : FactoredCacheLayout::kAuto;
   ASSIGN_OR_RETURN(auto engine, CreateDecodeEngine(c, w, mode, eo));
   at::NoGradGuard no_grad;
-  // Fill the cache with a fixed token pattern, then time greedy steps.
-  for (int64_t t = 0; t < o.context; ++t) {
-    engine->Step(at::full({1}, 1 + (t * 7919) % (c.vocab_size - 1), at::kLong));
-  }
-  auto next = at::full({1}, 1, at::kLong);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < o.tokens; ++i) next = engine->Step(next).argmax(-1);
+  // Fill the cache with a fixed token pattern in one prefill, then time greedy steps.
+  std::vector<int64_t> pattern(o.context);
+  for (int64_t t = 0; t < o.context; ++t) pattern[t] = 1 + (t * 7919) % (c.vocab_size - 1);
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   GenerateBenchRow row;
-  row.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto p0 = Clock::now();
+  auto next = engine->Prefill(at::tensor(pattern, at::kLong)).argmax(-1);
+  row.prefill_seconds = seconds_since(p0);
+  row.prefill_tokens_per_second = o.context / row.prefill_seconds;
+  std::vector<double> steps;
+  for (int64_t i = 0; i < o.tokens; ++i) {
+    const auto s0 = Clock::now();
+    next = engine->Step(next).argmax(-1);
+    steps.push_back(seconds_since(s0) * 1e3);
+    row.seconds += steps.back() / 1e3;
+  }
+  std::sort(steps.begin(), steps.end());
+  row.step_ms_min = steps.front();
+  row.step_ms_max = steps.back();
+  row.step_ms_median = steps.size() % 2 == 1
+                           ? steps[steps.size() / 2]
+                           : (steps[steps.size() / 2 - 1] + steps[steps.size() / 2]) / 2;
   row.model = model;
   row.engine = DecodeModeName(mode);
   row.context = o.context;

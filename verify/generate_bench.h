@@ -26,7 +26,11 @@ struct GenerateBenchRow {
   std::string model;   // "converted" | "source"
   std::string engine;  // expanded | plane | reconstruct | ...
   int64_t context = 0, tokens = 0;
+  // The context filled in one Prefill (its GEMMs over all tokens).
+  double prefill_seconds = 0, prefill_tokens_per_second = 0;
+  // The timed decode steps: total, rate, and each step's median, fastest and slowest.
   double seconds = 0, tokens_per_second = 0;
+  double step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;
   int64_t cache_bytes = 0;
   std::string cache_layout;  // "rows" | "tiles"
 };

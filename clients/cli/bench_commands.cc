@@ -10,6 +10,7 @@
 #include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
 #include "model/checkpoint.h"
+#include "model/threads.h"
 #include "verify/generate_bench.h"
 
 namespace lrkv::cli {
@@ -31,16 +32,18 @@ int RunGenerate(const GenerateBenchOptions& o) {
   auto rows = RunGenerateBench(o);
   if (!rows.ok()) return Fail(rows.status());
   std::printf(
-      "decode throughput at context %lld, %lld timed tokens, %s cache\n\n",
-      static_cast<long long>(o.context), static_cast<long long>(o.tokens),
-      o.dtype.c_str());
-  std::printf("%-10s %-12s %-6s %12s %10s %14s\n", "model", "engine", "cache",
-              "tokens/s", "ms/token", "cache bytes");
+      "context %lld filled by one prefill, then %lld timed decode steps, %s cache, %d "
+      "threads\n\n",
+      static_cast<long long>(o.context), static_cast<long long>(o.tokens), o.dtype.c_str(),
+      ThreadCount());
+  std::printf("%-10s %-12s %-6s %11s %11s %10s %10s %10s %14s\n", "model", "engine",
+              "cache", "prefill t/s", "decode t/s", "median ms", "min ms", "max ms",
+              "cache bytes");
   for (const auto& r : *rows) {
-    std::printf("%-10s %-12s %-6s %12.1f %10.3f %14lld\n", r.model.c_str(),
-                r.engine.c_str(), r.cache_layout.c_str(), r.tokens_per_second,
-                1000.0 / r.tokens_per_second,
-                static_cast<long long>(r.cache_bytes));
+    std::printf("%-10s %-12s %-6s %11.1f %11.2f %10.2f %10.2f %10.2f %14lld\n",
+                r.model.c_str(), r.engine.c_str(), r.cache_layout.c_str(),
+                r.prefill_tokens_per_second, r.tokens_per_second, r.step_ms_median,
+                r.step_ms_min, r.step_ms_max, static_cast<long long>(r.cache_bytes));
   }
   return kExitOk;
 }
