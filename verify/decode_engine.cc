@@ -144,6 +144,68 @@ at::Tensor DecodeEngine::Prefill(const at::Tensor& tokens) {
   return Linear(RmsNorm(x.narrow(0, n - 1, 1), weights_.final_norm, eps), weights_.lm_head);
 }
 
+std::vector<at::Tensor> DecodeEngine::StepTogether(const std::vector<DecodeEngine*>& engines,
+                                                   int32_t token) {
+  const auto tokens = at::full({1}, token, at::kLong);
+  std::vector<at::Tensor> logits;
+  if (engines.empty()) return logits;
+  const DecodeEngine& first = *engines[0];
+  bool together = true;
+  for (const DecodeEngine* e : engines) {
+    const LlamaWeights &a = e->weights_, &b = first.weights_;
+    together = together && e->options_.batch == 1 && e->compute_dtype() == first.compute_dtype() &&
+               a.embed.data_ptr() == b.embed.data_ptr() &&
+               a.lm_head.data_ptr() == b.lm_head.data_ptr() &&
+               a.layers.size() == b.layers.size();
+    for (size_t i = 0; together && i < a.layers.size(); ++i) {
+      const LayerWeights &x = a.layers[i], &y = b.layers[i];
+      together = x.wq.data_ptr() == y.wq.data_ptr() && x.wo.data_ptr() == y.wo.data_ptr() &&
+                 x.w_gate.data_ptr() == y.w_gate.data_ptr() &&
+                 x.w_up.data_ptr() == y.w_up.data_ptr() &&
+                 x.w_down.data_ptr() == y.w_down.data_ptr();
+    }
+  }
+  if (!together || engines.size() == 1) {
+    for (DecodeEngine* e : engines) logits.push_back(e->Step(tokens));
+    return logits;
+  }
+  const int64_t n = static_cast<int64_t>(engines.size());
+  const ModelConfig& c = first.config_;
+  const double eps = c.rms_norm_eps;
+  std::vector<int64_t> pos;
+  for (DecodeEngine* e : engines) {
+    e->Reserve(1);
+    e->attention_.resize(e->weights_.layers.size());
+    pos.push_back(e->length_);
+  }
+  // Row e of x is engine e's hidden state. The norms are the same values in every
+  // engine (ForCompute of one model), so engine 0's are applied to all rows.
+  auto x = Embed(first.weights_.embed, tokens, first.compute_dtype()).expand({n, -1}).contiguous();
+  for (size_t i = 0; i < first.weights_.layers.size(); ++i) {
+    const auto layer = static_cast<int64_t>(i);
+    const LayerWeights& l = first.weights_.layers[i];
+    auto h = AttentionInput(c, l, x);
+    auto q = Linear(h, l.wq, l.bq).view({n, c.num_heads, c.head_dim});
+    if (c.qk_norm) q = QkNorm(c, q, l.q_norm);
+    std::vector<at::Tensor> outputs;
+    for (int64_t e = 0; e < n; ++e) {
+      DecodeEngine* engine = engines[e];
+      engine->Append(layer, h.narrow(0, e, 1), pos[e]);
+      auto attn = engine->Attend(layer, q.narrow(0, e, 1), pos[e]).reshape({1, -1});
+      engine->attention_[i] = attn;
+      outputs.push_back(attn);
+    }
+    x = AddAttention(c, l, x, at::cat(outputs, 0));
+    x = AddFeedForward(c, l, x);
+  }
+  const auto all = Linear(RmsNorm(x, first.weights_.final_norm, eps), first.weights_.lm_head);
+  for (int64_t e = 0; e < n; ++e) {
+    ++engines[e]->length_;
+    logits.push_back(all.narrow(0, e, 1));
+  }
+  return logits;
+}
+
 absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
     const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
     const EngineOptions& options) {

@@ -92,6 +92,12 @@ class DecodeEngine {
   // cache is written and read position by position exactly as Step does. Returns the
   // last token's logits [1, V]; attention_outputs() then hold the last token's.
   at::Tensor Prefill(const at::Tensor& tokens);
+  // Steps each engine by one token (batch 1 each), multiplying every big matrix once
+  // for all of them (a decode step streams the weights: E engines cost one pass, not
+  // E). The engines must decode one model in one compute dtype, with the same stored
+  // matrices (else each is stepped alone). Each engine computes what its Step would.
+  static std::vector<at::Tensor> StepTogether(const std::vector<DecodeEngine*>& engines,
+                                              int32_t token);
   // Each layer's attention output [B, H*d_h] (before o_proj) at the last step.
   const std::vector<at::Tensor>& attention_outputs() const { return attention_; }
   CacheMeasurement MeasureCache() const;

@@ -128,9 +128,11 @@ absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(int64_
   s.token = token;
   s.truth_logits = truth_->Step(t);
   s.truth = truth_->attention_outputs();
-  s.plain_logits = plain_->Step(t);
+  // One pass over the weights for both fp32 engines.
+  const auto fp32 = DecodeEngine::StepTogether({plain_.get(), reordered_.get()}, token);
+  s.plain_logits = fp32[0];
   s.plain = plain_->attention_outputs();
-  s.reordered_logits = reordered_->Step(t);
+  s.reordered_logits = fp32[1];
   s.reordered = reordered_->attention_outputs();
   steps_.push_back(std::move(s));
   return &steps_.back();
@@ -219,8 +221,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
     const at::Tensor& truth_logits = ref->truth_logits;
     const at::Tensor& plain_logits = ref->plain_logits;
     const at::Tensor& reordered_logits = ref->reordered_logits;
-    const auto cand_logits = (*candidate)->Step(token);
-    const auto rounded_logits = rounded->Step(token);
+    // The candidate and its fp32 twin in one pass over the weights.
+    const auto fp32 = DecodeEngine::StepTogether({candidate->get(), rounded.get()}, next);
+    const auto& cand_logits = fp32[0];
+    const auto& rounded_logits = fp32[1];
     const auto exact_logits = exact64->Step(token);
     for (size_t layer = 0; layer <= layers; ++layer) {
       const bool logits = layer == layers;
