@@ -48,6 +48,18 @@ void WriteText(const fs::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary) << s;
 }
 
+// Every tensor of `in` is in `reader` with its dtype, shape and bytes.
+void ExpectReadBack(const SafetensorsReader& reader, const std::vector<TensorView>& in) {
+  for (const auto& t : in) {
+    const TensorView* got = reader.Find(t.name);
+    ASSERT_NE(got, nullptr) << t.name;
+    EXPECT_EQ(got->dtype, t.dtype);
+    EXPECT_EQ(got->shape, t.shape);
+    ASSERT_EQ(got->nbytes, t.nbytes);
+    if (t.nbytes > 0) EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0) << t.name;
+  }
+}
+
 TEST(Safetensors, WriteThenReadIsBitExact) {
   const fs::path dir = testing::FreshTempDir("st_roundtrip");
   const auto a = RandomBytes(3 * 5 * 4, 1), b = RandomBytes(7 * 2, 2),
@@ -65,14 +77,7 @@ TEST(Safetensors, WriteThenReadIsBitExact) {
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ((*reader)->metadata().at("k"), "v");
   ASSERT_EQ((*reader)->tensors().size(), 3u);
-  for (const auto& t : in) {
-    const TensorView* got = (*reader)->Find(t.name);
-    ASSERT_NE(got, nullptr) << t.name;
-    EXPECT_EQ(got->dtype, t.dtype);
-    EXPECT_EQ(got->shape, t.shape);
-    ASSERT_EQ(got->nbytes, t.nbytes);
-    if (t.nbytes > 0) EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0);
-  }
+  ExpectReadBack(**reader, in);
 }
 
 TEST(Safetensors, WriterRejectsDuplicateAndMismatchedTensors) {
@@ -143,14 +148,7 @@ TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
   EXPECT_EQ(index["weight_map"]["d"], "model-00003-of-00003.safetensors");
   auto reader = SafetensorsReader::Open(dir.string());
   ASSERT_TRUE(reader.ok()) << reader.status();
-  for (const auto& t : in) {
-    const TensorView* got = (*reader)->Find(t.name);
-    ASSERT_NE(got, nullptr) << t.name;
-    EXPECT_EQ(got->dtype, t.dtype);
-    EXPECT_EQ(got->shape, t.shape);
-    ASSERT_EQ(got->nbytes, t.nbytes);
-    EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0) << t.name;
-  }
+  ExpectReadBack(**reader, in);
   // Under the limit: one model.safetensors and no index.
   const fs::path one = testing::FreshTempDir("st_stream_one");
   auto single = SafetensorsCheckpointWriter::Create(one.string(), specs);
