@@ -33,6 +33,10 @@ inline at::Tensor AsDtypeOf(const at::Tensor& w, const at::Tensor& x) {
 inline at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
   if (w.scalar_type() != x.scalar_type()) {
     if (at::Tensor y = StoredLinear(x, w); y.defined()) return b.defined() ? y + AsDtypeOf(b, x) : y;
+    if (x.requires_grad() && !w.requires_grad() && at::GradMode::is_enabled()) {
+      const at::Tensor y = FrozenStoredLinear(x, w);
+      return b.defined() ? y + AsDtypeOf(b, x) : y;
+    }
   }
   return b.defined() ? at::linear(x, AsDtypeOf(w, x), AsDtypeOf(b, x))
                      : at::linear(x, AsDtypeOf(w, x));

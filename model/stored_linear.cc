@@ -1,9 +1,34 @@
 // Small-batch products with stored-dtype weights (see stored_linear.h).
 #include "model/stored_linear.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include "kernels/weight_matvec.h"
 
 namespace lrkv {
+namespace {
+
+// The autograd node of FrozenStoredLinear: saves the stored weight (a view of the
+// checkpoint's map, or a bf16 tensor), never its widened copy.
+struct FrozenStoredLinearFunction : torch::autograd::Function<FrozenStoredLinearFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w) {
+    ctx->saved_data["w"] = w;
+    return at::linear(x, w.to(x.scalar_type()));
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const at::Tensor w = ctx->saved_data["w"].toTensor();
+    const at::Tensor& g = grads[0];
+    return {at::matmul(g, w.to(g.scalar_type())), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor FrozenStoredLinear(const at::Tensor& x, const at::Tensor& w) {
+  return FrozenStoredLinearFunction::apply(x, w);
+}
 
 at::Tensor StoredLinear(const at::Tensor& x, const at::Tensor& w) {
   const at::ScalarType xt = x.scalar_type(), wt = w.scalar_type();

@@ -17,6 +17,12 @@ inline constexpr int64_t kStoredLinearMaxRows = 16;
 // does not apply (a GPU tensor, autograd, a weight already in x's dtype, too many rows).
 at::Tensor StoredLinear(const at::Tensor& x, const at::Tensor& w);
 
+// x Wᵀ under autograd for a frozen weight kept in its stored dtype (healing with the
+// rest of the model frozen in bf16): the widened weight is a temporary of the forward
+// and is widened again in the backward, so the graph keeps the stored view, not an
+// fp32 copy of every frozen matrix. Only x gets a gradient.
+at::Tensor FrozenStoredLinear(const at::Tensor& x, const at::Tensor& w);
+
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_STORED_LINEAR_H_

@@ -9,12 +9,14 @@
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
+#include "model/stored_linear.h"
 #include "model/text_corpus.h"
 #include "model/transformer.h"
 #include "nlohmann/json.hpp"
 #include "surgery/converter.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
+#include "train/heal_job.h"
 #include "train/healer.h"
 #include "train/token_data.h"
 
@@ -208,6 +210,72 @@ TEST(Healer, BadInputsFailBeforeTraining) {
   HealOptions bad = SmallRun();
   bad.lr = 0;
   EXPECT_EQ(bad.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A frozen weight kept in bf16 passes the same gradient to its input as its widened
+// fp32 copy does (FrozenStoredLinear widens again in the backward instead of keeping
+// the copy), within the bound of a dot product summed in any order.
+TEST(Healer, FrozenStoredWeightsPassTheSameGradient) {
+  at::manual_seed(3);
+  const auto w = at::randn({48, 64}).to(at::kBFloat16);
+  const auto g = at::randn({5, 48});
+  auto x1 = at::randn({5, 64}).requires_grad_(true);
+  auto x2 = x1.detach().clone().requires_grad_(true);
+  (FrozenStoredLinear(x1, w) * g).sum().backward();
+  (at::linear(x2, w.to(at::kFloat)) * g).sum().backward();
+  const auto bound = 65 * 0x1p-24 * at::matmul(g.abs(), w.to(at::kFloat).abs());
+  EXPECT_TRUE(((x1.grad() - x2.grad()).abs() <= bound).all().item<bool>());
+  EXPECT_TRUE(at::equal(FrozenStoredLinear(x1, w), at::linear(x1, w.to(at::kFloat))));
+  EXPECT_FALSE(w.requires_grad());
+}
+
+// The heal's memory estimate counts the tensors the trainable set trains (as the
+// healer does, for a reconstruct model) and the mapped weights of student and
+// teacher; a heal estimated above the memory allowed is refused before anything is
+// loaded, naming the estimate, and writes nothing.
+TEST(HealJob, MemoryEstimateAndUpFrontRefusal) {
+  const HealSetup s = Stories();
+  const std::filesystem::path dir = testing::FreshTempDir("heal_memory");
+  ASSERT_TRUE(SaveSafetensorsCheckpoint((dir / "student").string(), s.config, s.converted,
+                                        &s.tokenizer, DType::kBF16)
+                  .ok());
+  HealJobOptions o;
+  o.checkpoint = (dir / "student").string();
+  o.teacher = testing::StoriesModelPath();
+  o.data = testing::StoriesTextPath();
+  o.data_range = {0, 0.2};
+  o.seq_len = 64;
+  o.heal = SmallRun();
+  o.heal.steps = 2;
+  o.heal.warmup = 0;
+  o.heal.batch = 1;
+  o.out_dir = (dir / "healed").string();
+  auto m = EstimateHealMemory(o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto student = Checkpoint::Open(o.checkpoint);
+  auto teacher = Checkpoint::Open(o.teacher);
+  ASSERT_TRUE(student.ok() && teacher.ok());
+  int64_t mapped = 0;
+  for (const auto* c : {student->get(), teacher->get()}) {
+    for (const auto& t : c->tensors()) mapped += static_cast<int64_t>(t.nbytes);
+  }
+  EXPECT_EQ(m->weight_bytes, mapped);
+  EXPECT_GT(m->machine_bytes, 0);
+  auto report = RunHealJob(o, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(m->trainable_parameters, report->trainable_parameters);
+  EXPECT_EQ(report->memory.total_bytes, m->total_bytes);
+  // The healed model is written in the student's storage dtype.
+  auto healed = Checkpoint::Open(o.out_dir);
+  ASSERT_TRUE(healed.ok());
+  EXPECT_EQ(healed->get()->Find("model.layers.0.mlp.up_proj.weight")->dtype, DType::kBF16);
+  HealJobOptions tight = o;
+  tight.out_dir = (dir / "tight").string();
+  tight.memory_limit_bytes = m->total_bytes - 1;
+  auto refused = RunHealJob(tight, nullptr);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("does not fit"));
+  EXPECT_FALSE(std::filesystem::exists(tight.out_dir));
 }
 
 }  // namespace

@@ -4,10 +4,13 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
 #include "model/perplexity.h"
@@ -39,9 +42,30 @@ absl::StatusOr<TokenDataset> LoadData(const std::string& path, const DocumentRan
   return data;
 }
 
+int64_t MachineMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    in.ignore(256, '\n');
+  }
+  return 0;
+}
+
+std::string GiB(int64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / 1073741824.0); }
+
 absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                                const std::function<void(const HealEvent&)>& on_event) {
   RETURN_IF_ERROR(o.heal.Validate());
+  // Refused up front, before any weight is read, when it cannot fit.
+  ASSIGN_OR_RETURN(const HealMemoryEstimate memory, EstimateHealMemory(o));
+  if (memory.machine_bytes > 0 && memory.total_bytes > memory.machine_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this heal needs about ", memory.ToString(), "; it does not fit: ",
+        o.heal.trainable == TrainableSet::kKv ? "" : "train fewer tensors (--trainable kv), ",
+        "use a shorter --seq-len or a smaller --batch, or a larger machine"));
+  }
   RETURN_IF_ERROR(o.distributed.Validate(o.heal.batch));
   const bool lead = o.distributed.rank == 0;
   if (o.out_dir.empty()) return Invalid("--out is required");
@@ -50,7 +74,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
     return Invalid(absl::StrCat(o.out_dir, ": output folder exists and is not empty"));
   }
   if (o.seq_len < 2) return Invalid(absl::StrCat("--seq-len ", o.seq_len, " must be >= 2"));
-  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
   const ModelConfig& config = ckpt->config();
   if (o.seq_len > config.max_position_embeddings) {
@@ -59,8 +83,9 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   }
   std::optional<std::pair<ModelConfig, LlamaWeights>> teacher;
   if (!o.teacher.empty()) {
-    ASSIGN_OR_RETURN(auto tckpt, Checkpoint::Open(o.teacher));
-    ASSIGN_OR_RETURN(LlamaWeights tw, LoadLlamaWeights(*tckpt));
+    // The teacher is only ever run forward: its weights stay in the map, as stored.
+    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> tckpt, Checkpoint::Open(o.teacher));
+    ASSIGN_OR_RETURN(LlamaWeights tw, LoadLlamaWeights(tckpt, StoredDtype()));
     teacher.emplace(tckpt->config(), std::move(tw));
   }
   const Tokenizer& tok = *ckpt->tokenizer();
@@ -74,8 +99,12 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
     ASSIGN_OR_RETURN(eval, LoadData(o.eval, o.eval_range, tok, config.vocab_size, o.seq_len,
                                     "--eval"));
   }
-  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt));
+  // The student too: the trained tensors become float32 copies (Healer::Create), the
+  // frozen rest stays mapped in its stored dtype.
+  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(ckpt, StoredDtype()));
+  const DType stored = StoredMatrixDType(weights);
   HealReport report;
+  report.memory = memory;
   report.checkpoint = o.checkpoint;
   report.teacher = o.teacher;
   if (!lead) eval_docs.clear();  // only rank 0 measures and writes
@@ -105,7 +134,10 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report.steps = healer->step();
   // Measured and written from the CPU, whichever device trained.
-  const LlamaWeights healed = ToDevice(healer->weights(), at::kCPU);
+  // In the source's storage dtype, rounded before the evaluation so that the reported
+  // perplexity is the written model's.
+  const LlamaWeights healed =
+      MatricesIn(healer->config(), ToDevice(healer->weights(), at::kCPU), stored);
   if (!eval_docs.empty()) {
     ASSIGN_OR_RETURN(auto after, Transformer::Create(healer->config(), healed));
     ASSIGN_OR_RETURN(auto stats, MeasurePerplexity(*after, tok, eval_docs));
@@ -114,7 +146,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   if (!lead) return report;
   // The healed checkpoint, written whole into a temporary folder and renamed.
   RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
-    RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, healer->config(), healed, &tok));
+    RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, healer->config(), healed, &tok, stored));
     return WriteFileAtomically((fs::path(dir) / "heal_report.json").string(),
                                report.ToJson().dump(2) + "\n");
   }));
@@ -123,6 +155,51 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
 
 }  // namespace
 
+std::string HealMemoryEstimate::ToString() const {
+  return absl::StrCat(GiB(total_bytes), " (weights read each step ", GiB(weight_bytes),
+                      ", ", trainable_parameters, " trained parameters with gradients and "
+                      "AdamW moments ", GiB(optimizer_bytes), ", activations ",
+                      GiB(activation_bytes), ", widened weights ", GiB(transient_bytes), ")",
+                      machine_bytes > 0 ? absl::StrCat(" of the ", GiB(machine_bytes), " allowed")
+                                        : "");
+}
+
+absl::StatusOr<HealMemoryEstimate> EstimateHealMemory(const HealJobOptions& o) {
+  RETURN_IF_ERROR(o.heal.Validate());
+  HealMemoryEstimate m;
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
+  const ModelConfig& c = ckpt->config();
+  int64_t largest = 0;
+  for (const TensorView& t : ckpt->tensors()) {
+    m.weight_bytes += static_cast<int64_t>(t.nbytes);
+    largest = std::max(largest, t.numel());
+    // The tensors each --trainable set names (TrainableTensors in healer.cc), by name.
+    const bool attention = absl::StrContains(t.name, ".self_attn.");
+    const bool kv = attention && !absl::StrContains(t.name, "q_proj") &&
+                    !absl::StrContains(t.name, "o_proj") && !absl::StrContains(t.name, "_norm");
+    const bool trained = o.heal.trainable == TrainableSet::kAll ||
+                         (o.heal.trainable == TrainableSet::kAttn && attention) || kv;
+    if (trained) m.trainable_parameters += t.numel();
+  }
+  if (!o.teacher.empty()) {
+    ASSIGN_OR_RETURN(auto teacher, Checkpoint::Open(o.teacher));
+    for (const TensorView& t : teacher->tensors()) m.weight_bytes += static_cast<int64_t>(t.nbytes);
+  }
+  m.optimizer_bytes = 16 * m.trainable_parameters;
+  // Per token and layer: the saved inputs of the projections, norms and SwiGLU
+  // (~12 d + 4 ff floats), the attention probabilities (H x seq), and the logits with
+  // their softmax and gradient (student and teacher: ~4 V floats per token).
+  const int64_t tokens = o.heal.batch * o.seq_len;
+  m.activation_bytes =
+      4 * tokens *
+      (c.num_layers * (12 * c.hidden_size + 4 * c.intermediate_size + c.num_heads * o.seq_len) +
+       4 * c.vocab_size);
+  m.transient_bytes = 2 * 4 * largest;
+  m.total_bytes = m.weight_bytes + m.optimizer_bytes + m.activation_bytes + m.transient_bytes;
+  m.machine_bytes = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : MachineMemoryBytes();
+  return m;
+}
+
 nlohmann::json HealReport::ToJson() const {
   nlohmann::json curve = nlohmann::json::array();
   for (const auto& e : events) curve.push_back(e.ToJson());
@@ -130,7 +207,12 @@ nlohmann::json HealReport::ToJson() const {
                       {"steps", steps},                {"tokens_seen", tokens_seen},
                       {"trainable_parameters", trainable_parameters},
                       {"wall_seconds", wall_seconds},  {"eval_tokens", eval_tokens},
-                      {"curve", curve}};
+                      {"curve", curve},
+                      {"memory_estimate", {{"total_bytes", memory.total_bytes},
+                                           {"weight_bytes", memory.weight_bytes},
+                                           {"optimizer_bytes", memory.optimizer_bytes},
+                                           {"activation_bytes", memory.activation_bytes},
+                                           {"machine_bytes", memory.machine_bytes}}}};
   if (perplexity_before) j["perplexity_before"] = *perplexity_before;
   if (perplexity_after) j["perplexity_after"] = *perplexity_after;
   if (teacher_perplexity) j["teacher_perplexity"] = *teacher_perplexity;

@@ -32,7 +32,29 @@ struct HealJobOptions {
   /// This process's place in a data-parallel run; only rank 0 evaluates and writes.
   DistributedOptions distributed;
   std::string out_dir;
+  /// Memory the heal may use, in bytes; 0: this machine's (MemTotal). A run whose
+  /// estimate (EstimateHealMemory) exceeds it is refused before anything is loaded.
+  int64_t memory_limit_bytes = 0;
 };
+
+// What a heal will hold in memory, estimated from the checkpoints' tensor lists and
+// the options before anything is loaded or trained: the mapped weights of the student
+// and the teacher (read every step), the float32 copy, gradient and two AdamW moments
+// of every trained parameter (16 bytes each; the K/V factors of plane mode's frozen
+// B_hᴷ counted too, so an upper bound), the activations autograd keeps, and the
+// largest weight widened for one product (forward and backward).
+struct HealMemoryEstimate {
+  int64_t weight_bytes = 0;
+  int64_t trainable_parameters = 0;
+  int64_t optimizer_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t transient_bytes = 0;
+  int64_t total_bytes = 0;
+  // The limit it is held to: memory_limit_bytes, else MemTotal (0: unknown).
+  int64_t machine_bytes = 0;
+  std::string ToString() const;
+};
+absl::StatusOr<HealMemoryEstimate> EstimateHealMemory(const HealJobOptions& options);
 
 struct HealReport {
   std::string checkpoint, teacher;
@@ -40,6 +62,7 @@ struct HealReport {
   double wall_seconds = 0;
   std::optional<double> perplexity_before, perplexity_after, teacher_perplexity;
   int64_t eval_tokens = 0;
+  HealMemoryEstimate memory;
   std::vector<HealEvent> events;
   nlohmann::json ToJson() const;
 };

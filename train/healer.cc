@@ -275,9 +275,14 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     }
     for (at::Tensor* t :
          TrainableTensors(s->config, s->weights, options.trainable)) {
+      // A writable float32 copy of each trained tensor; the frozen rest may stay in
+      // its stored dtype (read-only views of the checkpoint's map), which autograd
+      // multiplies through FrozenStoredLinear without fp32 copies.
+      *t = t->detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
       t->requires_grad_(true);
       s->params.push_back(*t);
     }
+    if (s->config.tie_word_embeddings) s->weights.lm_head = s->weights.embed;
     if (s->params.empty())
       return Invalid("no trainable parameters in this set");
     ASSIGN_OR_RETURN(s->student, Transformer::Create(s->config, s->weights));

@@ -128,6 +128,11 @@ int RunHeal(HealArgs a) {
   const bool tty = lead && isatty(STDERR_FILENO) &&
                    std::getenv("LRKV_NO_PROGRESS") == nullptr;
   const int64_t total = a.job.heal.steps;
+  if (lead) {
+    if (auto m = EstimateHealMemory(a.job); m.ok()) {
+      std::fprintf(stderr, "memory estimate: %s\n", m->ToString().c_str());
+    }
+  }
   auto report = RunHealJob(a.job, [&](const HealEvent& e) {
     if (events.is_open()) events << e.ToJson().dump() << "\n";
     if (!lead) return;
@@ -247,6 +252,10 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--checkpoint", h->job.checkpoint, "Converted checkpoint")
       ->required();
   cmd->add_option("--teacher", h->job.teacher, "Source model (for kd losses)");
+  cmd->add_option("--max-memory", h->job.memory_limit_bytes,
+                  "Memory the heal may use (8GiB, 500MB, bytes; default: the machine's); "
+                  "a heal estimated above it is refused before it starts")
+      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true));
   cmd->add_option("--data", h->job.data,
                   "Training text, or a .u16/.u32 token file")
       ->required();
