@@ -74,11 +74,23 @@ for shape in "${LIST[@]}"; do
     rm -rf "$plane"
     run convert-plane "$shape" "$LRKV" convert --checkpoint "$src" --variant lrkv --budget 0.5 \
       --rope-mode plane --out "$plane"
+    # The source as a GGUF file for llama.cpp, where the exporter has a llama.cpp form
+    # for the model (not for Llama-3's llama3 rope scaling).
+    gguf=$WORK/$shape-gguf against=()
+    rm -rf "$gguf"
+    kv=$(grep -o '"num_key_value_heads": *[0-9]*' "$cfg" | grep -o '[0-9]*$')
+    if "$LRKV" convert --checkpoint "$src" --variant gqa --kv-heads "$kv" --format gguf \
+        --out "$gguf" >"$WORK/$shape.gguf.log" 2>&1; then
+      against=(--against-llama-cpp "$gguf/model.gguf")
+    else
+      echo "  (no llama.cpp comparison: $(tail -1 "$WORK/$shape.gguf.log"))"
+    fi
     for ctx in $CONTEXTS; do
       run "generate-$ctx" "$shape" "$LRKV" bench generate --checkpoint "$plane" --source "$src" \
-        --context "$ctx" --tokens 8
+        --context "$ctx" --tokens 8 "${against[@]}"
       sed -n '/^model/,$p' "$WORK/$shape.generate-$ctx.log"
     done
+    rm -rf "$gguf"
     run eval "$shape" "$LRKV" eval --checkpoint "$src" --text "$EVAL_TEXT"
     grep -E "tokens|perplexity" "$WORK/$shape.eval.log" | sed 's/^/    /'
     [[ $KEEP == 0 ]] && rm -rf "$plane"

@@ -308,5 +308,45 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   EXPECT_LT((again - logp).abs().max().item<double>(), 1e-9);
 }
 
+// `lrkv bench generate --against-llama-cpp` runs the same GGUF in llama.cpp in the same
+// run: a llama.cpp row with its prefill and decode timings, and a ratio per engine.
+TEST(LlamaCppBench, BenchGenerateTimesLlamaCppBesideItsEngines) {
+  const std::string cmd = std::string(LRKV_BIN) + " bench generate --checkpoint '" +
+                          testing::StoriesModelPath() + "' --context 24 --tokens 3 " +
+                          "--against-llama-cpp '" + testing::StoriesModelPath() + "' 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  ASSERT_EQ(pclose(p), 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  bool row = false, ratio = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("llama.cpp  gguf", 0) == 0) {
+      row = true;
+      std::istringstream f(line.substr(16));
+      std::string cache;
+      double prefill = 0, decode = 0, median = 0;
+      f >> cache >> prefill >> decode >> median;
+      EXPECT_GT(prefill, 0) << line;
+      EXPECT_GT(decode, 0) << line;
+      EXPECT_GT(median, 0) << line;
+    }
+    if (line.find("expanded     decode ") != std::string::npos &&
+        line.find("x  prefill ") != std::string::npos) {
+      ratio = true;
+    }
+  }
+  EXPECT_TRUE(row) << out;
+  EXPECT_TRUE(ratio) << out;
+  // A file that is not GGUF is refused with the reason.
+  const std::string bad = std::string(LRKV_BIN) + " bench generate --checkpoint '" +
+                          testing::StoriesModelPath() + "' --context 4 --tokens 1 " +
+                          "--against-llama-cpp /nonexistent.gguf > /dev/null 2>&1";
+  EXPECT_NE(std::system(bad.c_str()), 0);
+}
+
 }  // namespace
 }  // namespace lrkv

@@ -1,16 +1,25 @@
 // `lrkv bench decode`: decode-step kernels of MHA, budget-matched GQA and MLA,
 // and LRKV, timed interleaved in one run with bytes moved and achieved
 // bandwidth.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
 #include "model/checkpoint.h"
+#include "model/status_macros.h"
 #include "model/threads.h"
+#include "nlohmann/json.hpp"
 #include "verify/generate_bench.h"
 
 namespace lrkv::cli {
@@ -28,9 +37,62 @@ int RunDecode(DecodeBenchArgs a, const std::string& checkpoint) {
   return st.ok() ? kExitOk : Fail(st);
 }
 
-int RunGenerate(const GenerateBenchOptions& o) {
+// llama.cpp on `gguf` (tests/js/llama_cpp_bench.mjs through node, installed by
+// scripts/setup.sh): the same context pattern and step count, as a row to print.
+absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
+                                             const GenerateBenchOptions& o) {
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(gguf));
+  if (ckpt->format() != CheckpointFormat::kGguf) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--against-llama-cpp ", gguf, ": not a GGUF file"));
+  }
+  const std::string js = std::string(LRKV_JS_DIR) + "/llama_cpp_bench.mjs";
+  const std::string out = (std::filesystem::temp_directory_path() /
+                           absl::StrCat("lrkv-llama-cpp-", getpid(), ".json"))
+                              .string();
+  auto quote = [](const std::string& s) { return "'" + absl::StrReplaceAll(s, {{"'", "'\\''"}}) + "'"; };
+  const std::string cmd = absl::StrCat("node ", quote(js), " ", quote(gguf), " ", o.context, " ",
+                                       o.tokens, " ", ThreadCount(), " ",
+                                       ckpt->config().vocab_size, " ", quote(out));
+  if (std::system(cmd.c_str()) != 0) {
+    std::remove(out.c_str());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "llama.cpp (", cmd, ") failed; node and node-llama-cpp come from scripts/setup.sh"));
+  }
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::remove(out.c_str());
+  if (!j.is_object() || !j.contains("step_ms") || j["step_ms"].empty()) {
+    return absl::InternalError("llama.cpp's bench wrote no timings");
+  }
+  GenerateBenchRow row;
+  row.model = "llama.cpp";
+  row.engine = "gguf";
+  row.cache_layout = "f16";
+  row.context = o.context;
+  row.prefill_seconds = j["prefill_seconds"].get<double>();
+  row.prefill_tokens_per_second = (o.context - 1) / row.prefill_seconds;
+  std::vector<double> steps = j["step_ms"].get<std::vector<double>>();
+  row.tokens = static_cast<int64_t>(steps.size());
+  for (double ms : steps) row.seconds += ms / 1e3;
+  row.tokens_per_second = row.tokens / row.seconds;
+  std::sort(steps.begin(), steps.end());
+  row.step_ms_min = steps.front();
+  row.step_ms_max = steps.back();
+  row.step_ms_median = steps.size() % 2 == 1
+                           ? steps[steps.size() / 2]
+                           : (steps[steps.size() / 2 - 1] + steps[steps.size() / 2]) / 2;
+  return row;
+}
+
+int RunGenerate(const GenerateBenchOptions& o, const std::string& against_llama_cpp) {
   auto rows = RunGenerateBench(o);
   if (!rows.ok()) return Fail(rows.status());
+  if (!against_llama_cpp.empty()) {
+    auto row = RunLlamaCpp(against_llama_cpp, o);
+    if (!row.ok()) return Fail(row.status());
+    rows->push_back(*row);
+  }
   std::printf(
       "context %lld filled by one prefill, then %lld timed decode steps, %s cache, %d "
       "threads\n\n",
@@ -44,6 +106,18 @@ int RunGenerate(const GenerateBenchOptions& o) {
                 r.model.c_str(), r.engine.c_str(), r.cache_layout.c_str(),
                 r.prefill_tokens_per_second, r.tokens_per_second, r.step_ms_median,
                 r.step_ms_min, r.step_ms_max, static_cast<long long>(r.cache_bytes));
+  }
+  if (!against_llama_cpp.empty()) {
+    const GenerateBenchRow& ref = rows->back();
+    std::printf("\nagainst llama.cpp (same run, %d threads): decode by median step, prefill "
+                "by tokens/s; above 1 is faster than llama.cpp\n",
+                ThreadCount());
+    for (size_t i = 0; i + 1 < rows->size(); ++i) {
+      const GenerateBenchRow& r = (*rows)[i];
+      std::printf("  %-10s %-12s decode %.2fx  prefill %.2fx\n", r.model.c_str(),
+                  r.engine.c_str(), ref.step_ms_median / r.step_ms_median,
+                  r.prefill_tokens_per_second / ref.prefill_tokens_per_second);
+    }
   }
   return kExitOk;
 }
@@ -94,7 +168,11 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   gen->add_option("--cache-layout", g->cache_layout,
                   "Plane mode's factored cache: auto (tiles where the fused "
                   "kernel runs) | rows | tiles");
-  gen->callback([g, exit_code] { *exit_code = RunGenerate(*g); });
+  auto llama_cpp = std::make_shared<std::string>();
+  gen->add_option("--against-llama-cpp", *llama_cpp,
+                  "A GGUF file of the same model: llama.cpp (node-llama-cpp, CPU, F16 KV "
+                  "cache) runs it in the same run, and the ratios are printed");
+  gen->callback([g, llama_cpp, exit_code] { *exit_code = RunGenerate(*g, *llama_cpp); });
 }
 
 }  // namespace lrkv::cli
