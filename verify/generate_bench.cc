@@ -44,19 +44,11 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
     const auto s0 = Clock::now();
     next = engine->Step(next).argmax(-1);
     steps.push_back(seconds_since(s0) * 1e3);
-    row.seconds += steps.back() / 1e3;
   }
-  std::sort(steps.begin(), steps.end());
-  row.step_ms_min = steps.front();
-  row.step_ms_max = steps.back();
-  row.step_ms_median = steps.size() % 2 == 1
-                           ? steps[steps.size() / 2]
-                           : (steps[steps.size() / 2 - 1] + steps[steps.size() / 2]) / 2;
+  SetDecodeSteps(std::move(steps), &row);
   row.model = model;
   row.engine = DecodeModeName(mode);
   row.context = o.context;
-  row.tokens = o.tokens;
-  row.tokens_per_second = o.tokens / row.seconds;
   row.cache_bytes = engine->MeasureCache().used_bytes;
   row.cache_layout = engine->cache_layout();
   return row;
@@ -102,6 +94,18 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
 }
 
 }  // namespace
+
+void SetDecodeSteps(std::vector<double> step_ms, GenerateBenchRow* row) {
+  row->tokens = static_cast<int64_t>(step_ms.size());
+  row->seconds = 0;
+  for (double ms : step_ms) row->seconds += ms / 1e3;
+  row->tokens_per_second = row->tokens / row->seconds;
+  std::sort(step_ms.begin(), step_ms.end());
+  const size_t n = step_ms.size();
+  row->step_ms_min = step_ms.front();
+  row->step_ms_max = step_ms.back();
+  row->step_ms_median = n % 2 == 1 ? step_ms[n / 2] : (step_ms[n / 2 - 1] + step_ms[n / 2]) / 2;
+}
 
 absl::StatusOr<std::vector<GenerateBenchRow>> RunGenerateBench(const GenerateBenchOptions& o) {
   try {

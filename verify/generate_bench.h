@@ -37,6 +37,10 @@ struct GenerateBenchRow {
 
 absl::StatusOr<std::vector<GenerateBenchRow>> RunGenerateBench(const GenerateBenchOptions& o);
 
+// Fills row's decode figures (tokens, seconds, tokens/s, median/min/max) from the
+// times of its steps in milliseconds (at least one).
+void SetDecodeSteps(std::vector<double> step_ms, GenerateBenchRow* row);
+
 }  // namespace lrkv
 
 #endif  // LRKV_VERIFY_GENERATE_BENCH_H_

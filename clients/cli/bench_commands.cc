@@ -72,16 +72,7 @@ absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
   row.context = o.context;
   row.prefill_seconds = j["prefill_seconds"].get<double>();
   row.prefill_tokens_per_second = (o.context - 1) / row.prefill_seconds;
-  std::vector<double> steps = j["step_ms"].get<std::vector<double>>();
-  row.tokens = static_cast<int64_t>(steps.size());
-  for (double ms : steps) row.seconds += ms / 1e3;
-  row.tokens_per_second = row.tokens / row.seconds;
-  std::sort(steps.begin(), steps.end());
-  row.step_ms_min = steps.front();
-  row.step_ms_max = steps.back();
-  row.step_ms_median = steps.size() % 2 == 1
-                           ? steps[steps.size() / 2]
-                           : (steps[steps.size() / 2 - 1] + steps[steps.size() / 2]) / 2;
+  SetDecodeSteps(j["step_ms"].get<std::vector<double>>(), &row);
   return row;
 }
 
