@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/decode_attention.h"
 
 namespace lrkv::kernels {
 namespace avx512 {
@@ -18,18 +19,6 @@ void WeightMatVecImpl(const WeightMatVecParams& p);
 }
 
 namespace {
-
-std::string forced_isa;
-
-std::string Isa() {
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
-  static const bool avx512 =
-      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  if (forced_isa == "generic" || !avx2) return "generic";
-  if (forced_isa == "avx2" || !avx512) return "avx2";
-  return "avx512";
-}
 
 double Element(const WeightMatVecParams& p, int64_t i) {
   if (p.dtype == WeightDType::kF32) return static_cast<const float*>(p.w)[i];
@@ -67,7 +56,9 @@ absl::Status ValidateWeightMatVec(const WeightMatVecParams& p) {
 
 absl::Status WeightMatVec(const WeightMatVecParams& p) {
   if (auto s = ValidateWeightMatVec(p); !s.ok()) return s;
-  const std::string isa = Isa();
+  // The decode kernels' choice (and its test override): every CPU with AVX2 and FMA
+  // has F16C too, which the avx2 build's f16 widening uses.
+  const std::string isa = KernelIsa();
   if (isa == "avx512") {
     avx512::WeightMatVecImpl(p);
   } else if (isa == "avx2") {
@@ -96,13 +87,5 @@ absl::Status WeightMatVecReference(const WeightMatVecParams& p) {
   }
   return absl::OkStatus();
 }
-
-const char* WeightMatVecIsa() {
-  static std::string name;
-  name = Isa();
-  return name.c_str();
-}
-
-void ForceWeightMatVecIsa(const char* isa) { forced_isa = isa; }
 
 }  // namespace lrkv::kernels

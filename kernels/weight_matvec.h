@@ -31,16 +31,12 @@ struct WeightMatVecParams {
 // InvalidArgument for missing buffers, non-positive shapes or both precisions set.
 absl::Status ValidateWeightMatVec(const WeightMatVecParams& p);
 
-// The optimised product (AVX-512, AVX2/F16C or generic build, OpenMP over rows).
+// The optimised product (AVX-512, AVX2/F16C or generic build, OpenMP over rows): the
+// build KernelIsa() names (decode_attention.h; ForceKernelIsa caps it for tests).
 absl::Status WeightMatVec(const WeightMatVecParams& p);
 
 // One output at a time, summed in float64 in index order (rounded to fp32 for fp32 y).
 absl::Status WeightMatVecReference(const WeightMatVecParams& p);
-
-// The implementation WeightMatVec runs here ("avx512", "avx2", "generic").
-const char* WeightMatVecIsa();
-// Tests: cap the implementation at "avx2" or "generic" ("" = the best available).
-void ForceWeightMatVecIsa(const char* isa);
 
 }  // namespace lrkv::kernels
 

@@ -164,6 +164,17 @@ NonFiniteCount CountByExponent(const unsigned char* bytes, size_t n, Bits expone
 
 }  // namespace
 
+std::optional<DType> ParseWeightDType(std::string_view name) {
+  if (name == "f32" || name == "float32") return DType::kF32;
+  if (name == "f16" || name == "float16") return DType::kF16;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  return std::nullopt;
+}
+
+const char* TorchDTypeName(DType dtype) {
+  return dtype == DType::kF16 ? "float16" : dtype == DType::kBF16 ? "bfloat16" : "float32";
+}
+
 NonFiniteCount CountNonFinite(DType dtype, const void* src, size_t n) {
   const auto* bytes = static_cast<const unsigned char*>(src);
   switch (dtype) {

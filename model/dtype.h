@@ -28,6 +28,12 @@ std::optional<uint64_t> TensorBytes(DType dtype, uint64_t numel, uint64_t row);
 const char* DTypeName(DType dtype);
 // Inverse of DTypeName over the safetensors dtypes only; nullopt for other names.
 std::optional<DType> ParseDTypeName(std::string_view name);
+// The storage a user names for written weight matrices: "f32", "f16", "bf16" or
+// transformers' torch_dtype spelling ("float32", "float16", "bfloat16"); nullopt
+// for anything else.
+std::optional<DType> ParseWeightDType(std::string_view name);
+// transformers' torch_dtype for F32, F16 and BF16 ("float32", ...); "float32" otherwise.
+const char* TorchDTypeName(DType dtype);
 // True for the dtypes model weights may be stored in (ConvertToFloat32 reads them).
 bool IsFloatWeightDType(DType dtype);
 

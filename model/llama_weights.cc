@@ -146,6 +146,24 @@ at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
   return cpu.contiguous();
 }
 
+absl::Status CheckWrittenDType(DType matrices) {
+  if (matrices == DType::kF32 || matrices == DType::kF16 || matrices == DType::kBF16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
+}
+
+// One tensor of a random model: norms ~1 + N(0, 0.1²), biases N(0, 0.1²), the rest
+// N(0, 0.02²).
+at::Tensor RandomWeight(const std::string& name, const std::vector<int64_t>& shape,
+                        at::Generator& gen) {
+  const at::Tensor t = at::randn(shape, gen, at::kFloat);
+  if (name.find("norm") != std::string::npos) return 1.0 + 0.1 * t;
+  if (name.find(".bias") != std::string::npos) return 0.1 * t;
+  return 0.02 * t;
+}
+
 // `keep_alive` non-null: F32/F16/BF16 tensors become views of the mapped file that
 // hold it alive; otherwise (and for block types) float32 copies.
 absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
@@ -246,15 +264,7 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
   ForEachSlot(c, &w,
               [&](const std::string& name, at::Tensor* slot,
                   std::vector<int64_t> shape) {
-                const bool is_norm = name.find("norm") != std::string::npos;
-                const bool is_bias = name.find(".bias") != std::string::npos;
-                if (is_norm) {
-                  *slot = 1.0 + 0.1 * at::randn(shape, gen, at::kFloat);
-                } else if (is_bias) {
-                  *slot = 0.1 * at::randn(shape, gen, at::kFloat);
-                } else {
-                  *slot = 0.02 * at::randn(shape, gen, at::kFloat);
-                }
+                *slot = RandomWeight(name, shape, gen);
               });
   if (c.tie_word_embeddings) w.lm_head = w.embed;
   return w;
@@ -262,10 +272,7 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
 
 absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& c, uint64_t seed,
                                 DType matrices, uint64_t max_shard_bytes) {
-  if (matrices != DType::kF32 && matrices != DType::kF16 && matrices != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
-  }
+  RETURN_IF_ERROR(CheckWrittenDType(matrices));
   RETURN_IF_ERROR(c.Validate());
   std::vector<TensorSpec> specs;
   LlamaWeights unused;
@@ -279,12 +286,7 @@ absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& c, ui
   // the memory of its largest tensor.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (const TensorSpec& spec : specs) {
-    const bool is_norm = spec.name.find("norm") != std::string::npos;
-    const bool is_bias = spec.name.find(".bias") != std::string::npos ||
-                         spec.name.find("_head_bias") != std::string::npos;
-    at::Tensor t = at::randn(spec.shape, gen, at::kFloat);
-    t = is_norm ? 1.0 + 0.1 * t : is_bias ? 0.1 * t : 0.02 * t;
-    t = StoredTensor(t, spec.dtype);
+    const at::Tensor t = StoredTensor(RandomWeight(spec.name, spec.shape, gen), spec.dtype);
     RETURN_IF_ERROR(writer->Write(spec.name, t.data_ptr(), t.numel() * t.element_size()));
   }
   return writer->Finish();
@@ -438,10 +440,7 @@ absl::Status ForEachStoredWeight(
     const ModelConfig& c, const LlamaWeights& weights, DType matrices,
     const std::function<absl::Status(const std::string&, DType, const std::vector<int64_t>&,
                                      const at::Tensor&)>& fn) {
-  if (matrices != DType::kF32 && matrices != DType::kF16 && matrices != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
-  }
+  RETURN_IF_ERROR(CheckWrittenDType(matrices));
   LlamaWeights w = weights;
   absl::Status status;
   ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot, std::vector<int64_t> shape) {
@@ -455,7 +454,6 @@ absl::Status ForEachStoredWeight(
   });
   return status;
 }
-
 
 }  // namespace
 
@@ -528,11 +526,8 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
         return writer->Write(name, t.data_ptr(), t.numel() * t.element_size());
       }));
   RETURN_IF_ERROR(writer->Finish());
-  const char* torch_dtype = matrices == DType::kF16    ? "float16"
-                            : matrices == DType::kBF16 ? "bfloat16"
-                                                       : "float32";
   RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
-                                      ConfigToHfJson(c, torch_dtype)));
+                                      ConfigToHfJson(c, TorchDTypeName(matrices))));
   if (tokenizer != nullptr) {
     for (const TokenizerFile& f : tokenizer->Files()) {
       RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));

@@ -63,16 +63,14 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   if (!gguf && o.format != "safetensors") {
     return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
   }
-  std::optional<DType> matrices;  // unset: the source's
-  if (o.weight_dtype == "f16") {
-    matrices = DType::kF16;
-  } else if (o.weight_dtype == "bf16") {
-    matrices = DType::kBF16;
-  } else if (o.weight_dtype == "f32") {
-    matrices = DType::kF32;
-  } else if (o.weight_dtype != "auto") {
-    return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,
-                                "' is not one of auto, f32, f16, bf16"));
+  // Unset ("auto"): the source's, once its weights are loaded.
+  std::optional<DType> matrices;
+  if (o.weight_dtype != "auto") {
+    matrices = ParseWeightDType(o.weight_dtype);
+    if (!matrices) {
+      return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,
+                                  "' is not one of auto, f32, f16, bf16"));
+    }
   }
   if (o.max_shard_bytes == 0) return Invalid("--max-shard-size must be positive");
   if (activation || !o.eval_path.empty() || gguf) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/decode_attention.h"
 #include "kernels/weight_matvec.h"
 #include "model/dtype.h"
 
@@ -45,8 +46,8 @@ Matrix RandomMatrix(WeightDType dtype, int64_t n, uint32_t seed) {
 
 class WeightMatVecTest : public ::testing::TestWithParam<const char*> {
  protected:
-  void SetUp() override { ForceWeightMatVecIsa(GetParam()); }
-  void TearDown() override { ForceWeightMatVecIsa(""); }
+  void SetUp() override { ForceKernelIsa(GetParam()); }
+  void TearDown() override { ForceKernelIsa(""); }
 };
 
 TEST_P(WeightMatVecTest, MatchesTheReferenceWithinTheSummationBound) {
@@ -129,8 +130,7 @@ TEST_P(WeightMatVecTest, BadParametersAreRejected) {
 
 std::vector<const char*> Isas() {
   std::vector<const char*> isas = {"generic"};
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     isas.push_back("avx2");
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
       isas.push_back("avx512");

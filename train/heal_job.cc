@@ -55,17 +55,44 @@ int64_t MachineMemoryBytes() {
 
 std::string GiB(int64_t bytes) { return absl::StrFormat("%.2f GiB", bytes / 1073741824.0); }
 
+// The estimate of EstimateHealMemory from the opened checkpoints.
+HealMemoryEstimate Estimate(const HealJobOptions& o, const Checkpoint& student,
+                            const Checkpoint* teacher) {
+  HealMemoryEstimate m;
+  const ModelConfig& c = student.config();
+  int64_t largest = 0;
+  for (const TensorView& t : student.tensors()) {
+    m.weight_bytes += static_cast<int64_t>(t.nbytes);
+    largest = std::max(largest, t.numel());
+    // The tensors each --trainable set names (TrainableTensors in healer.cc), by name.
+    const bool attention = absl::StrContains(t.name, ".self_attn.");
+    const bool kv = attention && !absl::StrContains(t.name, "q_proj") &&
+                    !absl::StrContains(t.name, "o_proj") && !absl::StrContains(t.name, "_norm");
+    const bool trained = o.heal.trainable == TrainableSet::kAll ||
+                         (o.heal.trainable == TrainableSet::kAttn && attention) || kv;
+    if (trained) m.trainable_parameters += t.numel();
+  }
+  if (teacher != nullptr) {
+    for (const TensorView& t : teacher->tensors()) m.weight_bytes += static_cast<int64_t>(t.nbytes);
+  }
+  m.optimizer_bytes = 16 * m.trainable_parameters;
+  // Per token and layer: the saved inputs of the projections, norms and SwiGLU
+  // (~12 d + 4 ff floats), the attention probabilities (H x seq), and the logits with
+  // their softmax and gradient (student and teacher: ~4 V floats per token).
+  const int64_t tokens = o.heal.batch * o.seq_len;
+  m.activation_bytes =
+      4 * tokens *
+      (c.num_layers * (12 * c.hidden_size + 4 * c.intermediate_size + c.num_heads * o.seq_len) +
+       4 * c.vocab_size);
+  m.transient_bytes = 2 * 4 * largest;
+  m.total_bytes = m.weight_bytes + m.optimizer_bytes + m.activation_bytes + m.transient_bytes;
+  m.machine_bytes = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : MachineMemoryBytes();
+  return m;
+}
+
 absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                                const std::function<void(const HealEvent&)>& on_event) {
   RETURN_IF_ERROR(o.heal.Validate());
-  // Refused up front, before any weight is read, when it cannot fit.
-  ASSIGN_OR_RETURN(const HealMemoryEstimate memory, EstimateHealMemory(o));
-  if (memory.machine_bytes > 0 && memory.total_bytes > memory.machine_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "this heal needs about ", memory.ToString(), "; it does not fit: ",
-        o.heal.trainable == TrainableSet::kKv ? "" : "train fewer tensors (--trainable kv), ",
-        "use a shorter --seq-len or a smaller --batch, or a larger machine"));
-  }
   RETURN_IF_ERROR(o.distributed.Validate(o.heal.batch));
   const bool lead = o.distributed.rank == 0;
   if (o.out_dir.empty()) return Invalid("--out is required");
@@ -81,10 +108,21 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
     return Invalid(absl::StrCat("--seq-len ", o.seq_len, " exceeds the model's context of ",
                                 config.max_position_embeddings));
   }
-  std::optional<std::pair<ModelConfig, LlamaWeights>> teacher;
+  std::shared_ptr<const Checkpoint> tckpt;
   if (!o.teacher.empty()) {
+    ASSIGN_OR_RETURN(tckpt, Checkpoint::Open(o.teacher));
+  }
+  // Refused up front, before any weight is read, when it cannot fit.
+  const HealMemoryEstimate memory = Estimate(o, *ckpt, tckpt.get());
+  if (memory.machine_bytes > 0 && memory.total_bytes > memory.machine_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this heal needs about ", memory.ToString(), "; it does not fit: ",
+        o.heal.trainable == TrainableSet::kKv ? "" : "train fewer tensors (--trainable kv), ",
+        "use a shorter --seq-len or a smaller --batch, or a larger machine"));
+  }
+  std::optional<std::pair<ModelConfig, LlamaWeights>> teacher;
+  if (tckpt != nullptr) {
     // The teacher is only ever run forward: its weights stay in the map, as stored.
-    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> tckpt, Checkpoint::Open(o.teacher));
     ASSIGN_OR_RETURN(LlamaWeights tw, LoadLlamaWeights(tckpt, StoredDtype()));
     teacher.emplace(tckpt->config(), std::move(tw));
   }
@@ -166,38 +204,12 @@ std::string HealMemoryEstimate::ToString() const {
 
 absl::StatusOr<HealMemoryEstimate> EstimateHealMemory(const HealJobOptions& o) {
   RETURN_IF_ERROR(o.heal.Validate());
-  HealMemoryEstimate m;
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(o.checkpoint));
-  const ModelConfig& c = ckpt->config();
-  int64_t largest = 0;
-  for (const TensorView& t : ckpt->tensors()) {
-    m.weight_bytes += static_cast<int64_t>(t.nbytes);
-    largest = std::max(largest, t.numel());
-    // The tensors each --trainable set names (TrainableTensors in healer.cc), by name.
-    const bool attention = absl::StrContains(t.name, ".self_attn.");
-    const bool kv = attention && !absl::StrContains(t.name, "q_proj") &&
-                    !absl::StrContains(t.name, "o_proj") && !absl::StrContains(t.name, "_norm");
-    const bool trained = o.heal.trainable == TrainableSet::kAll ||
-                         (o.heal.trainable == TrainableSet::kAttn && attention) || kv;
-    if (trained) m.trainable_parameters += t.numel();
-  }
+  std::unique_ptr<Checkpoint> teacher;
   if (!o.teacher.empty()) {
-    ASSIGN_OR_RETURN(auto teacher, Checkpoint::Open(o.teacher));
-    for (const TensorView& t : teacher->tensors()) m.weight_bytes += static_cast<int64_t>(t.nbytes);
+    ASSIGN_OR_RETURN(teacher, Checkpoint::Open(o.teacher));
   }
-  m.optimizer_bytes = 16 * m.trainable_parameters;
-  // Per token and layer: the saved inputs of the projections, norms and SwiGLU
-  // (~12 d + 4 ff floats), the attention probabilities (H x seq), and the logits with
-  // their softmax and gradient (student and teacher: ~4 V floats per token).
-  const int64_t tokens = o.heal.batch * o.seq_len;
-  m.activation_bytes =
-      4 * tokens *
-      (c.num_layers * (12 * c.hidden_size + 4 * c.intermediate_size + c.num_heads * o.seq_len) +
-       4 * c.vocab_size);
-  m.transient_bytes = 2 * 4 * largest;
-  m.total_bytes = m.weight_bytes + m.optimizer_bytes + m.activation_bytes + m.transient_bytes;
-  m.machine_bytes = o.memory_limit_bytes > 0 ? o.memory_limit_bytes : MachineMemoryBytes();
-  return m;
+  return Estimate(o, *ckpt, teacher.get());
 }
 
 nlohmann::json HealReport::ToJson() const {

@@ -19,9 +19,7 @@ namespace lrkv {
 namespace {
 
 absl::StatusOr<DType> MatrixDType(const std::string& name) {
-  if (name == "f32" || name == "float32") return DType::kF32;
-  if (name == "f16" || name == "float16") return DType::kF16;
-  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (auto d = ParseWeightDType(name)) return *d;
   return absl::InvalidArgumentError(
       absl::StrCat("--weight-dtype '", name, "' is not one of f32, f16, bf16"));
 }
@@ -38,9 +36,7 @@ absl::Status WriteCheckpointOfConfig(const ModelInitOptions& o) {
   std::string dtype_name = o.weight_dtype;
   if (dtype_name.empty()) dtype_name = j.value("torch_dtype", std::string("float32"));
   ASSIGN_OR_RETURN(const DType matrices, MatrixDType(dtype_name));
-  j["torch_dtype"] = matrices == DType::kF16    ? "float16"
-                     : matrices == DType::kBF16 ? "bfloat16"
-                                                : "float32";
+  j["torch_dtype"] = TorchDTypeName(matrices);
   return WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);

@@ -91,57 +91,53 @@ CacheMeasurement DecodeEngine::MeasureCache() const {
   return m;
 }
 
+at::Tensor DecodeEngine::RunLayers(const std::vector<Slot>& slots, at::Tensor x) {
+  // Every slot's engine decodes this model in this compute dtype with the same stored
+  // matrices and the same norm values (ForCompute of one model): the first's apply to
+  // all rows.
+  const DecodeEngine& first = *slots[0].engine;
+  const ModelConfig& c = first.config_;
+  const int64_t rows = x.size(0);
+  for (const Slot& s : slots) s.engine->attention_.resize(first.weights_.layers.size());
+  for (size_t i = 0; i < first.weights_.layers.size(); ++i) {
+    const auto layer = static_cast<int64_t>(i);
+    const LayerWeights& l = first.weights_.layers[i];
+    auto h = AttentionInput(c, l, x);
+    auto q = Linear(h, l.wq, l.bq).view({rows, c.num_heads, c.head_dim});
+    if (c.qk_norm) q = QkNorm(c, q, l.q_norm);
+    // Each slot's cache entry, then its query over the positions up to its own: in
+    // slot order, which for a prefill is causal, as single steps would be.
+    std::vector<at::Tensor> outputs;
+    outputs.reserve(slots.size());
+    for (const Slot& s : slots) {
+      s.engine->Append(layer, h.narrow(0, s.row, s.rows), s.pos);
+      auto attn = s.engine->Attend(layer, q.narrow(0, s.row, s.rows), s.pos).reshape({s.rows, -1});
+      s.engine->attention_[i] = attn;
+      outputs.push_back(std::move(attn));
+    }
+    x = AddAttention(c, l, x, outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0));
+    x = AddFeedForward(c, l, x);
+  }
+  return RmsNorm(x, first.weights_.final_norm, c.rms_norm_eps);
+}
+
 at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {
   Reserve(1);
-  const int64_t pos = length_;
-  const double eps = config_.rms_norm_eps;
-  auto x = Embed(weights_.embed, tokens, compute_dtype());  // [B, d]
-  attention_.resize(weights_.layers.size());
-  for (size_t i = 0; i < weights_.layers.size(); ++i) {
-    const LayerWeights& l = weights_.layers[i];
-    auto h = AttentionInput(config_, l, x);
-    auto q = Linear(h, l.wq, l.bq)
-                 .view({x.size(0), config_.num_heads, config_.head_dim});
-    if (config_.qk_norm) q = QkNorm(config_, q, l.q_norm);
-    Append(static_cast<int64_t>(i), h, pos);
-    auto attn =
-        Attend(static_cast<int64_t>(i), q, pos).reshape({x.size(0), -1});
-    attention_[i] = attn;
-    x = AddAttention(config_, l, x, attn);
-    x = AddFeedForward(config_, l, x);
-  }
+  const auto x = RunLayers({{this, length_, 0, tokens.size(0)}},
+                           Embed(weights_.embed, tokens, compute_dtype()));  // [B, d]
   ++length_;
-  return Linear(RmsNorm(x, weights_.final_norm, eps), weights_.lm_head);
+  return Linear(x, weights_.lm_head);
 }
 
 at::Tensor DecodeEngine::Prefill(const at::Tensor& tokens) {
-  const int64_t n = tokens.size(0), start = length_;
+  const int64_t n = tokens.size(0);
   TORCH_CHECK(n >= 1 && options_.batch == 1, "Prefill takes >= 1 tokens of one sequence");
   Reserve(n);
-  const double eps = config_.rms_norm_eps;
-  auto x = Embed(weights_.embed, tokens, compute_dtype());  // [T, d]
-  attention_.resize(weights_.layers.size());
-  for (size_t i = 0; i < weights_.layers.size(); ++i) {
-    const auto layer = static_cast<int64_t>(i);
-    const LayerWeights& l = weights_.layers[i];
-    auto h = AttentionInput(config_, l, x);
-    auto q = Linear(h, l.wq, l.bq).view({n, config_.num_heads, config_.head_dim});
-    if (config_.qk_norm) q = QkNorm(config_, q, l.q_norm);
-    // Every position's cache entry first, then each query over the positions up to
-    // its own: causal, as n single steps would be.
-    for (int64_t t = 0; t < n; ++t) Append(layer, h.narrow(0, t, 1), start + t);
-    std::vector<at::Tensor> outputs;
-    outputs.reserve(n);
-    for (int64_t t = 0; t < n; ++t) {
-      outputs.push_back(Attend(layer, q.narrow(0, t, 1), start + t).reshape({1, -1}));
-    }
-    const auto attn = at::cat(outputs, 0);
-    attention_[i] = outputs.back();
-    x = AddAttention(config_, l, x, attn);
-    x = AddFeedForward(config_, l, x);
-  }
+  std::vector<Slot> slots;
+  for (int64_t t = 0; t < n; ++t) slots.push_back({this, length_ + t, t, 1});
+  const auto x = RunLayers(slots, Embed(weights_.embed, tokens, compute_dtype()));  // [T, d]
   length_ += n;
-  return Linear(RmsNorm(x.narrow(0, n - 1, 1), weights_.final_norm, eps), weights_.lm_head);
+  return Linear(x.narrow(0, n - 1, 1), weights_.lm_head);
 }
 
 std::vector<at::Tensor> DecodeEngine::StepTogether(const std::vector<DecodeEngine*>& engines,
@@ -170,35 +166,15 @@ std::vector<at::Tensor> DecodeEngine::StepTogether(const std::vector<DecodeEngin
     return logits;
   }
   const int64_t n = static_cast<int64_t>(engines.size());
-  const ModelConfig& c = first.config_;
-  const double eps = c.rms_norm_eps;
-  std::vector<int64_t> pos;
-  for (DecodeEngine* e : engines) {
-    e->Reserve(1);
-    e->attention_.resize(e->weights_.layers.size());
-    pos.push_back(e->length_);
+  std::vector<Slot> slots;
+  for (int64_t e = 0; e < n; ++e) {
+    engines[e]->Reserve(1);
+    slots.push_back({engines[e], engines[e]->length_, e, 1});
   }
-  // Row e of x is engine e's hidden state. The norms are the same values in every
-  // engine (ForCompute of one model), so engine 0's are applied to all rows.
-  auto x = Embed(first.weights_.embed, tokens, first.compute_dtype()).expand({n, -1}).contiguous();
-  for (size_t i = 0; i < first.weights_.layers.size(); ++i) {
-    const auto layer = static_cast<int64_t>(i);
-    const LayerWeights& l = first.weights_.layers[i];
-    auto h = AttentionInput(c, l, x);
-    auto q = Linear(h, l.wq, l.bq).view({n, c.num_heads, c.head_dim});
-    if (c.qk_norm) q = QkNorm(c, q, l.q_norm);
-    std::vector<at::Tensor> outputs;
-    for (int64_t e = 0; e < n; ++e) {
-      DecodeEngine* engine = engines[e];
-      engine->Append(layer, h.narrow(0, e, 1), pos[e]);
-      auto attn = engine->Attend(layer, q.narrow(0, e, 1), pos[e]).reshape({1, -1});
-      engine->attention_[i] = attn;
-      outputs.push_back(attn);
-    }
-    x = AddAttention(c, l, x, at::cat(outputs, 0));
-    x = AddFeedForward(c, l, x);
-  }
-  const auto all = Linear(RmsNorm(x, first.weights_.final_norm, eps), first.weights_.lm_head);
+  // Row e of x is engine e's hidden state.
+  const auto x = RunLayers(
+      slots, Embed(first.weights_.embed, tokens, first.compute_dtype()).expand({n, -1}).contiguous());
+  const auto all = Linear(x, first.weights_.lm_head);
   for (int64_t e = 0; e < n; ++e) {
     ++engines[e]->length_;
     logits.push_back(all.narrow(0, e, 1));

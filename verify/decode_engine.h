@@ -154,6 +154,17 @@ class DecodeEngine {
  private:
   // Grows the cache (doubling) until `positions` more fit.
   void Reserve(int64_t positions);
+  // Rows [row, row + rows) of a stacked hidden state belong to `engine` at position
+  // `pos`.
+  struct Slot {
+    DecodeEngine* engine;
+    int64_t pos, row, rows;
+  };
+  // The decoder layers over x [rows, d] (embedded tokens) for every slot, each slot's
+  // cache written and read at its position; returns the final-normed hidden state.
+  // Step (one slot of B rows), Prefill (a slot per token) and StepTogether (a slot per
+  // engine) differ only in their slots.
+  static at::Tensor RunLayers(const std::vector<Slot>& slots, at::Tensor x);
   int64_t length_ = 0;
   int64_t capacity_;
   std::vector<at::Tensor> attention_;

@@ -8,7 +8,6 @@
 
 #include "clients/cli/commands.h"
 #include "kernels/decode_attention.h"
-#include "kernels/weight_matvec.h"
 #include "model/blas_core.h"
 #include "model/language_model.h"
 #include "model/threads.h"
@@ -93,7 +92,6 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
     const std::string blas = OpenBlasCore();
     std::printf("decode kernels: %s%s\n", kernels::KernelIsa(),
                 kernels::TiledKernelAvailable() ? " (+ tiled avx512-bf16)" : "");
-    std::printf("weight mat-vec: %s\n", kernels::WeightMatVecIsa());
     std::printf("blas core: %s%s\n", blas.empty() ? "(not OpenBLAS)" : blas.c_str(),
                 std::getenv("OPENBLAS_CORETYPE") != nullptr ? " (OPENBLAS_CORETYPE)" : "");
     std::printf("threads: %d\n", ThreadCount());
