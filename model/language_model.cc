@@ -11,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
 #include "model/perplexity.h"
+#include "model/stored_linear.h"
 #include "model/status_macros.h"
 #include "model/transformer.h"
 
@@ -25,24 +26,32 @@ absl::Status FromTorch(const c10::Error& e, const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
 }
 
+// "bf16" when bf16 products apply to `w` (see LanguageModelOptions).
+std::string Products(const LlamaWeights& w, const LanguageModelOptions& options) {
+  const bool bf16 = !w.layers.empty() && w.layers[0].w_gate.scalar_type() == at::kBFloat16;
+  return options.bf16_activations && bf16 && Bf16ProductsScope::Available() ? "bf16" : "fp32";
+}
+
 }  // namespace
 
-LanguageModel::LanguageModel(std::unique_ptr<Transformer> t, Tokenizer tok)
-    : transformer_(std::move(t)), tokenizer_(std::move(tok)) {}
+LanguageModel::LanguageModel(std::unique_ptr<Transformer> t, Tokenizer tok,
+                             std::string products)
+    : transformer_(std::move(t)), tokenizer_(std::move(tok)), products_(std::move(products)) {}
 LanguageModel::~LanguageModel() = default;
 
 const ModelConfig& LanguageModel::config() const { return transformer_->config(); }
 
 absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
-    const std::string& path) {
+    const std::string& path, const LanguageModelOptions& options) {
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(path));
   ASSIGN_OR_RETURN(const Tokenizer* tok, ckpt->RequireTokenizer());
   try {
     // Inference only: the weights stay in the map, in their stored dtype.
     ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
+    std::string products = Products(w, options);
     ASSIGN_OR_RETURN(auto t, Transformer::Create(ckpt->config(), std::move(w)));
     return std::unique_ptr<LanguageModel>(
-        new LanguageModel(std::move(t), *tok));
+        new LanguageModel(std::move(t), *tok, std::move(products)));
   } catch (const c10::Error& e) {
     return FromTorch(e, path);
   }
@@ -52,7 +61,9 @@ absl::StatusOr<PerplexityResult> LanguageModel::Perplexity(
     const std::vector<std::string>& docs) const {
   const auto t0 = std::chrono::steady_clock::now();
   PerplexityResult r;
+  r.products = products_;
   try {
+    const Bf16ProductsScope bf16(products_ == "bf16");
     ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(*transformer_, tokenizer_, docs));
     r.documents = stats.documents;
     r.tokens = stats.tokens;
@@ -77,6 +88,7 @@ absl::StatusOr<GenerationResult> LanguageModel::Generate(const std::string& prom
   r.prompt_ids.push_back(tokenizer_.document_start_id());
   for (int32_t id : tokenizer_.Encode(prompt)) r.prompt_ids.push_back(id);
   try {
+    const Bf16ProductsScope bf16(products_ == "bf16");
     r.new_ids = transformer_->GenerateGreedy(r.prompt_ids, max_tokens, true);
   } catch (const c10::Error& e) {
     return FromTorch(e, "generate");

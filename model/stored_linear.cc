@@ -3,10 +3,30 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "kernels/bf16_weight_gemm.h"
 #include "kernels/weight_matvec.h"
 
 namespace lrkv {
 namespace {
+
+thread_local bool bf16_products = false;
+
+// x [batch, cols] times the bf16 w through oneDNN, or undefined when it fails.
+at::Tensor Bf16Gemm(const at::Tensor& x, const at::Tensor& w) {
+  const at::Tensor xc = x.contiguous();
+  kernels::Bf16WeightGemmParams p;
+  p.batch = x.numel() / x.size(-1);
+  p.rows = w.size(0);
+  p.cols = w.size(1);
+  p.w = static_cast<const uint16_t*>(w.data_ptr());
+  auto shape = x.sizes().vec();
+  shape.back() = p.rows;
+  at::Tensor y = at::empty(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
+  p.x = xc.data_ptr<float>();
+  p.y = y.data_ptr<float>();
+  if (!kernels::Bf16WeightGemm(p).ok()) return {};
+  return y;
+}
 
 // The autograd node of FrozenStoredLinear: saves the stored weight (a view of the
 // checkpoint's map, or a bf16 tensor), never its widened copy.
@@ -25,6 +45,13 @@ struct FrozenStoredLinearFunction : torch::autograd::Function<FrozenStoredLinear
 };
 
 }  // namespace
+
+Bf16ProductsScope::Bf16ProductsScope(bool enabled) : previous_(bf16_products) {
+  bf16_products = enabled;
+}
+Bf16ProductsScope::~Bf16ProductsScope() { bf16_products = previous_; }
+bool Bf16ProductsScope::Active() { return bf16_products; }
+bool Bf16ProductsScope::Available() { return kernels::Bf16WeightGemmAvailable(); }
 
 at::Tensor FrozenStoredLinear(const at::Tensor& x, const at::Tensor& w) {
   return FrozenStoredLinearFunction::apply(x, w);
@@ -47,9 +74,15 @@ at::Tensor StoredLinear(const at::Tensor& x, const at::Tensor& w) {
   } else {
     return {};
   }
-  const at::Tensor xc = x.contiguous();
   p.batch = x.numel() / x.size(-1);
-  if (p.batch < 1 || p.batch > kStoredLinearMaxRows) return {};
+  if (p.batch < 1) return {};
+  if (p.batch > kStoredLinearMaxRows) {
+    const bool gemm = bf16_products && wt == at::kBFloat16 && xt == at::kFloat;
+    return gemm && Bf16ProductsScope::Available()
+               ? Bf16Gemm(x, w)
+               : at::Tensor();
+  }
+  const at::Tensor xc = x.contiguous();
   p.rows = w.size(0);
   p.cols = w.size(1);
   p.w = w.data_ptr();

@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libopenblas0-openmp libdnnl-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libsqlite3-dev sqlite3 libssl-dev libgtest-dev libgmock-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgloo-dev

@@ -6,7 +6,9 @@
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "model/language_model.h"
+#include "model/layers.h"
 #include "model/llama_weights.h"
+#include "model/stored_linear.h"
 #include "model/text_corpus.h"
 #include "model/transformer.h"
 #include "tests/model_test_util.h"
@@ -106,6 +108,43 @@ TEST(Runtime, StoriesGreedyGenerationIsEnglish) {
   for (size_t i = 0; i < r->new_ids.size(); ++i) {
     EXPECT_EQ(logits[p - 1 + i].argmax().item<int64_t>(), r->new_ids[i]) << i;
   }
+}
+
+// Prefill-sized products with bf16 weights: exact (the widened weight) outside a
+// Bf16ProductsScope, bf16-rounded activations with fp32 sums inside it; one-row decode
+// products stay exact either way. Errors are against float64 products of the values each
+// arithmetic defines, relative to the fp32 rounding a plain fp32 GEMM makes.
+TEST(Runtime, Bf16ProductsRoundActivationsOnlyInsideTheirScope) {
+  at::manual_seed(3);
+  const at::Tensor w = at::randn({96, 200}).to(at::kBFloat16);
+  const at::Tensor x = at::randn({40, 200});
+  const at::Tensor exact = at::linear(x.to(at::kDouble), w.to(at::kDouble));
+  const at::Tensor rounded =
+      at::linear(x.to(at::kBFloat16).to(at::kDouble), w.to(at::kDouble));
+  auto err = [](const at::Tensor& a, const at::Tensor& b) {
+    return (a.to(at::kDouble) - b).abs().max().item<double>();
+  };
+  const double fp32_err = err(at::linear(x, w.to(at::kFloat)), exact);
+  ASSERT_GT(fp32_err, 0);
+  EXPECT_LE(err(Linear(x, w), exact), 4 * fp32_err);
+  EXPECT_LE(err(Linear(x.narrow(0, 0, 1), w), exact.narrow(0, 0, 1)), 4 * fp32_err);
+  {
+    const Bf16ProductsScope scope;
+    EXPECT_TRUE(Bf16ProductsScope::Active());
+    EXPECT_LE(err(Linear(x.narrow(0, 0, 1), w), exact.narrow(0, 0, 1)), 4 * fp32_err);
+    if (!Bf16ProductsScope::Available()) GTEST_SKIP() << "no native bf16 matmul here";
+    const at::Tensor y = Linear(x, w);
+    EXPECT_LE(err(y, rounded), 4 * fp32_err);
+    // bf16 rounding of the activations moves the product ~2^-9 relative: far more.
+    EXPECT_GT(err(y, exact), 20 * fp32_err);
+    const Bf16ProductsScope off(false);
+    EXPECT_LE(err(Linear(x, w), exact), 4 * fp32_err);
+  }
+  EXPECT_FALSE(Bf16ProductsScope::Active());
+  // A float32 checkpoint never takes the bf16 products.
+  auto model = LanguageModel::Load(testing::StoriesModelPath());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->products(), "fp32");
 }
 
 TEST(Runtime, StoriesPerplexityOnTheExcerptIsBelowSix) {

@@ -55,6 +55,12 @@ void DecodeEngine::Write(at::Tensor& cache, int64_t pos,
   cache.select(1, pos).copy_(value);
 }
 
+void DecodeEngine::Write(at::Tensor& cache, const RowPositions& at,
+                         const at::Tensor& value) const {
+  if (!at.consecutive) return Write(cache, at.pos, value);
+  cache.select(0, 0).narrow(0, at.pos, value.size(0)).copy_(value);
+}
+
 at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) {
   // bf16 storage is read in fp32; the float64 reference engine stays in float64.
   const auto dtype = cache.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -69,6 +75,33 @@ at::Tensor DecodeEngine::Grouped(const at::Tensor& q) const {
 
 at::Tensor DecodeEngine::RotateAt(int64_t layer, const at::Tensor& x, int64_t pos) const {
   return rope(layer).Rotate(x.unsqueeze(1), at::full({1}, pos, at::kLong)).squeeze(1);
+}
+
+at::Tensor DecodeEngine::RotateAt(int64_t layer, const at::Tensor& x,
+                                  const RowPositions& at) const {
+  if (!at.consecutive) return RotateAt(layer, x, at.pos);
+  const auto positions = at::arange(at.pos, at.pos + x.size(0), at::kLong);
+  return rope(layer).Rotate(x.unsqueeze(0), positions).squeeze(0);
+}
+
+at::Tensor DecodeEngine::RotatePairsAt(int64_t layer, const at::Tensor& z,
+                                       const at::Tensor& planes, const RowPositions& at) const {
+  if (!at.consecutive) {
+    return rope(layer).RotatePairs(z.unsqueeze(1), at::full({1}, at.pos, at::kLong), planes)
+        .squeeze(1);
+  }
+  const auto positions = at::arange(at.pos, at.pos + z.size(0), at::kLong);
+  return rope(layer).RotatePairs(z.unsqueeze(0), positions, planes).squeeze(0);
+}
+
+at::Tensor DecodeEngine::AttendRows(int64_t layer, const at::Tensor& q,
+                                    const RowPositions& at) {
+  if (!at.consecutive) return Attend(layer, q, at.pos);
+  std::vector<at::Tensor> rows;
+  for (int64_t t = 0; t < q.size(0); ++t) {
+    rows.push_back(Attend(layer, q.narrow(0, t, 1), at.pos + t));
+  }
+  return at::cat(rows, 0);
 }
 
 void DecodeEngine::Reserve(int64_t positions) {
@@ -110,9 +143,11 @@ at::Tensor DecodeEngine::RunLayers(const std::vector<Slot>& slots, at::Tensor x)
     std::vector<at::Tensor> outputs;
     outputs.reserve(slots.size());
     for (const Slot& s : slots) {
-      s.engine->Append(layer, h.narrow(0, s.row, s.rows), s.pos);
-      auto attn = s.engine->Attend(layer, q.narrow(0, s.row, s.rows), s.pos).reshape({s.rows, -1});
-      s.engine->attention_[i] = attn;
+      s.engine->Append(layer, h.narrow(0, s.row, s.rows), {s.pos, s.consecutive});
+      at::Tensor attn = s.engine->AttendRows(layer, q.narrow(0, s.row, s.rows),
+                                             {s.pos, s.consecutive})
+                            .reshape({s.rows, -1});
+      s.engine->attention_[i] = s.consecutive ? attn.narrow(0, s.rows - 1, 1) : attn;
       outputs.push_back(std::move(attn));
     }
     x = AddAttention(c, l, x, outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0));
@@ -133,8 +168,7 @@ at::Tensor DecodeEngine::Prefill(const at::Tensor& tokens) {
   const int64_t n = tokens.size(0);
   TORCH_CHECK(n >= 1 && options_.batch == 1, "Prefill takes >= 1 tokens of one sequence");
   Reserve(n);
-  std::vector<Slot> slots;
-  for (int64_t t = 0; t < n; ++t) slots.push_back({this, length_ + t, t, 1});
+  const std::vector<Slot> slots = {{this, length_, 0, n, /*consecutive=*/true}};
   const auto x = RunLayers(slots, Embed(weights_.embed, tokens, compute_dtype()));  // [T, d]
   length_ += n;
   return Linear(x.narrow(0, n - 1, 1), weights_.lm_head);

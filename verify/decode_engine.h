@@ -88,9 +88,11 @@ class DecodeEngine {
   // Appends token ids [B] at the next position; returns logits [B, V] (fp32).
   at::Tensor Step(const at::Tensor& tokens);
   // Appends token ids [T] of one sequence (batch 1) at the next T positions, layer by
-  // layer: each layer's Q/O/FFN products are one GEMM over all T tokens, and the
-  // cache is written and read position by position exactly as Step does. Returns the
-  // last token's logits [1, V]; attention_outputs() then hold the last token's.
+  // layer: each layer's products (Q/K/V/O, FFN, the factored engines' projections) are
+  // one GEMM over all T tokens, the cache entries of all T are written at once, and
+  // each position then attends over the positions up to its own, as Step would.
+  // Returns the last token's logits [1, V]; attention_outputs() then hold the last
+  // token's.
   at::Tensor Prefill(const at::Tensor& tokens);
   // Steps each engine by one token (batch 1 each), multiplying every big matrix once
   // for all of them (a decode step streams the weights: E engines cost one pass, not
@@ -110,11 +112,21 @@ class DecodeEngine {
   DecodeEngine(const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
                const EngineOptions& options);
 
-  // Writes the cache entries of `layer` for its normalised input x [B, d] at `pos`.
-  virtual void Append(int64_t layer, const at::Tensor& x, int64_t pos) = 0;
+  // Where the rows of an Append's input go: all B at `pos` (a step), or, for one
+  // sequence (batch 1, a prefill), row t at pos + t.
+  struct RowPositions {
+    int64_t pos = 0;
+    bool consecutive = false;
+  };
+  // Writes the cache entries of `layer` for its normalised input x [R, d] at `at`.
+  virtual void Append(int64_t layer, const at::Tensor& x, const RowPositions& at) = 0;
   // Attention of q̂ [B, H, d_h] (after QK-norm, before RoPE) at `pos` over positions
   // 0..pos; returns [B, H, d_h].
   virtual at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) = 0;
+  // Attention of q̂ [R, H, d_h] whose rows sit at `at`, each over the positions up to
+  // its own; by default one Attend per row (engines override it with a causal product
+  // over all rows of a prefill).
+  virtual at::Tensor AttendRows(int64_t layer, const at::Tensor& q, const RowPositions& at);
   // Every cache tensor; each has its position axis (tiled: its tile axis) at dim 1
   // and holds capacity() positions.
   virtual std::vector<at::Tensor*> CacheTensors() = 0;
@@ -123,12 +135,19 @@ class DecodeEngine {
   at::Tensor NewCache(std::vector<int64_t> rest) const;
   // Writes value [B, rest...] at position pos of cache.
   void Write(at::Tensor& cache, int64_t pos, const at::Tensor& value) const;
+  // Writes value [R, rest...] at `at` (rows at consecutive positions of sequence 0).
+  void Write(at::Tensor& cache, const RowPositions& at, const at::Tensor& value) const;
   // Positions 0..n-1 of cache, as fp32.
   static at::Tensor Read(const at::Tensor& cache, int64_t n);
   // The query grouped by KV head: [B, H_kv, g, d].
   at::Tensor Grouped(const at::Tensor& q) const;
   // Rotates x [B, n, d_h] at one position.
   at::Tensor RotateAt(int64_t layer, const at::Tensor& x, int64_t pos) const;
+  // Rotates x [R, n, d_h] whose rows sit at `at`.
+  at::Tensor RotateAt(int64_t layer, const at::Tensor& x, const RowPositions& at) const;
+  // Rope::RotatePairs of z [R, n, r] whose rows sit at `at`.
+  at::Tensor RotatePairsAt(int64_t layer, const at::Tensor& z, const at::Tensor& planes,
+                           const RowPositions& at) const;
   // The rotary embedding of `layer` (SmolLM3's NoPE layers rotate nothing).
   const Rope& rope(int64_t layer) const { return ropes_[layer]; }
   // Positions allocated per cache tensor.
@@ -155,15 +174,16 @@ class DecodeEngine {
   // Grows the cache (doubling) until `positions` more fit.
   void Reserve(int64_t positions);
   // Rows [row, row + rows) of a stacked hidden state belong to `engine` at position
-  // `pos`.
+  // `pos` (consecutive: row t at pos + t, one sequence).
   struct Slot {
     DecodeEngine* engine;
     int64_t pos, row, rows;
+    bool consecutive = false;
   };
   // The decoder layers over x [rows, d] (embedded tokens) for every slot, each slot's
   // cache written and read at its position; returns the final-normed hidden state.
-  // Step (one slot of B rows), Prefill (a slot per token) and StepTogether (a slot per
-  // engine) differ only in their slots.
+  // Step (one slot of B rows), Prefill (one consecutive slot) and StepTogether (a slot
+  // per engine) differ only in their slots.
   static at::Tensor RunLayers(const std::vector<Slot>& slots, at::Tensor x);
   int64_t length_ = 0;
   int64_t capacity_;

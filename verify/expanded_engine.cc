@@ -1,7 +1,9 @@
 // The expanded engine: a standard per-KV-head cache of post-QK-norm, post-RoPE keys
 // and values. Serves MHA, GQA and MQA models, and LRKV/MLA models through their
 // materialised per-head projections (the reference for the factored engines).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/decode_attention.h"
 #include "model/layers.h"
@@ -23,15 +25,15 @@ class ExpandedEngine : public DecodeEngine {
   }
 
  protected:
-  void Append(int64_t layer, const at::Tensor& x, int64_t pos) override {
+  void Append(int64_t layer, const at::Tensor& x, const RowPositions& at) override {
     const DenseKv& kv = dense_[layer];
     const int64_t b = x.size(0), hkv = config_.num_kv_heads, dh = config_.head_dim;
     auto k = Linear(x, kv.wk, kv.bk).view({b, hkv, dh});
     if (config_.qk_norm) {
       k = QkNorm(config_, k, weights_.layers[layer].k_norm);
     }
-    Write(k_[layer], pos, RotateAt(layer, k, pos));
-    Write(v_[layer], pos, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
+    Write(k_[layer], at, RotateAt(layer, k, at));
+    Write(v_[layer], at, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
@@ -68,6 +70,31 @@ class ExpandedEngine : public DecodeEngine {
                   std::sqrt(static_cast<double>(config_.head_dim));
     auto probs = at::softmax(scores, -1);
     return at::einsum("bhgl,blhd->bhgd", {probs, v}).reshape(q.sizes());
+  }
+
+  // A prefill's rows attend causally in one product per chunk of rows (the cache
+  // read once per chunk, not once per row), through ATen: the same scores, softmax and
+  // sums as AttendAten for each row, over its own positions only.
+  at::Tensor AttendRows(int64_t layer, const at::Tensor& q, const RowPositions& at) override {
+    if (!at.consecutive || q.size(0) == 1) return DecodeEngine::AttendRows(layer, q, at);
+    const int64_t rows = q.size(0), n = at.pos + rows, dh = config_.head_dim;
+    const auto qr = Grouped(RotateAt(layer, q, at));               // [T, Hkv, g, dh]
+    const auto k = Read(k_[layer], n)[0], v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
+    const auto positions = at::arange(n, at::kLong);
+    // Chunks bound the scores [Hkv, g, chunk, L] to ~64 MiB of fp32.
+    const int64_t chunk = std::max<int64_t>(
+        1, (int64_t{16} << 20) / std::max<int64_t>(1, config_.num_heads * n));
+    std::vector<at::Tensor> parts;
+    for (int64_t t0 = 0; t0 < rows; t0 += chunk) {
+      const int64_t m = std::min(chunk, rows - t0);
+      auto scores = at::einsum("thgd,lhd->hgtl", {qr.narrow(0, t0, m), k}) /
+                    std::sqrt(static_cast<double>(dh));
+      const auto own = at::arange(at.pos + t0, at.pos + t0 + m, at::kLong).unsqueeze(1);
+      scores.masked_fill_(positions.unsqueeze(0) > own, -std::numeric_limits<double>::infinity());
+      const auto probs = at::softmax(scores, -1);
+      parts.push_back(at::einsum("hgtl,lhd->thgd", {probs, v}));
+    }
+    return at::cat(parts, 0).reshape(q.sizes());
   }
 
   std::vector<at::Tensor*> CacheTensors() override {

@@ -11,6 +11,7 @@
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
 #include "model/status_macros.h"
+#include "model/stored_linear.h"
 #include "verify/decode_engine.h"
 
 namespace lrkv {
@@ -36,7 +37,11 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
   };
   GenerateBenchRow row;
   const auto p0 = Clock::now();
-  auto next = engine->Prefill(at::tensor(pattern, at::kLong)).argmax(-1);
+  at::Tensor next;
+  {
+    const Bf16ProductsScope bf16(o.bf16_products);
+    next = engine->Prefill(at::tensor(pattern, at::kLong)).argmax(-1);
+  }
   row.prefill_seconds = seconds_since(p0);
   row.prefill_tokens_per_second = o.context / row.prefill_seconds;
   std::vector<double> steps;

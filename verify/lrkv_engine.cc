@@ -186,7 +186,7 @@ class LrkvEngine : public DecodeEngine {
   }
 
  protected:
-  void Append(int64_t index, const at::Tensor& x, int64_t pos) override {
+  void Append(int64_t index, const at::Tensor& x, const RowPositions& at) override {
     Layer& L = layers_[index];
     auto ks = Linear(x, L.k.shared, L.k.shared_bias);    // [B, dh]
     auto zk = at::einsum("bd,hrd->bhr", {x, L.k.down});  // [B, Hkv, r]
@@ -197,28 +197,23 @@ class LrkvEngine : public DecodeEngine {
       const auto ms = config_.qk_norm_over_heads
                           ? k.pow(2).mean({-2, -1}).unsqueeze(-1)
                           : k.pow(2).mean({-1});
-      Write(L.sigma, pos, at::rsqrt(ms + config_.rms_norm_eps));
+      Write(L.sigma, at, at::rsqrt(ms + config_.rms_norm_eps));
     }
     if (split_) {  // [P_t k_s ; P_t J k_s]
-      WriteSegment(L.ks, pos,
-                   RotateAt(index, at::stack({ks, ks * L.jsign}, 1), pos).flatten(1));
+      WriteSegment(L.ks, at,
+                   RotateAt(index, at::stack({ks, ks * L.jsign}, 1), at).flatten(1));
     } else {
-      WriteSegment(L.ks, pos,
-                   RotateAt(index, (ks * L.gamma[0]).unsqueeze(1), pos).squeeze(1));
+      WriteSegment(L.ks, at,
+                   RotateAt(index, (ks * L.gamma[0]).unsqueeze(1), at).squeeze(1));
     }
-    const auto p = at::full({1}, pos, at::kLong);
     if (mode_ == DecodeMode::kPlane) {
-      zk =
-          rope(index)
-              .RotatePairs(((zk + L.latent_bias) * L.latent_gamma).unsqueeze(1),
-                           p, L.planes)
-              .squeeze(1);
+      zk = RotatePairsAt(index, (zk + L.latent_bias) * L.latent_gamma, L.planes, at);
     } else if (mode_ == DecodeMode::kNaive) {
-      zk = rope(index).RotatePairs(zk.unsqueeze(1), p, L.planes).squeeze(1);
+      zk = RotatePairsAt(index, zk, L.planes, at);
     }
-    WriteSegment(L.zk, pos, zk);
-    WriteSegment(L.vs, pos, Linear(x, L.v.shared, L.v.shared_bias));
-    WriteSegment(L.zv, pos, at::einsum("bd,hrd->bhr", {x, L.v.down}));
+    WriteSegment(L.zk, at, zk);
+    WriteSegment(L.vs, at, Linear(x, L.v.shared, L.v.shared_bias));
+    WriteSegment(L.zv, at, at::einsum("bd,hrd->bhr", {x, L.v.down}));
   }
 
   at::Tensor Attend(int64_t index, const at::Tensor& q, int64_t pos) override {
@@ -457,6 +452,13 @@ class LrkvEngine : public DecodeEngine {
   }
 
   // Writes value [B, rest...] at position pos.
+  // value [R, ...] at `at`: one position (a step) or consecutive ones (a prefill).
+  void WriteSegment(Segment& s, const RowPositions& at, const at::Tensor& value) const {
+    if (!at.consecutive) return WriteSegment(s, at.pos, value);
+    if (!tiled_) return Write(s.data, at, value);
+    for (int64_t t = 0; t < value.size(0); ++t) WriteSegment(s, at.pos + t, value.narrow(0, t, 1));
+  }
+
   void WriteSegment(Segment& s, int64_t pos, const at::Tensor& value) const {
     if (!tiled_) return Write(s.data, pos, value);
     const int64_t b = options_.batch, lane = s.data.size(4);

@@ -21,8 +21,8 @@ class MlaEngine : public DecodeEngine {
   }
 
  protected:
-  void Append(int64_t layer, const at::Tensor& x, int64_t pos) override {
-    Write(latent_[layer], pos, Linear(x, weights_.layers[layer].kv_down));
+  void Append(int64_t layer, const at::Tensor& x, const RowPositions& at) override {
+    Write(latent_[layer], at, Linear(x, weights_.layers[layer].kv_down));
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {

@@ -159,11 +159,16 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   gen->add_option("--cache-layout", g->cache_layout,
                   "Plane mode's factored cache: auto (tiles where the fused "
                   "kernel runs) | rows | tiles");
+  auto products = std::make_shared<std::string>("bf16");
+  AddProductsOption(gen, products.get());
   auto llama_cpp = std::make_shared<std::string>();
   gen->add_option("--against-llama-cpp", *llama_cpp,
                   "A GGUF file of the same model: llama.cpp (node-llama-cpp, CPU, F16 KV "
                   "cache) runs it in the same run, and the ratios are printed");
-  gen->callback([g, llama_cpp, exit_code] { *exit_code = RunGenerate(*g, *llama_cpp); });
+  gen->callback([g, products, llama_cpp, exit_code] {
+    g->bf16_products = *products == "bf16";
+    *exit_code = RunGenerate(*g, *llama_cpp);
+  });
 }
 
 }  // namespace lrkv::cli

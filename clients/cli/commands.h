@@ -3,6 +3,8 @@
 #ifndef LRKV_CLIENTS_CLI_COMMANDS_H_
 #define LRKV_CLIENTS_CLI_COMMANDS_H_
 
+#include <string>
+
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 
@@ -15,6 +17,10 @@ inline constexpr int kExitUsage = 2;
 
 // Prints "lrkv: error: <message>" on one line and returns kExitFailure.
 int Fail(const absl::Status& status);
+
+// `--products bf16|fp32` on `cmd` (eval, generate, bench generate): how prefill-sized
+// products with bf16-stored weights are computed (model/stored_linear.h).
+void AddProductsOption(CLI::App* cmd, std::string* products);
 
 void AddModelCommands(CLI::App& app, int* exit_code);  // eval, generate
 void AddSurgeryCommands(CLI::App& app,

@@ -1,5 +1,6 @@
 // `lrkv eval` and `lrkv generate`: perplexity and greedy continuation of a
 // checkpoint.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -20,17 +21,32 @@ namespace {
 struct EvalArgs {
   std::string checkpoint, text;
   bool json = false;
+  std::string products = "bf16";
 };
 
 struct GenerateArgs {
   std::string checkpoint, prompt;
   int64_t max_tokens = 32;
+  std::string products = "bf16";
 };
+
+LanguageModelOptions ModelOptions(const std::string& products) {
+  LanguageModelOptions o;
+  o.bf16_activations = products == "bf16";
+  return o;
+}
+
+// What LanguageModel::products() means, for the printed result.
+std::string DescribeProducts(const std::string& products) {
+  return products == "bf16" ? "bf16 (activations rounded to bf16 x bf16 weights, fp32 sums)"
+                            : "fp32 (weights widened to fp32)";
+}
+
 
 int RunEval(const EvalArgs& a) {
   auto docs = ReadDocuments(a.text);
   if (!docs.ok()) return Fail(docs.status());
-  auto model = LanguageModel::Load(a.checkpoint);
+  auto model = LanguageModel::Load(a.checkpoint, ModelOptions(a.products));
   if (!model.ok()) return Fail(model.status());
   auto r = (*model)->Perplexity(*docs);
   if (!r.ok()) return Fail(r.status());
@@ -39,21 +55,23 @@ int RunEval(const EvalArgs& a) {
         {"checkpoint", a.checkpoint}, {"text", a.text},
         {"stories", r->documents},    {"tokens", r->tokens},
         {"mean_nll", r->mean_nll},    {"perplexity", r->perplexity},
-        {"seconds", r->seconds}};
+        {"seconds", r->seconds},      {"products", r->products}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
         "checkpoint  %s\ntext        %s\nstories     %lld\ntokens      %lld\n"
-        "mean NLL    %.6f nats/token\nperplexity  %.4f\ntime        %.2f s\n",
+        "mean NLL    %.6f nats/token\nperplexity  %.4f\ntime        %.2f s (%.0f tokens/s)\n"
+        "products    %s\n",
         a.checkpoint.c_str(), a.text.c_str(),
         static_cast<long long>(r->documents), static_cast<long long>(r->tokens),
-        r->mean_nll, r->perplexity, r->seconds);
+        r->mean_nll, r->perplexity, r->seconds, r->tokens / std::max(r->seconds, 1e-9),
+        DescribeProducts(r->products).c_str());
   }
   return kExitOk;
 }
 
 int RunGenerate(const GenerateArgs& a) {
-  auto model = LanguageModel::Load(a.checkpoint);
+  auto model = LanguageModel::Load(a.checkpoint, ModelOptions(a.products));
   if (!model.ok()) return Fail(model.status());
   auto r = (*model)->Generate(a.prompt, a.max_tokens);
   if (!r.ok()) return Fail(r.status());
@@ -62,6 +80,16 @@ int RunGenerate(const GenerateArgs& a) {
 }
 
 }  // namespace
+
+void AddProductsOption(CLI::App* cmd, std::string* products) {
+  cmd->add_option("--products", *products,
+                  "Prefill-sized products with bf16-stored weights: bf16 rounds the "
+                  "activations to bf16 and sums in fp32 (llama.cpp's arithmetic; oneDNN on "
+                  "AVX512-BF16/AMX), fp32 widens the weights (exact). Decode steps and "
+                  "fp32 checkpoints are exact either way")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->capture_default_str();
+}
 
 void AddModelCommands(CLI::App& app, int* exit_code) {
   auto eval_args = std::make_shared<EvalArgs>();
@@ -74,6 +102,7 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
                    "Text file; documents separated by <|endoftext|> lines")
       ->required();
   eval->add_flag("--json", eval_args->json, "Print the result as JSON");
+  AddProductsOption(eval, &eval_args->products);
   eval->callback([eval_args, exit_code] { *exit_code = RunEval(*eval_args); });
 
   auto gen_args = std::make_shared<GenerateArgs>();
@@ -84,6 +113,7 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   gen->add_option("--prompt", gen_args->prompt, "Prompt text")->required();
   gen->add_option("--max-tokens", gen_args->max_tokens, "New tokens at most")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  AddProductsOption(gen, &gen_args->products);
   gen->callback([gen_args, exit_code] { *exit_code = RunGenerate(*gen_args); });
 
   auto* sysinfo = app.add_subcommand(
