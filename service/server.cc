@@ -5,14 +5,20 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/mapped_file.h"
@@ -178,6 +184,15 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
                         const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* out) override {
     if (auto auth = Authorize(ctx); !auth.ok()) return auth;
+    // Enums arrive as raw integers: a value outside the enum is the client's error.
+    if (!v1::JobState_IsValid(req->state())) {
+      return ToGrpc(Invalid(absl::StrCat("state ", static_cast<int>(req->state()),
+                                         " is not a JobState; valid: 0 (any) to 5")));
+    }
+    if (!v1::JobKind_IsValid(req->kind())) {
+      return ToGrpc(Invalid(absl::StrCat("kind ", static_cast<int>(req->kind()),
+                                         " is not a JobKind; valid: 0 (any) to 6")));
+    }
     JobFilter f;
     if (req->state() != v1::JOB_STATE_UNSPECIFIED) {
       f.state = static_cast<JobState>(static_cast<int>(req->state()) - 1);
@@ -481,6 +496,34 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
   return grpc::SslServerCredentials(ssl);
 }
 
+// Takes the exclusive lock of data_dir/lrkvd.lock (flock, non-blocking) and writes this
+// process's pid into it; FailedPrecondition naming the holder when another has it.
+absl::StatusOr<int> LockDataDir(const std::string& data_dir) {
+  const std::string path = (fs::path(data_dir) / "lrkvd.lock").string();
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(absl::StrCat(path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[32] = {};
+    const ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+    close(fd);
+    if (err != EWOULDBLOCK) {
+      return absl::InternalError(absl::StrCat(path, ": flock: ", std::strerror(err)));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data folder ", data_dir, " is in use by another lrkvd",
+        n > 0 ? absl::StrCat(" (pid ", absl::StripAsciiWhitespace(holder), ")") : "",
+        "; stop it or choose another --data-dir"));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    // The lock holds without the pid; it only names the holder for the message.
+  }
+  return fd;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
@@ -496,6 +539,10 @@ absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
     return absl::PermissionDeniedError(
         absl::StrCat(o.data_dir, ": ", ec.message()));
   std::unique_ptr<LrkvServer> s(new LrkvServer());
+  // One server per data folder: a second would re-queue the first's running jobs and
+  // run them twice. The lock is held (and released by the kernel on any exit) for the
+  // server's life.
+  ASSIGN_OR_RETURN(s->lock_fd_, LockDataDir(o.data_dir));
   ASSIGN_OR_RETURN(s->store_,
                    Store::Open((fs::path(o.data_dir) / "lrkv.db").string()));
   RETURN_IF_ERROR(s->store_->RecoverRunningJobs(kMaxAttempts, Now()).status());
@@ -515,17 +562,25 @@ absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
   grpc::ServerBuilder builder;
   ASSIGN_OR_RETURN(auto credentials, ServerCredentials(o));
   builder.AddListeningPort(o.listen, credentials, &s->port_);
+  // gRPC sets SO_REUSEPORT by default, so a second server on a busy port would start
+  // and take a random share of the connections; without it the bind fails.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Room for a 1 MiB chunk plus framing.
   builder.SetMaxReceiveMessageSize(2 << 20);
   builder.RegisterService(s->service_.get());
   s->server_ = builder.BuildAndStart();
   if (!s->server_ || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", o.listen));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", o.listen, " (in use, or not an address here)"));
   }
   return s;
 }
 
-LrkvServer::~LrkvServer() { Shutdown(); }
+LrkvServer::~LrkvServer() {
+  Shutdown();
+  // After the workers stopped: the next server may take the folder only now.
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
 
 void LrkvServer::Shutdown() {
   if (server_)

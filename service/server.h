@@ -55,6 +55,7 @@ class LrkvServer {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  int lock_fd_ = -1;  // data_dir/lrkvd.lock, flock-ed for the server's life
 };
 
 }  // namespace lrkv::service

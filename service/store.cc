@@ -113,7 +113,8 @@ bool Allowed(JobState from, JobState to) {
 }  // namespace
 
 const char* JobStateName(JobState s) {
-  return kStateNames[static_cast<int>(s)];
+  const int i = static_cast<int>(s);
+  return i >= 0 && i < 5 ? kStateNames[i] : "unknown";
 }
 
 absl::StatusOr<JobState> ParseJobState(const std::string& name) {
