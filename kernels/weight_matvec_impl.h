@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -125,6 +125,59 @@ void Block(const W* w, int64_t o, int64_t n, const WeightMatVecParams& p, const 
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// bf16 weights against fp32 activations, by hand: a 32-bit lane holding the bf16 pair
+// (w[2i], w[2i+1]) is w[2i+1] as fp32 once its low half is cleared and w[2i] once
+// shifted left by 16 — two exact widenings without unpacking — met by x split into its
+// even and odd elements (`xe`, `xo`, zero-padded to whole 32-element chunks). One row at
+// a time (a sequential stream; four interleaved rows streamed slower), software-
+// prefetched; the compiler's version of Dot4 reached 13-20 GB/s here.
+// One row of W against one split x row.
+float Bf16Row(const uint16_t* w, int64_t cols, const float* xe, const float* xo) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const int64_t whole = cols / 32 * 32;
+  for (int64_t i = 0; i < whole; i += 32) {
+    // 4 KB ahead in the row's stream: measured 25 GB/s against 13-20 without, of the
+    // 34 GB/s two cores stream here (past the matrix it reads a neighbour, harmlessly).
+    _mm_prefetch(reinterpret_cast<const char*>(w + i + 2048), _MM_HINT_T0);
+    const __m512i v = _mm512_loadu_si512(w + i);
+    a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+                         _mm512_loadu_ps(xe + i / 2), a0);
+    a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)),
+                         _mm512_loadu_ps(xo + i / 2), a1);
+  }
+  if (whole < cols) {
+    const __m512i v =
+        _mm512_maskz_loadu_epi16((__mmask32{1} << (cols - whole)) - 1, w + whole);
+    a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
+                         _mm512_loadu_ps(xe + whole / 2), a0);
+    a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)),
+                         _mm512_loadu_ps(xo + whole / 2), a1);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+void RunBf16(const WeightMatVecParams& p) {
+  const int64_t half = (p.cols + 31) / 32 * 16;  // even (and odd) elements, padded
+  std::vector<float> split(2 * half * p.batch, 0.0f);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t i = 0; i < p.cols; ++i) split[(2 * b + (i & 1)) * half + i / 2] = p.x[b * p.cols + i];
+  }
+  const bool parallel = p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
+  const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
+  const auto* w = static_cast<const uint16_t*>(p.w);
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t o = blk * kRowBlock, n = std::min(kRowBlock, p.rows - o);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const float *xe = &split[2 * b * half], *xo = &split[(2 * b + 1) * half];
+      for (int64_t j = o; j < o + n; ++j) p.y[b * p.rows + j] = Bf16Row(w + j * p.cols, p.cols, xe, xo);
+    }
+  }
+}
+#endif
+
 template <typename T>
 void Run(const WeightMatVecParams& p, const T* x, T* y) {
   // Threads only where the matrix is worth it (a few hundred KB and up).
@@ -155,6 +208,9 @@ void Run(const WeightMatVecParams& p, const T* x, T* y) {
 }  // namespace
 
 void WeightMatVecImpl(const WeightMatVecParams& p) {
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (p.x64 == nullptr && p.dtype == WeightDType::kBF16) return RunBf16(p);
+#endif
   if (p.x64 != nullptr) {
     Run(p, p.x64, p.y64);
   } else {
