@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
@@ -419,6 +420,81 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   return c;
 }
 
+double Llama3InverseFrequency(const RopeScaling& s, double inv_freq) {
+  const double old_len = static_cast<double>(s.original_max_position_embeddings);
+  const double wavelen = 2.0 * M_PI / inv_freq;
+  if (wavelen < old_len / s.high_freq_factor) return inv_freq;
+  if (wavelen > old_len / s.low_freq_factor) return inv_freq / s.factor;
+  const double smooth =
+      (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0 - smooth) * inv_freq / s.factor + smooth * inv_freq;
+}
+
+// llama.cpp stores Llama-3.1's RoPE scaling as rope_freqs.weight: per plane, the
+// divisor f_i of the base frequency (1 above the high-frequency edge, `factor` below the
+// low one, 1/((1-s)/factor + s) between, s linear in 1/wavelength). Recovers the HF
+// parameters from the curve (low_freq_factor taken as 1, as every Llama-3.x sets it;
+// only the ratios original/low and original/high are determined) and checks that they
+// reproduce every divisor, so that one representation (kLlama3) serves both formats.
+absl::Status Llama3ScalingFromFactors(const TensorView& t, ModelConfig* c) {
+  const int64_t half = c->rope_dim / 2;
+  if (t.dtype != DType::kF32 || t.shape != std::vector<int64_t>{half} || t.data == nullptr) {
+    return Invalid(absl::StrCat("tensor 'rope_freqs.weight' must be F32 [", half,
+                                "] (rope.dimension_count / 2), got ", ShapeString(t.shape)));
+  }
+  std::vector<double> f(half);
+  for (int64_t i = 0; i < half; ++i) {
+    float v;
+    std::memcpy(&v, t.data + 4 * i, 4);
+    f[i] = v;
+  }
+  const double factor = *std::max_element(f.begin(), f.end());
+  auto fail = [&](const std::string& why) {
+    return Invalid(absl::StrCat("tensor 'rope_freqs.weight' is not Llama-3's RoPE scaling curve (",
+                                why, "); lrkv reads llama3-style frequency factors only"));
+  };
+  if (!(factor >= 1.0) || !std::isfinite(factor)) return fail("divisors must be finite and >= 1");
+  // s_i = a / wavelength_i + b over the planes between the edges (least squares).
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (int64_t i = 0; i < half; ++i) {
+    const double rel = std::abs(f[i] - 1.0), rel_low = std::abs(f[i] / factor - 1.0);
+    if (rel < 1e-6 || rel_low < 1e-6) continue;
+    const double x = std::pow(c->rope_theta, -2.0 * i / c->rope_dim) / (2.0 * M_PI);
+    const double y = (1.0 / f[i] - 1.0 / factor) / (1.0 - 1.0 / factor);
+    n += 1;
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  RopeScaling& r = c->rope_scaling;
+  r.type = RopeScalingType::kLlama3;
+  r.factor = factor;
+  r.low_freq_factor = 1.0;
+  if (factor == 1.0) {
+    r.type = RopeScalingType::kNone;
+  } else if (n >= 2 && n * sxx - sx * sx > 0) {
+    const double a = (n * sxy - sx * sy) / (n * sxx - sx * sx), b = (sy - a * sx) / n;
+    // s = (L/wavelength - lo) / (hi - lo) with lo = 1: L = a (hi - lo), b = -lo / (hi - lo).
+    if (!(b < 0)) return fail("the interpolated band does not fall with the wavelength");
+    const double span = -1.0 / b;
+    r.high_freq_factor = 1.0 + span;
+    r.original_max_position_embeddings = std::llround(a * span);
+  } else {
+    // Too few planes inside the band to fit it: Meta's published values, checked below.
+    r.high_freq_factor = 4.0;
+    r.original_max_position_embeddings = 8192;
+  }
+  for (int64_t i = 0; i < half; ++i) {
+    const double base = std::pow(c->rope_theta, -2.0 * i / c->rope_dim);
+    const double want = base / Llama3InverseFrequency(r, base);
+    if (std::abs(want - f[i]) > 1e-5 * want) {
+      return fail(absl::StrCat("plane ", i, ": ", f[i], ", the fitted curve gives ", want));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
   ASSIGN_OR_RETURN(std::string arch, GgufString(g, "general.architecture"));
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
@@ -478,10 +554,7 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
     }
   }
   for (const auto& t : g.tensors) {
-    if (t.name == "rope_freqs.weight") {
-      return Invalid("tensor 'rope_freqs.weight' (llama3-style RoPE frequency factors) is not "
-                     "supported in GGUF files yet; load the Hugging Face checkpoint instead");
-    }
+    if (t.name == "rope_freqs.weight") RETURN_IF_ERROR(Llama3ScalingFromFactors(t, &c));
   }
   // llama.cpp permutes Q/K rows of `llama` models into adjacent pairs; Qwen models
   // keep the Hugging Face (NeoX) half-split layout.

