@@ -31,6 +31,33 @@ std::vector<std::string> SplitDocuments(const std::string& text) {
   return docs;
 }
 
+absl::Status CheckTextFile(const std::string& path, const char* flag, size_t max_bytes) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::exists(st)) {
+    return absl::NotFoundError(absl::StrCat(flag, " ", path, ": no such file"));
+  }
+  if (!fs::is_regular_file(st)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": not a regular file (a text file is needed)"));
+  }
+  const auto size = fs::file_size(path, ec);
+  if (ec || size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": ", size,
+                                                   " bytes exceeds the limit of ", max_bytes));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64 << 10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  if (head.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": a binary file, not text (it holds NUL bytes)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
                                                        size_t max_bytes) {
   std::error_code ec;

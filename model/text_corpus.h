@@ -20,6 +20,13 @@ std::vector<std::string> SplitDocuments(const std::string& text);
 absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
                                                        size_t max_bytes = 1ull << 30);
 
+// A text file a job can read: a regular file (not a folder, a device or a FIFO) of at
+// most `max_bytes` whose first 64 KiB hold no NUL byte (binary files, checkpoints,
+// archives have them; UTF-8 text never does). `flag` names it in the message:
+// NotFound for a missing file, InvalidArgument otherwise.
+absl::Status CheckTextFile(const std::string& path, const char* flag,
+                           size_t max_bytes = 1ull << 30);
+
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_TEXT_CORPUS_H_

@@ -3,6 +3,8 @@
 
 #include <functional>
 #include <set>
+#include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -24,14 +26,37 @@ const std::set<std::string> kHealParams = {
     "batch",     "accum", "seq_len",     "lr",         "warmup",     "clip",
     "trainable", "loss",  "temperature", "eval_every", "seed"};
 
-absl::StatusOr<json> ParseObject(const std::string& text,
-                                 const std::set<std::string>& known) {
+// Parses params_json strictly: one JSON value and nothing after it, no key twice in an
+// object (nlohmann keeps the last silently; a client meant one of them).
+absl::StatusOr<json> ParseStrict(const std::string& text) {
+  std::vector<std::set<std::string>> keys;
+  std::string duplicate;
+  const json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      keys.emplace_back();
+    } else if (event == json::parse_event_t::object_end && !keys.empty()) {
+      keys.pop_back();
+    } else if (event == json::parse_event_t::key && !keys.empty() && duplicate.empty() &&
+               !keys.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   json j;
   try {
-    j = text.empty() ? json::object() : json::parse(text);
+    j = text.empty() ? json::object() : json::parse(text, on_event);
   } catch (const json::exception& e) {
     return Invalid(absl::StrCat("params_json is not valid JSON: ", e.what()));
   }
+  if (!duplicate.empty()) {
+    return Invalid(absl::StrCat("params_json: parameter '", duplicate, "' is given twice"));
+  }
+  return j;
+}
+
+absl::StatusOr<json> ParseObject(const std::string& text,
+                                 const std::set<std::string>& known) {
+  ASSIGN_OR_RETURN(json j, ParseStrict(text));
   if (!j.is_object()) return Invalid("params_json must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (known.count(it.key()) == 0) {
@@ -42,16 +67,38 @@ absl::StatusOr<json> ParseObject(const std::string& text,
   return j;
 }
 
+// Whether `v` is a T exactly: an integer parameter given 2.7 or -1 for an unsigned one
+// is refused, not truncated or wrapped.
+template <typename T>
+bool HasType(const json& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.is_boolean();
+  } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+    return v.is_number_unsigned();
+  } else if constexpr (std::is_integral_v<T>) {
+    return v.is_number_integer();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return v.is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.is_string();
+  } else {
+    if (!v.is_array()) return false;
+    for (const auto& e : v) {
+      if (!HasType<typename T::value_type>(e)) return false;
+    }
+    return true;
+  }
+}
+
 template <typename T>
 absl::Status Read(const json& j, const char* key, T* out) {
   auto it = j.find(key);
   if (it == j.end()) return absl::OkStatus();
-  try {
-    *out = it->get<T>();
-  } catch (const json::exception&) {
+  if (!HasType<T>(*it)) {
     return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (",
                                 it->dump(), ")"));
   }
+  *out = it->get<T>();
   return absl::OkStatus();
 }
 
@@ -285,17 +332,47 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
   ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
   if (o.eval.empty())
     return Invalid("params_json: 'eval' (held-out text) is required");
+  if (o.budgets.empty()) return Invalid("params_json: 'budget' lists no budget");
+  for (double b : o.budgets) {
+    if (!(b > 0 && b <= 1)) {
+      return Invalid(absl::StrCat("params_json: 'budget' ", b, " must lie in (0, 1]"));
+    }
+  }
+  if (o.variants.empty()) return Invalid("params_json: 'variants' lists no variant");
+  for (const auto& v : o.variants) {
+    if (v != "gqa" && v != "mqa" && v != "mla" && v != "lrkv") {
+      return Invalid(absl::StrCat("params_json: variant '", v, "' must be gqa, mqa, mla or lrkv"));
+    }
+  }
+  for (const auto& m : o.rope_modes) {
+    if (m != "plane" && m != "reconstruct") {
+      return Invalid(absl::StrCat("params_json: rope_mode '", m, "' must be plane or reconstruct"));
+    }
+  }
+  auto in_range = [](const char* key, int64_t v, int64_t lo, int64_t hi) {
+    return v < lo || v > hi ? Invalid(absl::StrCat("params_json: '", key, "' ", v,
+                                                   " must lie in [", lo, ", ", hi, "]"))
+                            : absl::OkStatus();
+  };
+  RETURN_IF_ERROR(in_range("heal_steps", o.heal_steps, 0, 1'000'000));
+  RETURN_IF_ERROR(in_range("heal_batch", o.heal_batch, 1, 65536));
+  RETURN_IF_ERROR(in_range("heal_seq_len", o.heal_seq_len, 2, 1 << 20));
+  RETURN_IF_ERROR(in_range("heal_warmup", o.heal_warmup, 0, 1'000'000));
+  RETURN_IF_ERROR(in_range("kl_tokens", o.kl_tokens, 1, 1 << 24));
+  RETURN_IF_ERROR(in_range("timed_tokens", o.timed_tokens, 1, 100'000));
+  for (int64_t c : o.contexts) RETURN_IF_ERROR(in_range("context", c, 1, 1 << 20));
+  if (o.heal_steps > 0 && o.data.empty()) {
+    return Invalid("params_json: 'heal_steps' > 0 needs 'data' (training text)");
+  }
+  if (!(o.heal_lr > 0 && o.heal_lr <= 1)) {
+    return Invalid(absl::StrCat("params_json: 'heal_lr' ", o.heal_lr, " must lie in (0, 1]"));
+  }
   return o;
 }
 
 absl::StatusOr<std::vector<std::string>> JobInputPaths(
     const std::string& text) {
-  json j;
-  try {
-    j = text.empty() ? json::object() : json::parse(text);
-  } catch (const json::exception& e) {
-    return Invalid(absl::StrCat("params_json is not valid JSON: ", e.what()));
-  }
+  ASSIGN_OR_RETURN(json j, ParseStrict(text));
   std::vector<std::string> paths;
   std::function<void(const json&)> collect = [&](const json& o) {
     if (!o.is_object()) return;

@@ -138,6 +138,9 @@ void JobRunner::Work() {
     start.stage = job->kind;
     start.message = "started";
     (void)store_->AppendEvent(id, start);
+    // Each attempt starts clean: what an interrupted one left (a converted folder, result
+    // rows) would make this one fail ("output folder exists") or report twice.
+    DiscardResults(id);
     const absl::Status result = Execute(*job);
     bool cancelled, shutting_down;
     {
@@ -170,9 +173,21 @@ void JobRunner::Work() {
     const JobState final_state = cancelled     ? JobState::kCancelled
                                  : result.ok() ? JobState::kSucceeded
                                                : JobState::kFailed;
+    // A cancelled or failed job leaves no partial artifacts or result rows (its log and
+    // events stay).
+    if (final_state != JobState::kSucceeded) DiscardResults(id);
     (void)store_->TransitionJob(
         id, final_state, Now(),
         result.ok() ? "" : std::string(result.message()));
+  }
+}
+
+void JobRunner::DiscardResults(const std::string& id) {
+  std::error_code ec;
+  fs::remove_all(ArtifactPath(id), ec);
+  fs::remove(ReportPath(id), ec);
+  if (auto st = store_->ClearResults(id); !st.ok()) {
+    Log(id, absl::StrCat("could not clear result rows: ", st.message()));
   }
 }
 
@@ -351,6 +366,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   ASSIGN_OR_RETURN(
       ConvertJobOptions co,
       ParseConvertParams(pp.convert_json, source.path, base + "/converted"));
+  co.should_stop = StopCheck(job.id);
   ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
   RETURN_IF_ERROR(StoreConversion(job.id, cr));
   report["convert"] = cr.ToJson();
@@ -372,6 +388,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   ASSIGN_OR_RETURN(VerifyJobOptions vo,
                    ParseVerifyParams(pp.verify_json, model));
   if (vo.source.empty()) vo.source = source.path;
+  vo.should_stop = StopCheck(job.id);
   ASSIGN_OR_RETURN(VerifyReport vr, RunVerifyJob(vo));
   RETURN_IF_ERROR(StoreVerification(job.id, vr));
   report["verify"] = vr.ToJson();
@@ -422,12 +439,14 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     ASSIGN_OR_RETURN(
         ConvertJobOptions o,
         ParseConvertParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
+    o.should_stop = StopCheck(job.id);
     ASSIGN_OR_RETURN(ConversionReport r, RunConvertJob(o));
     RETURN_IF_ERROR(StoreConversion(job.id, r));
     report = r.ToJson();
   } else if (job.kind == "verify") {
     ASSIGN_OR_RETURN(VerifyJobOptions o,
                      ParseVerifyParams(job.params_json, ckpt.path));
+    o.should_stop = StopCheck(job.id);
     ASSIGN_OR_RETURN(VerifyReport r, RunVerifyJob(o));
     RETURN_IF_ERROR(StoreVerification(job.id, r));
     report = r.ToJson();

@@ -61,6 +61,8 @@ class JobRunner {
                                              const CheckpointRecord& source);
   // Records a progress event (and a log line); Cancelled when the job should
   // stop.
+  // Removes the job's artifacts folder, report and result rows.
+  void DiscardResults(const std::string& id);
   absl::Status Stage(const std::string& job_id, const std::string& stage,
                      int64_t step, int64_t total, const std::string& message);
   // Cancellation (CancelJob) or shutdown asked for: checked between stages and

@@ -417,13 +417,15 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
     for (const auto& p : inputs) RETURN_IF_ERROR(CheckAllowed(p).status());
     // Parameters are checked now, so that a bad request fails at once.
+    // Each kind's whole schema and limits, as its run would check them.
     if (kind == "convert") {
       ASSIGN_OR_RETURN(ConvertJobOptions o,
                        ParseConvertParams(req.params_json(), ckpt.path, ""));
       ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
-      RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
+      RETURN_IF_ERROR(ValidateConvertJobOptions(o, *opened));
     } else if (kind == "verify") {
-      RETURN_IF_ERROR(ParseVerifyParams(req.params_json(), ckpt.path).status());
+      ASSIGN_OR_RETURN(VerifyJobOptions o, ParseVerifyParams(req.params_json(), ckpt.path));
+      RETURN_IF_ERROR(ValidateVerifyJobOptions(o));
     } else if (kind == "compare") {
       RETURN_IF_ERROR(
           ParseCompareParams(req.params_json(), ckpt.path, "").status());
@@ -437,13 +439,24 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       ASSIGN_OR_RETURN(ConvertJobOptions o,
                        ParseConvertParams(pp.convert_json, ckpt.path, ""));
       ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
-      RETURN_IF_ERROR(ResolveTarget(opened->config(), o.conversion).status());
+      RETURN_IF_ERROR(ValidateConvertJobOptions(o, *opened));
+      ASSIGN_OR_RETURN(VerifyJobOptions v, ParseVerifyParams(pp.verify_json, ""));
+      RETURN_IF_ERROR(ValidateVerifyJobOptions(v));
+      // The heal stage trains the converted model, which does not exist yet: its
+      // options are checked against the source, whose shape it keeps.
+      if (!pp.heal_json.empty()) {
+        ASSIGN_OR_RETURN(HealJobOptions h, ParseHealParams(pp.heal_json, ckpt.path, ""));
+        h.teacher = ckpt.path;
+        RETURN_IF_ERROR(ValidateHealJobOptions(h));
+      }
     } else {
-      RETURN_IF_ERROR(
-          ParseHealParams(req.params_json(), ckpt.path, "").status());
+      ASSIGN_OR_RETURN(HealJobOptions h, ParseHealParams(req.params_json(), ckpt.path, ""));
       ASSIGN_OR_RETURN(std::string teacher, HealTeacherId(req.params_json()));
-      if (!teacher.empty())
-        RETURN_IF_ERROR(store_->GetCheckpoint(teacher).status());
+      if (!teacher.empty()) {
+        ASSIGN_OR_RETURN(CheckpointRecord t, store_->GetCheckpoint(teacher));
+        h.teacher = t.path;
+      }
+      RETURN_IF_ERROR(ValidateHealJobOptions(h));
     }
     JobRecord job;
     job.id = NewJobId();

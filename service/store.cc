@@ -313,6 +313,57 @@ absl::Status Store::DeleteJob(const std::string& id) {
   return s.Bind(1, id).Run();
 }
 
+namespace {
+
+// The tables holding a job's results (not its record or events), with the statements
+// that clear and count one job's rows.
+struct ResultTable {
+  const char* name;
+  const char* clear;
+  const char* count;
+};
+constexpr ResultTable kResultTables[] = {
+    {"verification_checks", "DELETE FROM verification_checks WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM verification_checks WHERE job_id = ?"},
+    {"loss_curve", "DELETE FROM loss_curve WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM loss_curve WHERE job_id = ?"},
+    {"conversion_layers", "DELETE FROM conversion_layers WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM conversion_layers WHERE job_id = ?"},
+    {"conversions", "DELETE FROM conversions WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM conversions WHERE job_id = ?"},
+    {"cache_measurements", "DELETE FROM cache_measurements WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM cache_measurements WHERE job_id = ?"},
+    {"latency_measurements", "DELETE FROM latency_measurements WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM latency_measurements WHERE job_id = ?"},
+    {"evaluations", "DELETE FROM evaluations WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM evaluations WHERE job_id = ?"},
+    {"comparison_rows", "DELETE FROM comparison_rows WHERE job_id = ?",
+     "SELECT COUNT(*) AS n FROM comparison_rows WHERE job_id = ?"},
+};
+
+}  // namespace
+
+absl::Status Store::ClearResults(const std::string& id) {
+  std::lock_guard<std::recursive_mutex> lock(mu_);
+  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
+  for (const ResultTable& t : kResultTables) {
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, t.clear));
+    RETURN_IF_ERROR(s.Bind(1, id).Run());
+  }
+  return tx->Commit();
+}
+
+absl::StatusOr<int64_t> Store::CountRows(const std::string& table, const std::string& id) {
+  for (const ResultTable& t : kResultTables) {
+    if (table != t.name) continue;
+    std::lock_guard<std::recursive_mutex> lock(mu_);
+    ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, t.count));
+    ASSIGN_OR_RETURN(bool row, s.Bind(1, id).Step());
+    return row ? s.Int64(0) : 0;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("no result table ", table));
+}
+
 absl::StatusOr<int64_t> Store::RecoverRunningJobs(int64_t max_attempts,
                                                   int64_t now) {
   std::lock_guard<std::recursive_mutex> lock(mu_);

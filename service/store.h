@@ -142,6 +142,13 @@ class Store {
   absl::Status TransitionJob(const std::string& id, JobState to, int64_t now,
                              const std::string& error = "");
   absl::Status DeleteJob(const std::string& id);  // NotFound
+  // Removes every result row of job `id` (verification, loss curve, conversions,
+  // caches, latency, evaluations, comparisons), keeping the job and its events: an
+  // attempt starts from none, and a cancelled or failed one leaves none.
+  absl::Status ClearResults(const std::string& id);
+  // Rows of result table `table` (one ClearResults empties) for job `id`; InvalidArgument
+  // for another table name.
+  absl::StatusOr<int64_t> CountRows(const std::string& table, const std::string& id);
   // Crash recovery: jobs left running go back to the queue (attempts + 1), or
   // fail once they have used `max_attempts`. Returns how many were touched.
   absl::StatusOr<int64_t> RecoverRunningJobs(int64_t max_attempts, int64_t now);

@@ -4,13 +4,16 @@
 #include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
+#include "model/perplexity.h"
+#include "model/status_macros.h"
 
 namespace lrkv {
 
 absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
                                                     const Tokenizer& tokenizer,
                                                     const std::vector<std::string>& docs,
-                                                    int64_t max_tokens) {
+                                                    int64_t max_tokens,
+                                                    const StopCheck& stop) {
   if (max_tokens <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration tokens must be positive, got ", max_tokens));
@@ -21,17 +24,22 @@ absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
     stats.gram.push_back(at::zeros({c.hidden_size, c.hidden_size}, at::kDouble));
   }
   at::NoGradGuard no_grad;
+  const int64_t window = EvalWindow(c);
   for (const auto& doc : docs) {
     if (stats.tokens >= max_tokens) break;
     std::vector<int64_t> ids = {tokenizer.document_start_id()};
     for (int32_t id : tokenizer.Encode(doc)) ids.push_back(id);
     const int64_t take = std::min<int64_t>(ids.size(), max_tokens - stats.tokens);
     ids.resize(take);
-    auto tokens = at::tensor(ids, at::kLong).unsqueeze(0);
-    model.Forward(tokens, [&](int64_t layer, const at::Tensor& x) {
-      auto flat = x.reshape({-1, x.size(-1)}).to(at::kDouble);
-      stats.gram[layer].addmm_(flat.t(), flat);
-    });
+    const auto all = at::tensor(ids, at::kLong);
+    for (int64_t p = 0; p < take; p += window) {
+      RETURN_IF_ERROR(CheckStop(stop, "calibration"));
+      const auto tokens = all.slice(0, p, std::min(p + window, take)).unsqueeze(0);
+      model.Forward(tokens, [&](int64_t layer, const at::Tensor& x) {
+        auto flat = x.reshape({-1, x.size(-1)}).to(at::kDouble);
+        stats.gram[layer].addmm_(flat.t(), flat);
+      });
+    }
     stats.tokens += take;
     ++stats.documents;
   }

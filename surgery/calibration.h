@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/stop_check.h"
 #include "model/tokenizer.h"
 #include "model/transformer.h"
 
@@ -24,11 +25,15 @@ struct CalibrationStats {
 };
 
 // Runs each document ([BOS] + encode(doc)) through `model` until `max_tokens` tokens
-// have been seen (the last document is cut), accumulating every layer's Gram matrix.
+// have been seen (the last document is cut), accumulating every layer's Gram matrix. A
+// document longer than EvalWindow(config) goes through in disjoint windows of that
+// length (one forward pass's memory stays bounded). CancelledError when `stop` asks
+// (polled per window).
 absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
                                                     const Tokenizer& tokenizer,
                                                     const std::vector<std::string>& docs,
-                                                    int64_t max_tokens);
+                                                    int64_t max_tokens,
+                                                    const StopCheck& stop = {});
 
 // The lower Cholesky factor L of XᵀX/n + λI with λ = damping · trace(XᵀX/n) / d.
 // Damping grows tenfold (up to 6 times) until the factorisation succeeds.

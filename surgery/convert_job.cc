@@ -30,8 +30,9 @@ namespace fs = std::filesystem;
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::StatusOr<double> Perplexity(const Transformer& model, const Tokenizer& tokenizer,
-                                  const std::vector<std::string>& docs, int64_t* tokens) {
-  ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(model, tokenizer, docs));
+                                  const std::vector<std::string>& docs, int64_t* tokens,
+                                  const StopCheck& stop) {
+  ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(model, tokenizer, docs, stop));
   *tokens = stats.tokens;
   return stats.perplexity();
 }
@@ -54,28 +55,12 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
   // Every option is checked before any heavy work or any write.
-  RETURN_IF_ERROR(ResolveTarget(config, o.conversion).status());
+  RETURN_IF_ERROR(ValidateConvertJobOptions(o, *ckpt));
   const bool activation = o.conversion.metric == SurgeryMetric::kActivation;
-  if (activation && o.calib_path.empty()) {
-    return Invalid("--metric activation needs --calib FILE");
-  }
   const bool gguf = o.format == "gguf";
-  if (!gguf && o.format != "safetensors") {
-    return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
-  }
   // Unset ("auto"): the source's, once its weights are loaded.
   std::optional<DType> matrices;
-  if (o.weight_dtype != "auto") {
-    matrices = ParseWeightDType(o.weight_dtype);
-    if (!matrices) {
-      return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,
-                                  "' is not one of auto, f32, f16, bf16"));
-    }
-  }
-  if (o.max_shard_bytes == 0) return Invalid("--max-shard-size must be positive");
-  if (activation || !o.eval_path.empty() || gguf) {
-    RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
-  }
+  if (o.weight_dtype != "auto") matrices = ParseWeightDType(o.weight_dtype);
   std::vector<std::string> calib_docs, eval_docs;
   if (activation) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));
@@ -100,20 +85,23 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   std::optional<CalibrationStats> calib;
   if (activation) {
     ASSIGN_OR_RETURN(calib, CollectCalibration(*source, *ckpt->tokenizer(), calib_docs,
-                                               o.calib_tokens));
+                                               o.calib_tokens, o.should_stop));
   }
   ASSIGN_OR_RETURN(ConvertedModel converted,
                    ConvertModel(config, weights, o.conversion,
-                                calib ? &*calib : nullptr, &report));
+                                calib ? &*calib : nullptr, &report, o.should_stop));
   converted.weights = MatricesIn(converted.config, converted.weights, *matrices);
   if (!eval_docs.empty()) {
     ASSIGN_OR_RETURN(report.perplexity_before,
-                     Perplexity(*source, *ckpt->tokenizer(), eval_docs, &report.eval_tokens));
+                     Perplexity(*source, *ckpt->tokenizer(), eval_docs, &report.eval_tokens,
+                                o.should_stop));
     ASSIGN_OR_RETURN(auto after, Transformer::Create(converted.config, converted.weights));
     ASSIGN_OR_RETURN(report.perplexity_after,
-                     Perplexity(*after, *ckpt->tokenizer(), eval_docs, &report.eval_tokens));
+                     Perplexity(*after, *ckpt->tokenizer(), eval_docs, &report.eval_tokens,
+                                o.should_stop));
   }
   if (o.expand) converted = ExpandModel(converted.config, converted.weights);
+  RETURN_IF_ERROR(CheckStop(o.should_stop, "conversion (before writing)"));
 
   RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
     if (gguf) {
@@ -135,6 +123,33 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
 }
 
 }  // namespace
+
+absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpoint& source) {
+  RETURN_IF_ERROR(ResolveTarget(source.config(), o.conversion).status());
+  const bool activation = o.conversion.metric == SurgeryMetric::kActivation;
+  if (activation && o.calib_path.empty()) {
+    return Invalid("--metric activation needs --calib FILE");
+  }
+  if (o.calib_tokens < 1 || o.calib_tokens > kMaxCalibrationTokens) {
+    return Invalid(absl::StrCat("--calib-tokens ", o.calib_tokens, " must lie in [1, ",
+                                kMaxCalibrationTokens, "]"));
+  }
+  const bool gguf = o.format == "gguf";
+  if (!gguf && o.format != "safetensors") {
+    return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
+  }
+  if (o.weight_dtype != "auto" && !ParseWeightDType(o.weight_dtype)) {
+    return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,
+                                "' is not one of auto, f32, f16, bf16"));
+  }
+  if (o.max_shard_bytes == 0) return Invalid("--max-shard-size must be positive");
+  if (activation || !o.eval_path.empty() || gguf) {
+    RETURN_IF_ERROR(source.RequireTokenizer().status());
+  }
+  if (!o.calib_path.empty()) RETURN_IF_ERROR(CheckTextFile(o.calib_path, "--calib"));
+  if (!o.eval_path.empty()) RETURN_IF_ERROR(CheckTextFile(o.eval_path, "--eval"));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text) {
   std::vector<std::string> parts = absl::StrSplit(text, ':');

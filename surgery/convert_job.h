@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/stop_check.h"
 #include "surgery/conversion_options.h"
 #include "surgery/conversion_report.h"
 
@@ -58,10 +59,25 @@ struct ConvertJobOptions {
   /// Largest safetensors shard in bytes; a larger model is written as HF shards with
   /// model.safetensors.index.json.
   uint64_t max_shard_bytes = 5'000'000'000;
+  /// Polled between documents, windows and layers: the job stops with CancelledError
+  /// (and writes nothing) once it returns true.
+  StopCheck should_stop;
 };
 
 // The file a GGUF export writes inside the output folder.
 inline constexpr char kGgufExportFileName[] = "model.gguf";
+
+// Most calibration tokens a conversion reads (16.8M: ~25 minutes of forward passes at
+// the 0.6B shape on two cores; the Gram matrices converge long before).
+inline constexpr int64_t kMaxCalibrationTokens = int64_t{1} << 24;
+
+class Checkpoint;
+
+// InvalidArgument naming the option when one does not apply to `source` (the target's
+// shape, the metric's inputs, formats, dtypes, limits); RunConvertJob checks it too,
+// the service at submission.
+absl::Status ValidateConvertJobOptions(const ConvertJobOptions& options,
+                                       const Checkpoint& source);
 
 // Runs the job and returns its report (also written as report.json / report.txt).
 absl::StatusOr<ConversionReport> RunConvertJob(const ConvertJobOptions& options);

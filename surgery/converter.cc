@@ -95,7 +95,8 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
                                             const LlamaWeights& weights,
                                             const ConversionOptions& o,
                                             const CalibrationStats* calibration,
-                                            ConversionReport* report) {
+                                            ConversionReport* report,
+                                            const StopCheck& stop) {
   ASSIGN_OR_RETURN(KvConfig target, ResolveTarget(config, o));
   if (o.metric == SurgeryMetric::kActivation &&
       (calibration == nullptr ||
@@ -138,6 +139,7 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
   k_opt.tol = v_opt.tol = o.tol;
   std::vector<LayerReport> layer_reports;
   for (int64_t i = 0; i < config.num_layers; ++i) {
+    RETURN_IF_ERROR(CheckStop(stop, absl::StrCat("conversion (layer ", i, ")")));
     // The planes of this layer (a NoPE layer's are all position-free pairs).
     const Rope rope(config, i);
     const auto planes = HeadPlanes(rope);

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "model/llama_weights.h"
+#include "model/stop_check.h"
 #include "surgery/cache_accounting.h"
 #include "surgery/calibration.h"
 #include "surgery/conversion_options.h"
@@ -21,12 +22,14 @@ struct ConvertedModel {
 };
 
 // Converts a dense (MHA or GQA) model. `calibration` is required for the activation
-// metric. `report` (optional) receives the per-layer record.
+// metric. `report` (optional) receives the per-layer record. CancelledError when
+// `stop` asks (polled per layer).
 absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
                                             const LlamaWeights& weights,
                                             const ConversionOptions& options,
                                             const CalibrationStats* calibration,
-                                            ConversionReport* report);
+                                            ConversionReport* report,
+                                            const StopCheck& stop = {});
 
 // The same model with dense per-KV-head K/V weights materialised from any layout
 // (a plain Llama checkpoint that any loader reads).

@@ -2,11 +2,16 @@
 // failed before its fix. Loopback only, bounded in time.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "service/store.h"
 #include "tests/service_fixture.h"
 
 namespace lrkv::service {
@@ -87,6 +92,202 @@ TEST_F(HardeningTest, ASecondServerOnTheSameFolderOrPortIsRefused) {
   o.data_dir = (dir_ / "data").string();
   auto again = LrkvServer::Start(o);
   EXPECT_TRUE(again.ok()) << again.status();
+}
+
+v1::Job GetJob(v1::Lrkv::Stub& stub, const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  v1::Job job;
+  EXPECT_TRUE(stub.GetJob(&ctx, req, &job).ok());
+  return job;
+}
+
+// Waits (at most `seconds`) until `done(job)`.
+template <typename Done>
+v1::Job WaitUntil(v1::Lrkv::Stub& stub, const std::string& id, double seconds, Done done) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  v1::Job job = GetJob(stub, id);
+  while (!done(job) && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    job = GetJob(stub, id);
+  }
+  return job;
+}
+
+int64_t RowsOf(const fs::path& db, const std::string& table, const std::string& job) {
+  auto store = Store::Open(db.string());
+  EXPECT_TRUE(store.ok());
+  auto n = (*store)->CountRows(table, job);
+  EXPECT_TRUE(n.ok()) << n.status();
+  return n.ok() ? *n : -1;
+}
+
+// Cancel reaches inside a running job's loops (a verify of 400 decode steps here; a
+// convert's calibration, layers and evaluation poll the same way): it stops within 2 s
+// and leaves no artifacts, report or result rows.
+TEST_F(HardeningTest, CancelStopsARunningJobWithinTwoSecondsAndLeavesNothing) {
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  v1::Job job;
+  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(),
+                     R"({"prompt_tokens": 200, "decode_tokens": 400, "dtype": "both"})", &job)
+                  .ok());
+  const v1::Job running = WaitUntil(*stub_, job.id(), 60, [](const v1::Job& j) {
+    return j.state() == v1::RUNNING;
+  });
+  ASSERT_EQ(running.state(), v1::RUNNING);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // well inside its loops
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(job.id());
+    v1::Job out;
+    ASSERT_TRUE(stub_->CancelJob(&ctx, req, &out).ok());
+  }
+  const v1::Job done = WaitUntil(*stub_, job.id(), 10, [](const v1::Job& j) {
+    return j.state() != v1::RUNNING && j.state() != v1::QUEUED;
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(done.state(), v1::CANCELLED);
+  EXPECT_LT(seconds, 2.0);
+  std::printf("cancelled a running verify in %.3f s\n", seconds);
+  EXPECT_FALSE(fs::exists(dir_ / "data" / "artifacts" / job.id()));
+  server_.reset();
+  EXPECT_EQ(RowsOf(dir_ / "data" / "lrkv.db", "verification_checks", job.id()), 0);
+  EXPECT_EQ(RowsOf(dir_ / "data" / "lrkv.db", "cache_measurements", job.id()), 0);
+}
+
+// A pipeline interrupted in its heal stage (a shutdown re-queues it, as a SIGKILL's
+// restart does) runs again from a clean slate: attempt 2 succeeds (it used to fail on
+// the converted folder attempt 1 left) and holds one attempt's rows, not two.
+TEST_F(HardeningTest, AnInterruptedPipelineRunsAgainCleanly) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  const std::string params = absl::StrCat(
+      R"({"convert": {"variant": "lrkv", "rank": 2},
+          "heal": {"data": ")", lrkv::testing::StoriesTextPath(),
+      R"(", "data_range": "0:0.3", "steps": 120, "batch": 2, "seq_len": 64, "warmup": 1,
+                   "eval_every": 0},
+          "verify": {"prompt_tokens": 8, "decode_tokens": 4},
+          "bench": {"context": 16, "tokens": 2}})");
+  v1::Job job;
+  ASSERT_TRUE(Submit(v1::PIPELINE, source.id(), params, &job).ok());
+  const v1::Job healing = WaitUntil(*stub_, job.id(), 60, [](const v1::Job& j) {
+    return j.state() == v1::RUNNING && j.progress().stage() == "heal" &&
+           j.progress().message() == "step";
+  });
+  ASSERT_EQ(healing.progress().stage(), "heal");
+  ASSERT_TRUE(fs::exists(dir_ / "data" / "artifacts" / job.id() / "converted"));
+  server_->Shutdown();
+  server_.reset();
+  StartServer();
+  const v1::Job done = WaitUntil(*stub_, job.id(), 300, [](const v1::Job& j) {
+    return j.state() != v1::RUNNING && j.state() != v1::QUEUED;
+  });
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  EXPECT_EQ(done.attempts(), 2);
+  server_.reset();
+  EXPECT_EQ(RowsOf(dir_ / "data" / "lrkv.db", "conversions", job.id()), 1);
+  EXPECT_EQ(RowsOf(dir_ / "data" / "lrkv.db", "loss_curve", job.id()), 120);
+}
+
+// Each job kind's parameters are checked whole at submission: wrong types (no silent
+// truncation), ranges, names, missing inputs, duplicate keys, trailing garbage, inputs
+// that are not text files, and a heal too big for the machine.
+TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  const std::string text = lrkv::testing::StoriesTextPath();
+  const std::string folder = lrkv::testing::SharedPath("data");
+  const std::string binary = lrkv::testing::StoriesModelPath();
+  struct Case {
+    v1::JobKind kind;
+    std::string params;
+    grpc::StatusCode code;
+    std::string phrase;
+  };
+  const auto with_text = [&](const std::string& a, const std::string& path,
+                             const std::string& b) { return a + path + b; };
+  const std::vector<Case> cases = {
+      {v1::VERIFY, R"({"prompt_tokens": -1})", grpc::StatusCode::INVALID_ARGUMENT, "[1, 4096]"},
+      {v1::VERIFY, R"({"prompt_tokens": 0})", grpc::StatusCode::INVALID_ARGUMENT, "[1, 4096]"},
+      {v1::VERIFY, R"({"prompt_tokens": 1000000})", grpc::StatusCode::INVALID_ARGUMENT, "4096"},
+      {v1::VERIFY, R"({"decode_tokens": -1})", grpc::StatusCode::INVALID_ARGUMENT, "[0, 4096]"},
+      {v1::VERIFY, R"({"decode_tokens": 1000000000})", grpc::StatusCode::INVALID_ARGUMENT,
+       "[0, 4096]"},
+      {v1::VERIFY, R"({"dtype": "int8"})", grpc::StatusCode::INVALID_ARGUMENT, "fp32, bf16 or both"},
+      {v1::VERIFY, R"({"rope_modes": ["bogus"]})", grpc::StatusCode::INVALID_ARGUMENT, "'bogus'"},
+      {v1::VERIFY, R"({"prompt_tokens": 8} trailing)", grpc::StatusCode::INVALID_ARGUMENT,
+       "not valid JSON"},
+      {v1::VERIFY, R"({"prompt_tokens": 8, "prompt_tokens": 9})",
+       grpc::StatusCode::INVALID_ARGUMENT, "given twice"},
+      {v1::VERIFY, R"({"prompt_tokens": 8.5})", grpc::StatusCode::INVALID_ARGUMENT, "wrong type"},
+      {v1::CONVERT, R"({"variant": "lrkv", "rank": 2.7})", grpc::StatusCode::INVALID_ARGUMENT,
+       "'rank' has the wrong type"},
+      {v1::CONVERT, R"({"rank": 2, "calib_tokens": -1})", grpc::StatusCode::INVALID_ARGUMENT, "--calib-tokens"},
+      {v1::CONVERT, R"({"rank": 2, "calib_tokens": 1000000000000})", grpc::StatusCode::INVALID_ARGUMENT,
+       "--calib-tokens"},
+      {v1::CONVERT, R"({"rank": 2, "metric": "activation"})", grpc::StatusCode::INVALID_ARGUMENT,
+       "needs --calib"},
+      {v1::CONVERT, R"({"rank": 2, "max_shard_size": -5})", grpc::StatusCode::INVALID_ARGUMENT, "wrong type"},
+      {v1::CONVERT, with_text(R"({"rank": 2, "metric": "activation", "calib": ")", folder, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "not a regular file"},
+      {v1::CONVERT, with_text(R"({"rank": 2, "eval": ")", binary, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "binary file"},
+      {v1::COMPARE, with_text(R"({"budget": [], "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "no budget"},
+      {v1::COMPARE, with_text(R"({"budget": [0], "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "(0, 1]"},
+      {v1::COMPARE, with_text(R"({"budget": [-1], "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "(0, 1]"},
+      {v1::COMPARE, with_text(R"({"variants": ["foo"], "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "'foo'"},
+      {v1::COMPARE, with_text(R"({"heal_steps": -1, "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "'heal_steps'"},
+      {v1::COMPARE, with_text(R"({"kl_tokens": -1, "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "'kl_tokens'"},
+      {v1::COMPARE, with_text(R"({"heal_batch": 0, "eval": ")", text, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "'heal_batch'"},
+  };
+  for (const Case& c : cases) {
+    v1::Job job;
+    const grpc::Status st = Submit(c.kind, c.kind == v1::VERIFY ? converted.id() : source.id(),
+                                   c.params, &job);
+    EXPECT_EQ(st.error_code(), c.code) << c.params << ": " << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(c.phrase)) << c.params;
+  }
+  // Heal: sequence lengths, kd without a teacher, data that is no text, and a batch that
+  // needs far more memory than the machine has (it tried to allocate 274 GB).
+  const std::string heal = absl::StrCat(R"("teacher": ")", source.id(), R"(", "data": ")", text,
+                                        R"(")");
+  const std::vector<Case> heals = {
+      {v1::HEAL, "{" + heal + R"(, "seq_len": 0})", grpc::StatusCode::INVALID_ARGUMENT, "--seq-len"},
+      {v1::HEAL, "{" + heal + R"(, "seq_len": 1})", grpc::StatusCode::INVALID_ARGUMENT, "--seq-len"},
+      {v1::HEAL, "{" + heal + R"(, "seq_len": -5})", grpc::StatusCode::INVALID_ARGUMENT, "--seq-len"},
+      {v1::HEAL, "{" + heal + R"(, "seq_len": 1000000000})", grpc::StatusCode::INVALID_ARGUMENT,
+       "context"},
+      {v1::HEAL, with_text(R"({"data": ")", text, R"("})"), grpc::StatusCode::INVALID_ARGUMENT,
+       "needs a --teacher"},
+      {v1::HEAL, absl::StrCat(R"({"teacher": ")", source.id(), R"(", "data": ")", folder, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "not a regular file"},
+      {v1::HEAL, absl::StrCat(R"({"teacher": ")", source.id(), R"(", "data": ")", binary, R"("})"),
+       grpc::StatusCode::INVALID_ARGUMENT, "binary file"},
+      {v1::HEAL, "{" + heal + R"(, "batch": 65536, "seq_len": 2048})",
+       grpc::StatusCode::RESOURCE_EXHAUSTED, "does not fit"},
+  };
+  for (const Case& c : heals) {
+    v1::Job job;
+    const grpc::Status st = Submit(c.kind, converted.id(), c.params, &job);
+    EXPECT_EQ(st.error_code(), c.code) << c.params << ": " << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(c.phrase)) << c.params;
+  }
+  // Nothing was queued by any of them.
+  v1::ListJobsResponse resp;
+  ASSERT_TRUE(ListJobs(*stub_, 0, 0, &resp).ok());
+  EXPECT_EQ(resp.jobs_size(), 1);  // ConvertStories' convert
 }
 
 }  // namespace

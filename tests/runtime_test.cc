@@ -8,6 +8,7 @@
 #include "model/language_model.h"
 #include "model/layers.h"
 #include "model/llama_weights.h"
+#include "model/perplexity.h"
 #include "model/stored_linear.h"
 #include "model/text_corpus.h"
 #include "model/transformer.h"
@@ -145,6 +146,58 @@ TEST(Runtime, Bf16ProductsRoundActivationsOnlyInsideTheirScope) {
   auto model = LanguageModel::Load(testing::StoriesModelPath());
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->products(), "fp32");
+}
+
+// A document longer than the model's context is scored in rolling windows, the way
+// lm-eval's get_rolling_token_windows(context_len = 1) cuts it (written out here in its
+// own form): the same summed NLL, and every token predicted once.
+TEST(Runtime, LongDocumentsAreScoredInRollingWindowsOfTheContext) {
+  auto model = LanguageModel::Load(testing::StoriesModelPath());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Transformer& t = (*model)->transformer();
+  const int64_t w = EvalWindow(t.config());
+  ASSERT_EQ(w, t.config().max_position_embeddings);  // 2048 for stories260K
+  auto docs = ReadDocuments(testing::StoriesTextPath());
+  ASSERT_TRUE(docs.ok());
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += (*docs)[i] + " ";
+  std::vector<int64_t> tokens;
+  for (int32_t id : (*model)->tokenizer().Encode(text)) tokens.push_back(id);
+  ASSERT_GT(static_cast<int64_t>(tokens.size()), 2 * w + 10);
+  const int64_t prefix = (*model)->tokenizer().document_start_id();
+  at::NoGradGuard no_grad;
+  auto nll = [&](const std::vector<int64_t>& input, const std::vector<int64_t>& targets) {
+    const auto logits = t.Forward(at::tensor(input, at::kLong).unsqueeze(0))[0].to(at::kDouble);
+    const auto logp = at::log_softmax(logits, -1);
+    double s = 0;
+    const auto m = static_cast<int64_t>(targets.size());
+    for (int64_t i = 0; i < m; ++i) {
+      s -= logp[logits.size(0) - m + i][targets[i]].item<double>();
+    }
+    return s;
+  };
+  // lm-eval: the first window predicts min(W, n) tokens after the prefix token; each
+  // later one predicts up to W more from the W tokens ending before its last target.
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t first = std::min(w, n);
+  std::vector<int64_t> input = {prefix};
+  input.insert(input.end(), tokens.begin(), tokens.begin() + first - 1);
+  double expected = nll(input, std::vector<int64_t>(tokens.begin(), tokens.begin() + first));
+  int64_t predicted = first, windows = 1;
+  while (predicted < n) {
+    const int64_t len = std::min(n - predicted, w), end = predicted + len;
+    // token_list[end - max_seq_len - 1 : end - 1], the prefix standing in before index 0
+    std::vector<int64_t> in;
+    for (int64_t j = end - w - 1; j < end - 1; ++j) in.push_back(j < 0 ? prefix : tokens[j]);
+    expected += nll(in, std::vector<int64_t>(tokens.begin() + end - len, tokens.begin() + end));
+    predicted += len;
+    ++windows;
+  }
+  EXPECT_GE(windows, 3);
+  auto r = (*model)->Perplexity({text});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens, n);
+  EXPECT_NEAR(r->total_nll, expected, 1e-6 * expected);
 }
 
 TEST(Runtime, StoriesPerplexityOnTheExcerptIsBelowSix) {

@@ -90,17 +90,17 @@ HealMemoryEstimate Estimate(const HealJobOptions& o, const Checkpoint& student,
   return m;
 }
 
-absl::StatusOr<HealReport> Run(const HealJobOptions& o,
-                               const std::function<void(const HealEvent&)>& on_event) {
+}  // namespace
+
+absl::Status ValidateHealJobOptions(const HealJobOptions& o) {
   RETURN_IF_ERROR(o.heal.Validate());
   RETURN_IF_ERROR(o.distributed.Validate(o.heal.batch));
-  const bool lead = o.distributed.rank == 0;
-  if (o.out_dir.empty()) return Invalid("--out is required");
-  std::error_code ec;
-  if (lead && fs::exists(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec)) {
-    return Invalid(absl::StrCat(o.out_dir, ": output folder exists and is not empty"));
-  }
   if (o.seq_len < 2) return Invalid(absl::StrCat("--seq-len ", o.seq_len, " must be >= 2"));
+  if (o.heal.loss != HealLoss::kLm && o.teacher.empty()) {
+    return Invalid("a kd or kd+lm loss needs a --teacher (the model the student learns from)");
+  }
+  RETURN_IF_ERROR(CheckTextFile(o.data, "--data"));
+  if (!o.eval.empty()) RETURN_IF_ERROR(CheckTextFile(o.eval, "--eval"));
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   RETURN_IF_ERROR(ckpt->RequireTokenizer().status());
   const ModelConfig& config = ckpt->config();
@@ -120,6 +120,27 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
         o.heal.trainable == TrainableSet::kKv ? "" : "train fewer tensors (--trainable kv), ",
         "use a shorter --seq-len or a smaller --batch, or a larger machine"));
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<HealReport> Run(const HealJobOptions& o,
+                               const std::function<void(const HealEvent&)>& on_event) {
+  const bool lead = o.distributed.rank == 0;
+  if (o.out_dir.empty()) return Invalid("--out is required");
+  std::error_code ec;
+  if (lead && fs::exists(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec)) {
+    return Invalid(absl::StrCat(o.out_dir, ": output folder exists and is not empty"));
+  }
+  RETURN_IF_ERROR(ValidateHealJobOptions(o));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
+  const ModelConfig& config = ckpt->config();
+  std::shared_ptr<const Checkpoint> tckpt;
+  if (!o.teacher.empty()) {
+    ASSIGN_OR_RETURN(tckpt, Checkpoint::Open(o.teacher));
+  }
+  const HealMemoryEstimate memory = Estimate(o, *ckpt, tckpt.get());
   std::optional<std::pair<ModelConfig, LlamaWeights>> teacher;
   if (tckpt != nullptr) {
     // The teacher is only ever run forward: its weights stay in the map, as stored.

@@ -56,6 +56,13 @@ struct HealMemoryEstimate {
 };
 absl::StatusOr<HealMemoryEstimate> EstimateHealMemory(const HealJobOptions& options);
 
+// Everything a heal can be refused for before it trains, but its output folder:
+// options out of range, a kd loss without a teacher, data that is not a text file, a
+// sequence longer than the model's context (InvalidArgument), and a memory estimate
+// above the machine's (ResourceExhausted). RunHealJob checks it too, the service at
+// submission.
+absl::Status ValidateHealJobOptions(const HealJobOptions& options);
+
 struct HealReport {
   std::string checkpoint, teacher;
   int64_t steps = 0, tokens_seen = 0, trainable_parameters = 0;

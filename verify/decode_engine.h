@@ -81,6 +81,9 @@ struct CacheMeasurement {
   int64_t used_bytes = 0;       // the part holding the `tokens` positions
 };
 
+// Tokens a Prefill sends through the layers at once.
+inline constexpr int64_t kPrefillChunk = 512;
+
 class DecodeEngine {
  public:
   virtual ~DecodeEngine() = default;

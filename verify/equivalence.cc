@@ -215,6 +215,7 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
   int32_t next = o.prompt[0];
   for (int64_t step = 0; step < total && !r.non_finite; ++step) {
+    RETURN_IF_ERROR(CheckStop(o.should_stop, "verification"));
     if (step < static_cast<int64_t>(o.prompt.size())) next = o.prompt[step];
     const auto token = at::full({1}, next, at::kLong);
     ASSIGN_OR_RETURN(const ReferenceEngines::StepOutputs* ref, refs->At(step, next));

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "model/config.h"
 #include "model/llama_weights.h"
+#include "model/stop_check.h"
 #include "verify/decode_engine.h"
 #include "verify/verify_report.h"
 
@@ -88,6 +89,8 @@ struct EquivalenceOptions {
   /// The reference engines to read (shared by the checks of one dtype); null: the
   /// check runs its own.
   ReferenceEngines* references = nullptr;
+  /// Polled before every step: CancelledError once it returns true.
+  StopCheck should_stop;
 };
 
 // Distances between a candidate and a reference tensor.

@@ -81,9 +81,10 @@ class ExpandedEngine : public DecodeEngine {
     const auto qr = Grouped(RotateAt(layer, q, at));               // [T, Hkv, g, dh]
     const auto k = Read(k_[layer], n)[0], v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
     const auto positions = at::arange(n, at::kLong);
-    // Chunks bound the scores [Hkv, g, chunk, L] to ~64 MiB of fp32.
+    // Chunks bound the scores [Hkv, g, chunk, L] to 16 MiB of fp32 (below glibc's mmap
+    // threshold, so the blocks are reused, not mapped and faulted in afresh).
     const int64_t chunk = std::max<int64_t>(
-        1, (int64_t{16} << 20) / std::max<int64_t>(1, config_.num_heads * n));
+        1, (int64_t{4} << 20) / std::max<int64_t>(1, config_.num_heads * n));
     std::vector<at::Tensor> parts;
     for (int64_t t0 = 0; t0 < rows; t0 += chunk) {
       const int64_t m = std::min(chunk, rows - t0);

@@ -80,20 +80,10 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
 }
 
 absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
-  if (o.prompt_tokens < 1 || o.prompt_tokens > 4096) {
-    return Invalid(absl::StrCat("--prompt-tokens ", o.prompt_tokens,
-                                " must lie in [1, 4096]"));
-  }
-  if (o.decode_tokens < 0 || o.decode_tokens > 4096) {
-    return Invalid(absl::StrCat("--decode-tokens ", o.decode_tokens,
-                                " must lie in [0, 4096]"));
-  }
+  RETURN_IF_ERROR(ValidateVerifyJobOptions(o));
   std::vector<at::ScalarType> dtypes;
   if (o.dtype == "fp32" || o.dtype == "both") dtypes.push_back(at::kFloat);
   if (o.dtype == "bf16" || o.dtype == "both") dtypes.push_back(at::kBFloat16);
-  if (dtypes.empty())
-    return Invalid(
-        absl::StrCat("--dtype '", o.dtype, "' must be fp32, bf16 or both"));
 
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
@@ -147,6 +137,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     eo.prompt = prompt;
     eo.decode_tokens = o.decode_tokens;
     eo.cache_dtype = dtype;
+    eo.should_stop = o.should_stop;
     const bool all =
         std::find(o.modes.begin(), o.modes.end(), "all") != o.modes.end();
     // One run of the reference engines serves every mode of this dtype.
@@ -263,6 +254,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
                        Transformer::Create(sc, std::move(src_weights)));
       ASSIGN_OR_RETURN(auto converted_model,
                        Transformer::Create(config, weights));
+      RETURN_IF_ERROR(CheckStop(o.should_stop, "verification (fidelity)"));
       ASSIGN_OR_RETURN(report.fidelity,
                        MeasureFidelity(*source_model, *converted_model, *tok,
                                        docs, o.fidelity_tokens));
@@ -273,6 +265,34 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
 }
 
 }  // namespace
+
+absl::Status ValidateVerifyJobOptions(const VerifyJobOptions& o) {
+  if (o.prompt_tokens < 1 || o.prompt_tokens > 4096) {
+    return Invalid(absl::StrCat("--prompt-tokens ", o.prompt_tokens,
+                                " must lie in [1, 4096]"));
+  }
+  if (o.decode_tokens < 0 || o.decode_tokens > 4096) {
+    return Invalid(absl::StrCat("--decode-tokens ", o.decode_tokens,
+                                " must lie in [0, 4096]"));
+  }
+  if (o.dtype != "fp32" && o.dtype != "bf16" && o.dtype != "both") {
+    return Invalid(absl::StrCat("--dtype '", o.dtype, "' must be fp32, bf16 or both"));
+  }
+  if (o.modes.empty()) return Invalid("--rope-mode lists no mode");
+  for (const auto& name : o.modes) {
+    auto m = ParseDecodeMode(name);
+    if (name != "all" && (!m.ok() || *m == DecodeMode::kExpanded)) {
+      return Invalid(absl::StrCat("--rope-mode '", name,
+                                  "' must be reconstruct, plane, partial, naive or all"));
+    }
+  }
+  if (o.fidelity_tokens < 1 || o.fidelity_tokens > (int64_t{1} << 20)) {
+    return Invalid(absl::StrCat("--fidelity-tokens ", o.fidelity_tokens,
+                                " must lie in [1, 1048576]"));
+  }
+  if (!o.text.empty()) return CheckTextFile(o.text, "--text");
+  return absl::OkStatus();
+}
 
 absl::StatusOr<VerifyReport> RunVerifyJob(const VerifyJobOptions& options) {
   try {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/stop_check.h"
 #include "verify/verify_report.h"
 
 namespace lrkv {
@@ -31,7 +32,14 @@ struct VerifyJobOptions {
   std::string text;
   /// Predicted positions at most for fidelity.
   int64_t fidelity_tokens = 8192;
+  /// Polled between decode steps and before the fidelity pass: the job stops with
+  /// CancelledError once it returns true.
+  StopCheck should_stop;
 };
+
+// InvalidArgument naming the option when one is out of range (checked by RunVerifyJob
+// too; the service checks at submission).
+absl::Status ValidateVerifyJobOptions(const VerifyJobOptions& options);
 
 absl::StatusOr<VerifyReport> RunVerifyJob(const VerifyJobOptions& options);
 

@@ -1,0 +1,25 @@
+// A caller's request to stop long work (a cancelled job, a server shutting down),
+// polled between units of work: a document, a window, a layer, a decode step.
+#ifndef LRKV_MODEL_STOP_CHECK_H_
+#define LRKV_MODEL_STOP_CHECK_H_
+
+#include <functional>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace lrkv {
+
+// True: stop now. Empty: never asked to stop.
+using StopCheck = std::function<bool()>;
+
+// CancelledError naming `where` when `stop` asks to stop, else OK.
+inline absl::Status CheckStop(const StopCheck& stop, absl::string_view where) {
+  if (stop && stop()) return absl::CancelledError(absl::StrCat("stopped during ", where));
+  return absl::OkStatus();
+}
+
+}  // namespace lrkv
+
+#endif  // LRKV_MODEL_STOP_CHECK_H_
