@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/ascii.h"
 #include "model/blas_core.h"
 #include "model/threads.h"
 #include "service/server.h"
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     std::getline(in, o.auth_token);
+    // A file saved with CRLF (or a trailing space) would otherwise hold a token no
+    // client can send: HTTP/2 header values carry no CR.
+    o.auth_token = std::string(absl::StripAsciiWhitespace(o.auth_token));
     if (!in && o.auth_token.empty()) {
       std::cerr << "lrkvd: error: " << token_file
                 << ": cannot read the token\n";

@@ -288,15 +288,22 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   absl::StatusOr<fs::path> CheckAllowed(const std::string& path) {
     std::error_code ec;
     const fs::path real = fs::weakly_canonical(path, ec);
-    if (ec || !fs::exists(real))
-      return absl::NotFoundError(absl::StrCat(path, ": not found"));
+    // Where the path points is checked before whether it exists, so that the answer
+    // for an outside path (PERMISSION_DENIED) does not tell whether a file is there.
+    bool inside = false;
     for (const auto& root : options_.allowed_dirs) {
       const fs::path r = fs::weakly_canonical(root, ec);
       const auto rel = real.lexically_relative(r);
-      if (!rel.empty() && rel.native().rfind("..", 0) != 0) return real;
+      // Inside: a relative path whose first component is not "..", so that a file
+      // named "..foo.gguf" in an allowed folder is inside.
+      inside = inside || (!rel.empty() && *rel.begin() != "..");
     }
-    return absl::PermissionDeniedError(absl::StrCat(
-        path, ": outside the allowed folders (start lrkvd with --allow-dir)"));
+    if (!inside) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          path, ": outside the allowed folders (start lrkvd with --allow-dir)"));
+    }
+    if (!fs::exists(real, ec)) return absl::NotFoundError(absl::StrCat(path, ": not found"));
+    return real;
   }
 
   absl::Status Register(const std::string& path, v1::Checkpoint* out) {
@@ -304,6 +311,12 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     ASSIGN_OR_RETURN(const fs::path real, CheckAllowed(path));
     ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(real.string()));
     ASSIGN_OR_RETURN(std::string id, Sha256OfPath(real.string()));
+    // The same content registered again keeps its first record (while that file is
+    // still there): another path must not re-point an id that jobs already use.
+    if (auto existing = store_->GetCheckpoint(id); existing.ok()) {
+      std::error_code ec;
+      if (fs::exists(existing->path, ec)) return Describe(*existing, *ckpt, out);
+    }
     return Record(*ckpt, real, id, out);
   }
 
@@ -392,6 +405,11 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     }
     rec.created_at = Now();
     RETURN_IF_ERROR(store_->PutCheckpoint(rec));
+    return Describe(rec, ckpt, out);
+  }
+
+  static absl::Status Describe(const CheckpointRecord& rec, const Checkpoint& ckpt,
+                               v1::Checkpoint* out) {
     out->set_id(rec.id);
     out->set_format(rec.format);
     out->set_architecture(rec.architecture);
@@ -466,8 +484,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     job.created_at = Now();
     RETURN_IF_ERROR(store_->CreateJob(job));
     if (auto st = runner_->Enqueue(job.id); !st.ok()) {
-      (void)store_->TransitionJob(job.id, JobState::kCancelled, Now(),
-                                  std::string(st.message()));
+      // Refused (the queue is full): the job never existed for the client, so no row
+      // stays behind for ListJobs to show.
+      (void)store_->DeleteJob(job.id);
       return st;
     }
     FillJob(job, out);
@@ -542,6 +561,7 @@ absl::StatusOr<int> LockDataDir(const std::string& data_dir) {
 absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
     const ServerOptions& o) {
   if (o.data_dir.empty()) return Invalid("--data-dir is required");
+  if (o.max_queued_jobs < 1) return Invalid("the job queue must hold at least one job");
   if (o.workers < 1 || o.workers > 64) {
     return Invalid(
         absl::StrCat("--workers ", o.workers, " must lie in [1, 64]"));
@@ -561,6 +581,7 @@ absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
   RETURN_IF_ERROR(s->store_->RecoverRunningJobs(kMaxAttempts, Now()).status());
   RunnerOptions ro;
   ro.workers = o.workers;
+  ro.max_queue = o.max_queued_jobs;
   ro.data_dir = o.data_dir;
   s->runner_ = std::make_unique<JobRunner>(s->store_.get(), ro);
   RETURN_IF_ERROR(s->runner_->Start());

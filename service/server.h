@@ -31,6 +31,9 @@ struct ServerOptions {
   std::string auth_token;
   /// Largest checkpoint UploadCheckpoint accepts (RESOURCE_EXHAUSTED beyond).
   int64_t max_upload_bytes = int64_t{16} << 30;
+  /// Jobs waiting to run at most; a submission beyond is RESOURCE_EXHAUSTED (and
+  /// leaves no job behind).
+  int64_t max_queued_jobs = 1024;
   /// PEM files; both set: the server speaks TLS only.
   std::string tls_cert_file, tls_key_file;
 };

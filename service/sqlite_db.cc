@@ -31,7 +31,12 @@ absl::StatusOr<std::unique_ptr<Database>> Database::Open(
 Database::~Database() { sqlite3_close(db_); }
 
 absl::Status Database::Error(const std::string& what) const {
-  return absl::InternalError(absl::StrCat(what, ": ", sqlite3_errmsg(db_)));
+  const std::string msg = absl::StrCat(what, ": ", sqlite3_errmsg(db_));
+  // A full disk (or a database at its size limit) is the server's resources running
+  // out, which a client may retry later: not an internal error.
+  const int code = sqlite3_extended_errcode(db_) & 0xff;
+  if (code == SQLITE_FULL) return absl::ResourceExhaustedError(msg);
+  return absl::InternalError(msg);
 }
 
 absl::Status Database::Execute(const char* sql) {

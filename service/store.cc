@@ -3,11 +3,18 @@
 
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
 
 namespace lrkv::service {
 namespace {
+
+// An id as error messages echo it: at most 64 characters (a 100 kB id in a NOT_FOUND
+// message made the reply too big to send).
+std::string Shown(const std::string& id) {
+  return id.size() <= 64 ? id : absl::StrCat(id.substr(0, 64), "... (", id.size(), " bytes)");
+}
 
 constexpr const char* kStateNames[] = {"queued", "running", "succeeded",
                                        "failed", "cancelled"};
@@ -187,7 +194,7 @@ absl::StatusOr<CheckpointRecord> Store::GetCheckpoint(const std::string& id) {
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row)
     return absl::NotFoundError(
-        absl::StrCat("no checkpoint with id '", id, "'"));
+        absl::StrCat("no checkpoint with id '", Shown(id), "'"));
   return CheckpointRecord{s.Text(0), s.Text(1),  s.Text(2),
                           s.Text(3), s.Int64(4), s.Int64(5)};
 }
@@ -223,7 +230,7 @@ absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
   s.Bind(1, id);
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row)
-    return absl::NotFoundError(absl::StrCat("no job with id '", id, "'"));
+    return absl::NotFoundError(absl::StrCat("no job with id '", Shown(id), "'"));
   return ReadJob(s);
 }
 
@@ -234,15 +241,19 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
     return absl::InvalidArgumentError(
         absl::StrCat("page_size ", page_size, " must lie in [1, 1000]"));
   }
+  // The token carries the last row's sort key itself ("created_at:id"), so paging
+  // goes on when that job is deleted meanwhile.
   int64_t after_created = -1;
+  std::string after_id;
   if (!page_token.empty()) {
-    auto last = GetJob(page_token);
-    if (!last.ok()) {
+    const size_t colon = page_token.find(':');
+    if (colon == std::string::npos ||
+        !absl::SimpleAtoi(page_token.substr(0, colon), &after_created) || after_created < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("page_token '", page_token,
+          absl::StrCat("page_token '", page_token.substr(0, 64),
                        "' is not a next_page_token from a previous page"));
     }
-    after_created = last->created_at;
+    after_id = page_token.substr(colon + 1);
   }
   // Fixed SQL: unused filters compare against themselves.
   const std::string sql = absl::StrCat(
@@ -262,13 +273,13 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
       .Bind(7, after_created)
       .Bind(8, after_created)
       .Bind(9, after_created)
-      .Bind(10, page_token)
+      .Bind(10, after_id)
       .Bind(11, page_size + 1);
   JobPage page;
   ASSIGN_OR_RETURN(page.jobs, ReadRows<JobRecord>(s, ReadJob));
   if (static_cast<int64_t>(page.jobs.size()) > page_size) {
     page.jobs.pop_back();
-    page.next_page_token = page.jobs.back().id;
+    page.next_page_token = absl::StrCat(page.jobs.back().created_at, ":", page.jobs.back().id);
   }
   return page;
 }

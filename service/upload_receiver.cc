@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -213,9 +215,10 @@ absl::Status UploadReceiver::Write(const std::string& id, int64_t offset,
         absl::StrCat("chunk at offset ", offset, " holds ", size,
                      " bytes; chunks hold at most ", options_.max_chunk_bytes));
   }
-  if (offset < 0 || offset + size > u->header.total_bytes) {
+  // Compared without forming offset + size, which overflows for offsets near 2^63.
+  if (offset < 0 || offset > u->header.total_bytes - size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "chunk [", offset, ", ", offset + size, ") lies outside the file's ",
+        "chunk at offset ", offset, " (", size, " bytes) lies outside the file's ",
         u->header.total_bytes, " bytes"));
   }
   if (size == 0) return absl::OkStatus();
@@ -227,8 +230,11 @@ absl::Status UploadReceiver::Write(const std::string& id, int64_t offset,
     const ssize_t n =
         ::pwrite(fd, data.data() + done, size - done, offset + done);
     if (n <= 0) {
+      const int err = errno;
       ::close(fd);
-      return absl::InternalError(absl::StrCat(u->data_path, ": write failed"));
+      const std::string msg = absl::StrCat(u->data_path, ": write failed: ", std::strerror(err));
+      return err == ENOSPC || err == EDQUOT ? absl::ResourceExhaustedError(msg)
+                                            : absl::InternalError(msg);
     }
     done += n;
   }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -288,6 +289,122 @@ TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
   v1::ListJobsResponse resp;
   ASSERT_TRUE(ListJobs(*stub_, 0, 0, &resp).ok());
   EXPECT_EQ(resp.jobs_size(), 1);  // ConvertStories' convert
+}
+
+// The smaller defects: a refused submission leaves no job, an offset near 2^63 is the
+// client's error, a huge id is not echoed whole, outside paths answer alike whether or
+// not they exist, "..foo.gguf" is an ordinary name, the same content registered under
+// another path keeps its first record, and paging survives the deletion of the job its
+// token names.
+TEST_F(HardeningTest, SmallerDefects) {
+  server_.reset();
+  StartServer("", /*max_queued_jobs=*/1);
+  v1::Checkpoint source, converted;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  // Queue of one: one running, one waiting, the third refused and not listed.
+  v1::Job running, waiting, refused;
+  const std::string verify = R"({"prompt_tokens": 200, "decode_tokens": 400, "dtype": "both"})";
+  ASSERT_TRUE(Submit(v1::VERIFY, source.id(), verify, &running).ok());
+  ASSERT_EQ(WaitUntil(*stub_, running.id(), 30, [](const v1::Job& j) {
+              return j.state() == v1::RUNNING;
+            }).state(), v1::RUNNING);
+  ASSERT_TRUE(Submit(v1::VERIFY, source.id(), verify, &waiting).ok());
+  const grpc::Status full = Submit(v1::VERIFY, source.id(), verify, &refused);
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << full.error_message();
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(ListJobs(*stub_, 0, 0, &listed).ok());
+  EXPECT_EQ(listed.jobs_size(), 2);
+  for (const std::string& id : {running.id(), waiting.id()}) {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::Job out;
+    EXPECT_TRUE(stub_->CancelJob(&ctx, req, &out).ok());
+  }
+  // An upload chunk at offset 2^63 - 5: INVALID_ARGUMENT, not an overflow's INTERNAL.
+  {
+    grpc::ClientContext ctx;
+    v1::Checkpoint out;
+    auto writer = stub_->UploadCheckpoint(&ctx, &out);
+    v1::UploadCheckpointRequest msg;
+    msg.mutable_header()->set_upload_id("overflow");
+    msg.mutable_header()->set_file_name("m.gguf");
+    msg.mutable_header()->set_total_bytes(100);
+    writer->Write(msg);
+    v1::UploadCheckpointRequest c;
+    c.mutable_chunk()->set_offset(std::numeric_limits<int64_t>::max() - 5);
+    c.mutable_chunk()->set_data(std::string(10, 'x'));
+    writer->Write(c);
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("lies outside the file"));
+  }
+  // A 100 kB id: NOT_FOUND with a short message.
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(std::string(100000, 'j'));
+    v1::Job job;
+    const grpc::Status st = stub_->GetJob(&ctx, req, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_LT(st.error_message().size(), 200u);
+    EXPECT_THAT(st.error_message(), HasSubstr("100000 bytes"));
+  }
+  // Outside the allowed folders: the same answer for a file that exists and one that
+  // does not.
+  v1::Checkpoint ck;
+  EXPECT_EQ(Register("/etc/passwd", &ck).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Register("/etc/no-such-file.gguf", &ck).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  // "..foo.gguf" inside an allowed folder is a name like any other; registering the
+  // same bytes there keeps the first record's path.
+  const fs::path dotted = dir_ / "data" / "..foo.gguf";
+  fs::copy_file(lrkv::testing::StoriesModelPath(), dotted);
+  const grpc::Status dotted_st = Register(dotted.string(), &ck);
+  ASSERT_TRUE(dotted_st.ok()) << dotted_st.error_message();
+  EXPECT_EQ(ck.id(), source.id());
+  // Paging: the job a page token names is deleted before the next page is asked for.
+  server_.reset();
+  StartServer();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    v1::Job job;
+    ASSERT_TRUE(Submit(v1::BENCH, source.id(),
+                       R"({"context": [16], "batch": 1, "iterations": 1})", &job)
+                    .ok());
+    ids.push_back(job.id());
+    WaitDone(job.id());
+  }
+  grpc::ClientContext ctx1;
+  v1::ListJobsRequest first;
+  first.set_kind(v1::BENCH);
+  first.set_page_size(1);
+  v1::ListJobsResponse page1;
+  ASSERT_TRUE(stub_->ListJobs(&ctx1, first, &page1).ok());
+  ASSERT_EQ(page1.jobs_size(), 1);
+  ASSERT_FALSE(page1.next_page_token().empty());
+  {
+    grpc::ClientContext ctx;
+    v1::DeleteJobRequest req;
+    req.set_job_id(page1.jobs(0).id());
+    v1::DeleteJobResponse resp;
+    ASSERT_TRUE(stub_->DeleteJob(&ctx, req, &resp).ok());
+  }
+  grpc::ClientContext ctx2;
+  v1::ListJobsRequest next = first;
+  next.set_page_size(10);
+  next.set_page_token(page1.next_page_token());
+  v1::ListJobsResponse page2;
+  const grpc::Status paged = stub_->ListJobs(&ctx2, next, &page2);
+  ASSERT_TRUE(paged.ok()) << paged.error_message();
+  EXPECT_EQ(page2.jobs_size(), 2);
+  server_.reset();
+  auto store = Store::Open((dir_ / "data" / "lrkv.db").string());
+  ASSERT_TRUE(store.ok());
+  auto record = (*store)->GetCheckpoint(source.id());
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->path, fs::weakly_canonical(lrkv::testing::StoriesModelPath()).string());
 }
 
 }  // namespace

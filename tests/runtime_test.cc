@@ -152,19 +152,28 @@ TEST(Runtime, Bf16ProductsRoundActivationsOnlyInsideTheirScope) {
 // lm-eval's get_rolling_token_windows(context_len = 1) cuts it (written out here in its
 // own form): the same summed NLL, and every token predicted once.
 TEST(Runtime, LongDocumentsAreScoredInRollingWindowsOfTheContext) {
-  auto model = LanguageModel::Load(testing::StoriesModelPath());
+  // stories260K with its context cut to 128 positions, so that a few stories make a
+  // document of several windows.
+  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
+  ASSERT_TRUE(ckpt.ok());
+  ModelConfig config = (*ckpt)->config();
+  config.max_position_embeddings = 128;
+  auto weights = LoadLlamaWeights(**ckpt);
+  ASSERT_TRUE(weights.ok());
+  auto model = Transformer::Create(config, std::move(*weights));
   ASSERT_TRUE(model.ok()) << model.status();
-  const Transformer& t = (*model)->transformer();
+  const Transformer& t = **model;
+  const Tokenizer& tok = *(*ckpt)->tokenizer();
   const int64_t w = EvalWindow(t.config());
-  ASSERT_EQ(w, t.config().max_position_embeddings);  // 2048 for stories260K
+  ASSERT_EQ(w, 128);
   auto docs = ReadDocuments(testing::StoriesTextPath());
   ASSERT_TRUE(docs.ok());
   std::string text;
-  for (int i = 0; i < 40; ++i) text += (*docs)[i] + " ";
+  for (int i = 0; i < 5; ++i) text += (*docs)[i] + " ";
   std::vector<int64_t> tokens;
-  for (int32_t id : (*model)->tokenizer().Encode(text)) tokens.push_back(id);
+  for (int32_t id : tok.Encode(text)) tokens.push_back(id);
   ASSERT_GT(static_cast<int64_t>(tokens.size()), 2 * w + 10);
-  const int64_t prefix = (*model)->tokenizer().document_start_id();
+  const int64_t prefix = tok.document_start_id();
   at::NoGradGuard no_grad;
   auto nll = [&](const std::vector<int64_t>& input, const std::vector<int64_t>& targets) {
     const auto logits = t.Forward(at::tensor(input, at::kLong).unsqueeze(0))[0].to(at::kDouble);
@@ -194,10 +203,13 @@ TEST(Runtime, LongDocumentsAreScoredInRollingWindowsOfTheContext) {
     ++windows;
   }
   EXPECT_GE(windows, 3);
-  auto r = (*model)->Perplexity({text});
+  auto r = MeasurePerplexity(t, tok, {text});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->tokens, n);
   EXPECT_NEAR(r->total_nll, expected, 1e-6 * expected);
+  // A stop request ends it with CANCELLED.
+  EXPECT_EQ(MeasurePerplexity(t, tok, {text}, [] { return true; }).status().code(),
+            absl::StatusCode::kCancelled);
 }
 
 TEST(Runtime, StoriesPerplexityOnTheExcerptIsBelowSix) {

@@ -27,9 +27,10 @@ class ServiceTest : public ::testing::Test {
     dir_ = lrkv::testing::FreshTempDir("service");
     StartServer();
   }
-  void StartServer(const std::string& token = "") {
+  void StartServer(const std::string& token = "", int64_t max_queued_jobs = 1024) {
     ServerOptions o;
     o.auth_token = token;
+    o.max_queued_jobs = max_queued_jobs;
     o.listen = "127.0.0.1:0";
     o.data_dir = (dir_ / "data").string();
     o.allowed_dirs = {lrkv::testing::SharedPath("models"),

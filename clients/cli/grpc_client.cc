@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -192,6 +193,7 @@ void Authorize(const ConnectionArgs& a, grpc::ClientContext* ctx) {
   std::ifstream in(path);
   std::string token;
   std::getline(in, token);
+  token = std::string(absl::StripAsciiWhitespace(token));  // a CRLF file, as lrkvd reads it
   if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
 }
 
