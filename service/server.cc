@@ -1,6 +1,7 @@
 // The lrkv.v1.Lrkv gRPC service (see server.h).
 #include "service/server.h"
 
+#include <c10/util/Exception.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <openssl/crypto.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
+#include "model/llama_weights.h"
 #include "model/mapped_file.h"
 #include "model/status_macros.h"
 #include "service/content_hash.h"
@@ -309,7 +311,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   absl::Status Register(const std::string& path, v1::Checkpoint* out) {
     if (path.empty()) return Invalid("path is required");
     ASSIGN_OR_RETURN(const fs::path real, CheckAllowed(path));
-    ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(real.string()));
+    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(real.string()));
+    // The same check as an upload's, so that both refuse a malformed file alike.
+    RETURN_IF_ERROR(CheckTensorSet(ckpt));
     ASSIGN_OR_RETURN(std::string id, Sha256OfPath(real.string()));
     // The same content registered again keeps its first record (while that file is
     // still there): another path must not re-point an id that jobs already use.
@@ -359,12 +363,14 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     }
     ASSIGN_OR_RETURN(const std::string staged,
                      uploads_->Complete(h.upload_id, sha));
-    auto ckpt = Checkpoint::Open(staged);
-    if (!ckpt.ok()) {
+    absl::StatusOr<std::shared_ptr<const Checkpoint>> ckpt = Checkpoint::Open(staged);
+    absl::Status valid = ckpt.status();
+    if (valid.ok()) valid = CheckTensorSet(*ckpt);
+    if (!valid.ok()) {
       uploads_->Discard(h.upload_id);
       return absl::InvalidArgumentError(absl::StrCat(
           "upload '", h.upload_id, "' (", h.file_name,
-          ") is not a valid checkpoint: ", ckpt.status().message()));
+          ") is not a valid checkpoint: ", valid.message()));
     }
     const bool gguf = (*ckpt)->format() == CheckpointFormat::kGguf;
     // A folder's id hashes its files; a GGUF file's id is the client's sha256.
@@ -383,6 +389,18 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     uploads_->Discard(h.upload_id);
     // The validated checkpoint stays mapped across the rename: no second parse.
     return Record(**ckpt, dest, id, out);
+  }
+
+  // Every tensor the config asks for is there with its shape and a float dtype, none
+  // is left over, none holds NaN/Inf (LoadLlamaWeights as zero-copy views): a malformed
+  // checkpoint is refused at registration, not in its first job. InvalidArgument.
+  static absl::Status CheckTensorSet(const std::shared_ptr<const Checkpoint>& ckpt) {
+    try {
+      absl::Status st = LoadLlamaWeights(ckpt, StoredDtype()).status();
+      return st.ok() ? st : absl::InvalidArgumentError(st.message());
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(e.what_without_backtrace());
+    }
   }
 
   absl::Status Record(const Checkpoint& ckpt, const fs::path& real,

@@ -2,9 +2,12 @@
 // failed before its fix. Loopback only, bounded in time.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <limits>
 #include <string>
 #include <thread>
@@ -12,7 +15,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/config.h"
+#include "model/llama_weights.h"
+#include "model/safetensors.h"
 #include "service/store.h"
+#include "tests/model_test_util.h"
 #include "tests/service_fixture.h"
 
 namespace lrkv::service {
@@ -405,6 +412,68 @@ TEST_F(HardeningTest, SmallerDefects) {
   auto record = (*store)->GetCheckpoint(source.id());
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->path, fs::weakly_canonical(lrkv::testing::StoriesModelPath()).string());
+}
+
+// A checkpoint whose files parse but whose tensors do not make the model its config
+// describes (one missing, one misshaped, one left over) is refused at registration and
+// at upload alike, naming the tensor, not in its first job.
+TEST_F(HardeningTest, TensorSetsAreCheckedAgainstTheConfigAtRegistration) {
+  ModelConfig c = lrkv::testing::SmallConfig();
+  c.model_type = "llama";
+  c.max_position_embeddings = 64;
+  const LlamaWeights w = RandomLlamaWeights(c, 3);
+  std::vector<at::Tensor> keep;
+  auto views = WeightViews(c, w, &keep);
+  ASSERT_TRUE(views.ok()) << views.status();
+  struct Case {
+    std::string name, phrase;
+    std::function<void(std::vector<TensorView>*)> damage;
+  };
+  const std::vector<Case> cases = {
+      {"missing", "missing tensor 'model.layers.1.mlp.up_proj.weight'",
+       [](std::vector<TensorView>* v) {
+         v->erase(std::remove_if(v->begin(), v->end(), [](const TensorView& t) {
+                    return t.name == "model.layers.1.mlp.up_proj.weight";
+                  }),
+                  v->end());
+       }},
+      {"misshaped", "has shape [96, 47]",
+       [](std::vector<TensorView>* v) {
+         for (auto& t : *v) {
+           if (t.name == "model.layers.0.mlp.gate_proj.weight") {
+             t.shape = {96, 47};
+             t.nbytes = 96 * 47 * 4;
+           }
+         }
+       }},
+      {"extra", "unexpected tensor 'model.layers.9.self_attn.q_proj.weight'",
+       [](std::vector<TensorView>* v) {
+         TensorView t = v->back();
+         t.name = "model.layers.9.self_attn.q_proj.weight";
+         v->push_back(t);
+       }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const fs::path dir = dir_ / "data" / ("bad_" + k.name);
+    fs::create_directories(dir);
+    std::vector<TensorView> damaged = *views;
+    k.damage(&damaged);
+    ASSERT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), damaged, {}).ok());
+    std::ofstream(dir / "config.json") << ConfigToHfJson(c);
+    v1::Checkpoint ck;
+    const grpc::Status reg = Register(dir.string(), &ck);
+    EXPECT_EQ(reg.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << reg.error_message();
+    EXPECT_THAT(reg.error_message(), HasSubstr(k.phrase));
+  }
+  // The undamaged set registers.
+  const fs::path good = dir_ / "data" / "good";
+  fs::create_directories(good);
+  ASSERT_TRUE(WriteSafetensors((good / "model.safetensors").string(), *views, {}).ok());
+  std::ofstream(good / "config.json") << ConfigToHfJson(c);
+  v1::Checkpoint ck;
+  const grpc::Status ok = Register(good.string(), &ck);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
 }
 
 }  // namespace
