@@ -19,12 +19,15 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "model/checkpoint.h"
 #include "model/llama_weights.h"
 #include "model/mapped_file.h"
 #include "model/status_macros.h"
+#include "service/checkpoint_import.h"
 #include "service/content_hash.h"
 #include "service/grpc_status.h"
 #include "service/job_params.h"
@@ -310,18 +313,33 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
 
   absl::Status Register(const std::string& path, v1::Checkpoint* out) {
     if (path.empty()) return Invalid("path is required");
-    ASSIGN_OR_RETURN(const fs::path real, CheckAllowed(path));
-    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(real.string()));
+    // Each file is opened once, beneath its allowed folder, and what was opened is
+    // staged into the data folder (checkpoint_import.h): jobs read that copy, so what a
+    // client does to `path` afterwards cannot redirect them.
+    const fs::path store_dir = fs::path(options_.data_dir) / "checkpoints";
+    ASSIGN_OR_RETURN(ImportedCheckpoint imp,
+                     ImportCheckpoint(path, options_.allowed_dirs, store_dir.string()));
+    std::error_code ec;
+    auto done = absl::MakeCleanup([&] { fs::remove_all(imp.staging_dir, ec); });
+    // Messages name the client's path, not the staging copy.
+    auto named = [&](const absl::Status& st) {
+      return absl::Status(st.code(), absl::StrReplaceAll(st.message(), {{imp.staged, path}}));
+    };
+    absl::StatusOr<std::shared_ptr<const Checkpoint>> ckpt = Checkpoint::Open(imp.staged);
+    if (!ckpt.ok()) return named(ckpt.status());
     // The same check as an upload's, so that both refuse a malformed file alike.
-    RETURN_IF_ERROR(CheckTensorSet(ckpt));
-    ASSIGN_OR_RETURN(std::string id, Sha256OfPath(real.string()));
-    // The same content registered again keeps its first record (while that file is
-    // still there): another path must not re-point an id that jobs already use.
-    if (auto existing = store_->GetCheckpoint(id); existing.ok()) {
-      std::error_code ec;
-      if (fs::exists(existing->path, ec)) return Describe(*existing, *ckpt, out);
+    if (auto st = CheckTensorSet(*ckpt); !st.ok()) return named(st);
+    ASSIGN_OR_RETURN(std::string id, Sha256OfPath(imp.staged));
+    const bool gguf = (*ckpt)->format() == CheckpointFormat::kGguf;
+    const fs::path dest = store_dir / (gguf ? id + ".gguf" : id);
+    // The same content, registered or uploaded before, is the same entry.
+    if (auto existing = store_->GetCheckpoint(id); existing.ok() && fs::exists(dest, ec)) {
+      return Describe(*existing, **ckpt, out);
     }
-    return Record(*ckpt, real, id, out);
+    if (!fs::exists(dest, ec)) fs::rename(imp.staged, dest, ec);
+    if (ec) return absl::InternalError(absl::StrCat(dest.string(), ": ", ec.message()));
+    // The validated checkpoint stays mapped across the rename: no second parse.
+    return Record(**ckpt, dest, id, out);
   }
 
   // Receives an upload (header, chunks, trailer), validates the checkpoint, and

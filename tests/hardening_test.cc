@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/llama_weights.h"
 #include "model/safetensors.h"
+#include "nlohmann/json.hpp"
 #include "service/store.h"
 #include "tests/model_test_util.h"
 #include "tests/service_fixture.h"
@@ -301,7 +302,7 @@ TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
 // The smaller defects: a refused submission leaves no job, an offset near 2^63 is the
 // client's error, a huge id is not echoed whole, outside paths answer alike whether or
 // not they exist, "..foo.gguf" is an ordinary name, the same content registered under
-// another path keeps its first record, and paging survives the deletion of the job its
+// another path is the same entry, and paging survives the deletion of the job its
 // token names.
 TEST_F(HardeningTest, SmallerDefects) {
   server_.reset();
@@ -411,7 +412,7 @@ TEST_F(HardeningTest, SmallerDefects) {
   ASSERT_TRUE(store.ok());
   auto record = (*store)->GetCheckpoint(source.id());
   ASSERT_TRUE(record.ok());
-  EXPECT_EQ(record->path, fs::weakly_canonical(lrkv::testing::StoriesModelPath()).string());
+  EXPECT_EQ(record->path, (dir_ / "data" / "checkpoints" / (source.id() + ".gguf")).string());
 }
 
 // A checkpoint whose files parse but whose tensors do not make the model its config
@@ -474,6 +475,50 @@ TEST_F(HardeningTest, TensorSetsAreCheckedAgainstTheConfigAtRegistration) {
   v1::Checkpoint ck;
   const grpc::Status ok = Register(good.string(), &ck);
   EXPECT_TRUE(ok.ok()) << ok.error_message();
+}
+
+// Check then use: a registered folder is replaced by a symlink to an outside folder
+// holding another model. Jobs read the copy staged at registration (the outside model
+// is never opened), and registering through a symlink that leads outside is refused.
+TEST_F(HardeningTest, JobsReadTheRegisteredCopyNotWhatThePathBecameLater) {
+  const fs::path inside = dir_ / "data" / "mine";
+  const fs::path outside = dir_ / "outside";  // not an allowed folder
+  fs::create_directories(inside);
+  fs::create_directories(outside);
+  // Inside: the converted stories model; outside: the stories source as GGUF, so that a
+  // job that read it would see a dense model and report no factored mode.
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  const fs::path artifact = dir_ / "data" / "artifacts";
+  fs::path converted_dir;
+  for (const auto& e : fs::directory_iterator(artifact)) converted_dir = e.path();
+  fs::copy(converted_dir, inside / "ckpt");
+  v1::Checkpoint mine;
+  ASSERT_TRUE(Register((inside / "ckpt").string(), &mine).ok());
+  EXPECT_EQ(mine.id(), converted.id());  // the same content, the same entry
+  fs::copy_file(lrkv::testing::StoriesModelPath(), outside / "model.gguf");
+  // Swap: the folder becomes a symlink to the outside one.
+  fs::remove_all(inside / "ckpt");
+  fs::create_directory_symlink(outside, inside / "ckpt");
+  v1::Job job;
+  ASSERT_TRUE(Submit(v1::VERIFY, mine.id(), R"({"prompt_tokens": 8, "decode_tokens": 4})", &job)
+                  .ok());
+  const v1::Job done = WaitDone(job.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  grpc::ClientContext ctx;
+  v1::GetReportRequest req;
+  req.set_job_id(job.id());
+  v1::Report report;
+  ASSERT_TRUE(stub_->GetReport(&ctx, req, &report).ok());
+  const auto json = nlohmann::json::parse(report.json());
+  EXPECT_EQ(json["variant"], "lrkv r=2");  // the registered model, not the outside one
+  EXPECT_EQ(json["checkpoint"].get<std::string>().find((dir_ / "data" / "checkpoints").string()),
+            0u);
+  // Registering through that symlink now: refused, the outside file unread.
+  v1::Checkpoint through;
+  const grpc::Status st = Register((inside / "ckpt").string(), &through);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr("gguf")));
 }
 
 }  // namespace
