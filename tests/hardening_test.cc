@@ -103,15 +103,6 @@ TEST_F(HardeningTest, ASecondServerOnTheSameFolderOrPortIsRefused) {
   EXPECT_TRUE(again.ok()) << again.status();
 }
 
-v1::Job GetJob(v1::Lrkv::Stub& stub, const std::string& id) {
-  grpc::ClientContext ctx;
-  v1::GetJobRequest req;
-  req.set_job_id(id);
-  v1::Job job;
-  EXPECT_TRUE(stub.GetJob(&ctx, req, &job).ok());
-  return job;
-}
-
 // Waits (at most `seconds`) until `done(job)`.
 template <typename Done>
 v1::Job WaitUntil(v1::Lrkv::Stub& stub, const std::string& id, double seconds, Done done) {

@@ -146,6 +146,20 @@ double RmsDifference(const std::vector<double>& a, const std::vector<double>& b)
   return std::sqrt(s / std::max<size_t>(a.size(), 1));
 }
 
+// log-softmax [T, V] (float64) of `model`'s logits for `ids` as one sequence.
+at::Tensor LogProbs(const Transformer& model, const std::vector<int64_t>& ids) {
+  at::NoGradGuard no_grad;
+  return at::log_softmax(
+      model.Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
+}
+
+// The summed NLL of predicting ids[1..] under `logp`.
+double SummedNll(const at::Tensor& logp, const std::vector<int64_t>& ids) {
+  double nll = 0;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) nll -= logp[i][ids[i + 1]].item<double>();
+  return nll;
+}
+
 class LlamaCppReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LlamaCppReference, SamePerplexityAndGreedyTokensAsLlamaCpp) {
@@ -286,10 +300,8 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   ASSERT_TRUE(model.ok()) << model.status();
   at::NoGradGuard no_grad;
   const std::vector<int64_t> ids(doc.begin(), doc.end());
-  const at::Tensor logp = at::log_softmax(
-      (*model)->Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
-  double ours = 0;
-  for (size_t i = 0; i + 1 < ids.size(); ++i) ours -= logp[i][ids[i + 1]].item<double>();
+  const at::Tensor logp = LogProbs(**model, ids);
+  const double ours = SummedNll(logp, ids);
   const double reference = (*ref)["nll"][0].get<double>();
   std::printf("qwen3-tokenizer GGUF: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n",
               ids.size() - 1, ours, reference, std::abs(ours - reference) / reference);
@@ -302,9 +314,7 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE((*back)->config().qk_norm);
   for (const auto& text : texts) EXPECT_EQ((*back)->tokenizer().Encode(text), tok->Encode(text));
-  const at::Tensor again = at::log_softmax(
-      (*back)->transformer().Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble),
-      -1);
+  const at::Tensor again = LogProbs((*back)->transformer(), ids);
   EXPECT_LT((again - logp).abs().max().item<double>(), 1e-9);
 }
 
@@ -351,10 +361,8 @@ TEST(LlamaCppReferenceBpe, Llama3ScaledRopeSurvivesTheGgufExport) {
   ASSERT_TRUE(model.ok()) << model.status();
   at::NoGradGuard no_grad;
   const std::vector<int64_t> ids(doc.begin(), doc.end());
-  const at::Tensor logp = at::log_softmax(
-      (*model)->Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
-  double ours = 0;
-  for (size_t i = 0; i + 1 < ids.size(); ++i) ours -= logp[i][ids[i + 1]].item<double>();
+  const at::Tensor logp = LogProbs(**model, ids);
+  const double ours = SummedNll(logp, ids);
   const double reference = (*ref)["nll"][0].get<double>();
   std::printf("llama3-scaled GGUF: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n",
               ids.size() - 1, ours, reference, std::abs(ours - reference) / reference);
@@ -366,10 +374,7 @@ TEST(LlamaCppReferenceBpe, Llama3ScaledRopeSurvivesTheGgufExport) {
   unscaled.rope_scaling = RopeScaling();
   auto plain = Transformer::Create(unscaled, w);
   ASSERT_TRUE(plain.ok());
-  const at::Tensor logp_plain = at::log_softmax(
-      (*plain)->Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble), -1);
-  double plain_nll = 0;
-  for (size_t i = 0; i + 1 < ids.size(); ++i) plain_nll -= logp_plain[i][ids[i + 1]].item<double>();
+  const double plain_nll = SummedNll(LogProbs(**plain, ids), ids);
   EXPECT_GT(std::abs(plain_nll - reference) / reference, 100 * std::abs(ours - reference) / reference);
 
   auto back = LanguageModel::Load(gguf);
@@ -380,9 +385,7 @@ TEST(LlamaCppReferenceBpe, Llama3ScaledRopeSurvivesTheGgufExport) {
   EXPECT_EQ(r.original_max_position_embeddings, 64);
   EXPECT_NEAR(r.low_freq_factor, 1.0, 1e-12);
   EXPECT_NEAR(r.high_freq_factor, 4.0, 1e-4);
-  const at::Tensor again = at::log_softmax(
-      (*back)->transformer().Forward(at::tensor(ids, at::kLong).unsqueeze(0))[0].to(at::kDouble),
-      -1);
+  const at::Tensor again = LogProbs((*back)->transformer(), ids);
   EXPECT_LT((again - logp).abs().max().item<double>(), 1e-5);
 }
 

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "service/store.h"
+#include "tests/service_fixture.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {
@@ -55,15 +56,6 @@ Daemon StartDaemon(const std::string& data_dir) {
 std::unique_ptr<v1::Lrkv::Stub> Connect(int port) {
   return v1::Lrkv::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
                                                grpc::InsecureChannelCredentials()));
-}
-
-v1::Job GetJob(v1::Lrkv::Stub& stub, const std::string& id) {
-  grpc::ClientContext ctx;
-  v1::GetJobRequest req;
-  req.set_job_id(id);
-  v1::Job job;
-  EXPECT_TRUE(stub.GetJob(&ctx, req, &job).ok());
-  return job;
 }
 
 v1::Job WaitFor(v1::Lrkv::Stub& stub, const std::string& id, bool (*done)(const v1::Job&)) {

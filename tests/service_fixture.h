@@ -21,6 +21,16 @@
 
 namespace lrkv::service {
 
+// GetJob of `id` (an EXPECT failure when the call fails).
+inline v1::Job GetJob(v1::Lrkv::Stub& stub, const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  v1::Job job;
+  EXPECT_TRUE(stub.GetJob(&ctx, req, &job).ok());
+  return job;
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
