@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/status_macros.h"
+#include "service/content_hash.h"
 
 namespace lrkv::service {
 namespace {
@@ -174,6 +175,36 @@ absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
     }
   }
   return out;
+}
+
+absl::StatusOr<std::string> ImportTextInput(const std::string& path,
+                                            const std::vector<std::string>& roots,
+                                            const std::string& inputs_dir) {
+  ASSIGN_OR_RETURN(Fd fd, OpenChecked(path, roots));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (a text file is needed)"));
+  }
+  std::error_code ec;
+  fs::create_directories(inputs_dir, ec);
+  std::random_device rd;
+  const std::string staged =
+      (fs::path(inputs_dir) / absl::StrCat(".import-", rd(), "-", rd())).string();
+  RETURN_IF_ERROR(Stage(fd.get(), staged));
+  auto sha = Sha256OfPath(staged);
+  if (!sha.ok()) {
+    fs::remove(staged, ec);
+    return sha.status();
+  }
+  const std::string dest = (fs::path(inputs_dir) / (*sha + ".txt")).string();
+  if (fs::exists(dest, ec)) {
+    fs::remove(staged, ec);
+  } else {
+    fs::rename(staged, dest, ec);
+    if (ec) return absl::InternalError(absl::StrCat(dest, ": ", ec.message()));
+  }
+  return dest;
 }
 
 }  // namespace lrkv::service

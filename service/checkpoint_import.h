@@ -34,6 +34,14 @@ absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
                                                     const std::vector<std::string>& allowed_roots,
                                                     const std::string& staging_root);
 
+// A job's text input (calibration, evaluation, training text) the same way: opened once
+// beneath an allowed folder, staged by content as `inputs_dir`/<sha256>.txt, whose path
+// the job then reads. The same errors as ImportCheckpoint; InvalidArgument for what is
+// not a regular file.
+absl::StatusOr<std::string> ImportTextInput(const std::string& path,
+                                            const std::vector<std::string>& allowed_roots,
+                                            const std::string& inputs_dir);
+
 }  // namespace lrkv::service
 
 #endif  // LRKV_SERVICE_CHECKPOINT_IMPORT_H_

@@ -370,6 +370,31 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
   return o;
 }
 
+absl::StatusOr<std::string> ReplaceTextInputs(
+    const std::string& text,
+    const std::function<absl::StatusOr<std::string>(const std::string&)>& replace) {
+  ASSIGN_OR_RETURN(json j, ParseStrict(text));
+  if (!j.is_object()) return text;  // the kind's own parser says what is wrong
+  absl::Status status;
+  std::function<void(json&)> walk = [&](json& o) {
+    if (!o.is_object() || !status.ok()) return;
+    for (const char* key : {"calib", "eval", "text", "data"}) {
+      auto it = o.find(key);
+      if (it == o.end() || !it->is_string() || it->get<std::string>().empty()) continue;
+      auto replaced = replace(it->get<std::string>());
+      if (!replaced.ok()) {
+        status = replaced.status();
+        return;
+      }
+      *it = *replaced;
+    }
+    for (auto& [k, v] : o.items()) walk(v);
+  };
+  walk(j);
+  RETURN_IF_ERROR(status);
+  return text.empty() ? text : j.dump();
+}
+
 absl::StatusOr<std::vector<std::string>> JobInputPaths(
     const std::string& text) {
   ASSIGN_OR_RETURN(json j, ParseStrict(text));

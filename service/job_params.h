@@ -3,6 +3,7 @@
 #ifndef LRKV_SERVICE_JOB_PARAMS_H_
 #define LRKV_SERVICE_JOB_PARAMS_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,12 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
 // Server-side files a job reads (calib, eval, text, data), to check against the
 // allowed folders.
 absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& json);
+
+// params_json with every text-input path (calib, eval, text, data, at any depth)
+// replaced by replace(path); the first error replace returns.
+absl::StatusOr<std::string> ReplaceTextInputs(
+    const std::string& json,
+    const std::function<absl::StatusOr<std::string>(const std::string&)>& replace);
 
 }  // namespace lrkv::service
 

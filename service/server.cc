@@ -470,6 +470,20 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
                      store_->GetCheckpoint(req.checkpoint_id()));
     ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
     for (const auto& p : inputs) RETURN_IF_ERROR(CheckAllowed(p).status());
+    // Text inputs are opened once now and staged by content (checkpoint_import.h): the
+    // job reads those copies, never the client's paths again.
+    const std::string inputs_dir = (fs::path(options_.data_dir) / "inputs").string();
+    ASSIGN_OR_RETURN(const std::string params,
+                     ReplaceTextInputs(req.params_json(), [&](const std::string& path) {
+                       return ImportTextInput(path, options_.allowed_dirs, inputs_dir);
+                     }));
+    v1::SubmitJobRequest staged_req = req;
+    staged_req.set_params_json(params);
+    return SubmitStaged(staged_req, ckpt, kind, out);
+  }
+
+  absl::Status SubmitStaged(const v1::SubmitJobRequest& req, const CheckpointRecord& ckpt,
+                            const std::string& kind, v1::Job* out) {
     // Parameters are checked now, so that a bad request fails at once.
     // Each kind's whole schema and limits, as its run would check them.
     if (kind == "convert") {

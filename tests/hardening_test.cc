@@ -15,9 +15,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/llama_weights.h"
 #include "model/safetensors.h"
+#include "model/text_corpus.h"
 #include "nlohmann/json.hpp"
 #include "service/store.h"
 #include "tests/model_test_util.h"
@@ -510,6 +512,55 @@ TEST_F(HardeningTest, JobsReadTheRegisteredCopyNotWhatThePathBecameLater) {
   const grpc::Status st = Register((inside / "ckpt").string(), &through);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
   EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr("gguf")));
+}
+
+// The same for a job's text inputs: an eval file checked at submission and replaced by a
+// symlink to an outside binary before the job runs is not what the job reads.
+TEST_F(HardeningTest, JobsReadTheTextInputsStagedAtSubmission) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  auto docs = ReadDocuments(lrkv::testing::StoriesTextPath());
+  ASSERT_TRUE(docs.ok());
+  const fs::path text = dir_ / "data" / "eval.txt";
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 5; ++i) out << (*docs)[i] << "\n<|endoftext|>\n";
+  }
+  const fs::path outside = dir_ / "outside.bin";
+  fs::copy_file(lrkv::testing::StoriesModelPath(), outside);
+  // One worker: a long verify runs first, so the convert waits in the queue meanwhile.
+  v1::Job blocker, convert;
+  ASSERT_TRUE(Submit(v1::VERIFY, source.id(),
+                     R"({"prompt_tokens": 200, "decode_tokens": 400, "dtype": "both"})", &blocker)
+                  .ok());
+  ASSERT_TRUE(Submit(v1::CONVERT, source.id(),
+                     absl::StrCat(R"({"rank": 2, "eval": ")", text.string(), R"("})"), &convert)
+                  .ok());
+  EXPECT_NE(convert.params_json().find((dir_ / "data" / "inputs").string()), std::string::npos)
+      << convert.params_json();
+  fs::remove(text);
+  fs::create_symlink(outside, text);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(blocker.id());
+    v1::Job out;
+    ASSERT_TRUE(stub_->CancelJob(&ctx, req, &out).ok());
+  }
+  const v1::Job done = WaitDone(convert.id());
+  EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  grpc::ClientContext ctx;
+  v1::GetReportRequest req;
+  req.set_job_id(convert.id());
+  v1::Report report;
+  ASSERT_TRUE(stub_->GetReport(&ctx, req, &report).ok());
+  const auto json = nlohmann::json::parse(report.json());
+  // Exactly the five stories' tokens (the outside file would give others, or fail).
+  auto ckpt = Checkpoint::Open(lrkv::testing::StoriesModelPath());
+  ASSERT_TRUE(ckpt.ok());
+  int64_t tokens = 0;
+  for (int i = 0; i < 5; ++i) tokens += (*ckpt)->tokenizer()->Encode((*docs)[i]).size();
+  EXPECT_EQ(json["eval_tokens"].get<int64_t>(), tokens);
 }
 
 }  // namespace
