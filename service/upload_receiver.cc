@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/safetensors.h"
@@ -81,7 +84,33 @@ absl::StatusOr<std::unique_ptr<UploadReceiver>> UploadReceiver::Create(
   if (ec)
     return absl::PermissionDeniedError(
         absl::StrCat(o.staging_dir, ": ", ec.message()));
-  return std::unique_ptr<UploadReceiver>(new UploadReceiver(o));
+  std::unique_ptr<UploadReceiver> r(new UploadReceiver(o));
+  r->ExpireAbandoned();
+  return r;
+}
+
+void UploadReceiver::ExpireAbandoned() {
+  std::error_code ec;
+  const auto cutoff = fs::file_time_type::clock::now() -
+                      std::chrono::seconds(options_.abandoned_after_seconds);
+  constexpr std::string_view kSuffix = ".state.json";
+  std::vector<std::string> expired;
+  for (const auto& e : fs::directory_iterator(options_.staging_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= kSuffix.size() ||
+        name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+      continue;
+    }
+    // The state file is rewritten by every chunk: its time is the upload's last sign of life.
+    if (fs::last_write_time(e.path(), ec) < cutoff && !ec) {
+      expired.push_back(name.substr(0, name.size() - kSuffix.size()));
+    }
+  }
+  for (const std::string& id : expired) {
+    fs::remove(Base(id) + ".state.json", ec);
+    fs::remove_all(Base(id) + ".d", ec);
+    uploads_.erase(id);
+  }
 }
 
 UploadReceiver::UploadReceiver(UploadOptions options)
@@ -161,6 +190,7 @@ absl::StatusOr<UploadProgress> UploadReceiver::Begin(
                      " exceeds this server's upload limit of ",
                      options_.max_bytes, " bytes"));
   }
+  ExpireAbandoned();
   auto existing = Find(h.upload_id);
   if (existing.ok()) {
     const UploadHeaderInfo& e = (*existing)->header;

@@ -25,6 +25,9 @@ struct UploadOptions {
   int64_t max_bytes = int64_t{16} << 30;
   /// Largest chunk accepted (the API promises 1 MiB).
   int64_t max_chunk_bytes = int64_t{1} << 20;
+  /// An upload no chunk has reached for this long is abandoned: its staged bytes are
+  /// removed (at start-up and whenever an upload begins) and its id is forgotten.
+  int64_t abandoned_after_seconds = 7 * 24 * 3600;
 };
 
 struct UploadHeaderInfo {
@@ -69,6 +72,9 @@ class UploadReceiver {
   explicit UploadReceiver(UploadOptions options);
   struct Upload;
   absl::StatusOr<Upload*> Find(const std::string& upload_id);
+  // Removes the uploads untouched for options_.abandoned_after_seconds (mu_ held, or
+  // before the receiver is shared).
+  void ExpireAbandoned();
   absl::Status SaveState(const Upload& u);
   std::string Base(const std::string& upload_id) const;
 

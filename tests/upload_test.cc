@@ -5,6 +5,7 @@
 // are refused with the right code and leave nothing behind.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "service/content_hash.h"
 #include "service/server.h"
+#include "service/upload_receiver.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {
@@ -226,6 +228,42 @@ TEST_F(UploadTest, MalformedCorpusUploadsAreRejected) {
     ++checked;
   }
   EXPECT_GE(checked, 15);
+}
+
+// Uploads abandoned for longer than abandoned_after_seconds (no chunk since) lose their
+// staged bytes and their id, when the next upload begins and when a server starts; a
+// live one stays.
+TEST(UploadReceiverExpiry, AbandonedUploadsAreRemoved) {
+  const fs::path dir = lrkv::testing::FreshTempDir("upload_expiry") / "uploads";
+  UploadOptions o;
+  o.staging_dir = dir.string();
+  o.abandoned_after_seconds = 3600;
+  auto r = UploadReceiver::Create(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  UploadHeaderInfo h;
+  h.file_name = "m.gguf";
+  h.total_bytes = 100;
+  for (const char* id : {"old", "fresh"}) {
+    h.upload_id = id;
+    ASSERT_TRUE((*r)->Begin(h).ok());
+    ASSERT_TRUE((*r)->Write(id, 0, std::string(10, 'x')).ok());
+  }
+  const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
+  fs::last_write_time(dir / "old.state.json", two_hours_ago);
+  h.upload_id = "third";
+  ASSERT_TRUE((*r)->Begin(h).ok());
+  EXPECT_EQ((*r)->Progress("old").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(dir / "old.d"));
+  EXPECT_FALSE(fs::exists(dir / "old.state.json"));
+  ASSERT_TRUE((*r)->Progress("fresh").ok());
+  EXPECT_EQ((*r)->Progress("fresh")->committed_bytes, 10);
+  // A restart expires what aged meanwhile.
+  fs::last_write_time(dir / "fresh.state.json", two_hours_ago);
+  r->reset();
+  auto again = UploadReceiver::Create(o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)->Progress("fresh").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*again)->Progress("third").ok());
 }
 
 }  // namespace
