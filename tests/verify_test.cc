@@ -590,18 +590,25 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
   const Model source = Stories();
   const Model lrkv = Convert(source, KvVariant::kLrkv, 2, RopeMode::kPlane);
   const Model mla = Convert(source, KvVariant::kMla, 24, RopeMode::kReconstruct);
+  // QK-norm (σ per KV head in the factored cache) and a partial-RoPE conversion too.
+  const Model qk = RandomQkNorm();
+  const Model qk_plane = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPlane);
+  const Model qk_partial = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPartial);
   struct Case {
     const Model* m;
     DecodeMode mode;
   } cases[] = {{&source, DecodeMode::kExpanded},
                {&lrkv, DecodeMode::kPlane},
                {&lrkv, DecodeMode::kReconstruct},
-               {&mla, DecodeMode::kReconstruct}};
-  std::vector<int64_t> ids = {1};
-  for (int i = 0; i < 24; ++i) ids.push_back(3 + (i * 37) % (source.config.vocab_size - 3));
+               {&mla, DecodeMode::kReconstruct},
+               {&qk_plane, DecodeMode::kPlane},
+               {&qk_plane, DecodeMode::kReconstruct},
+               {&qk_partial, DecodeMode::kPartial}};
   at::NoGradGuard no_grad;
   for (const Case& c : cases) {
-    SCOPED_TRACE(DecodeModeName(c.mode));
+    SCOPED_TRACE(absl::StrCat(DecodeModeName(c.mode), c.m->config.qk_norm ? " qk-norm" : ""));
+    std::vector<int64_t> ids = {1};
+    for (int i = 0; i < 24; ++i) ids.push_back(3 + (i * 37) % (c.m->config.vocab_size - 3));
     EngineOptions eo;
     eo.capacity = 8;  // grown on the way (prefill reserves its span at once)
     auto prefilled = CreateDecodeEngine(c.m->config, c.m->weights, c.mode, eo);

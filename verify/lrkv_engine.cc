@@ -5,7 +5,9 @@
 //   score_h(t) = σ_t [ P_p q̂ · P_t(γ⊙k_s,t) + residual_h(t) ]
 //   out_h      = a V_s + (a Z_hⱽ) B_hⱽᵀ + δ_hⱽ
 // where residual_h depends on the RoPE mode (see decode_engine.h).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cache_layout.h"
@@ -280,6 +282,83 @@ class LrkvEngine : public DecodeEngine {
     out = out + at::einsum("bhgr,hdr->bhgd", {pooled, A(L.v.up)}) +
           A(L.v.delta).unsqueeze(1);
     return out.reshape(q.sizes()).to(q.scalar_type());
+  }
+
+  // A prefill's rows attend causally in one product per chunk of rows, through the
+  // ATen formulation of Attend above (the same scores, σ, softmax and sums per row,
+  // over its own positions only): the cache is read once per chunk and reconstruct
+  // mode rotates its rebuilt residual keys once for the whole span, not once per row
+  // (which made its prefill O(L²) in RoPE work).
+  at::Tensor AttendRows(int64_t index, const at::Tensor& q, const RowPositions& at) override {
+    if (!at.consecutive || q.size(0) == 1 || options_.materialize) {
+      return DecodeEngine::AttendRows(index, q, at);
+    }
+    Layer& L = layers_[index];
+    const int64_t rows = q.size(0), n = at.pos + rows, dh = config_.head_dim,
+                  hkv = config_.num_kv_heads;
+    auto A = [acc = sum_dtype_](const at::Tensor& t) { return t.to(acc); };
+    const auto z = A(ReadSegment(L.zk, n))[0];    // [L, Hkv, r]
+    const auto ks = A(ReadSegment(L.ks, n))[0];   // [L, dh] (split: [L, 2 dh])
+    const auto vs = A(ReadSegment(L.vs, n))[0];   // [L, dh]
+    const auto zv = A(ReadSegment(L.zv, n))[0];   // [L, Hkv, r]
+    at::Tensor res;
+    if (mode_ == DecodeMode::kReconstruct) {
+      res = (at::einsum("lhr,hdr->lhd", {z, A(L.k.up)}) + A(L.k.delta)) * A(L.gamma);
+      res = rope(index).Rotate(res.unsqueeze(0), at::arange(n, at::kLong)).squeeze(0);
+    }
+    at::Tensor sigma;  // [1, Hkv or 1, 1, L]
+    if (apply_sigma_) sigma = A(Read(L.sigma, n))[0].t().unsqueeze(0).unsqueeze(2);
+    const auto qg_all = A(Grouped(q));                        // [T, Hkv, g, dh]
+    const auto qr_all = A(Grouped(RotateAt(index, q, at)));  // P_t q̂ per row
+    const auto positions = at::arange(n, at::kLong);
+    // Chunks bound the scores [chunk, H, L] to 4M elements.
+    const int64_t chunk = std::max<int64_t>(
+        1, (int64_t{4} << 20) / std::max<int64_t>(1, config_.num_heads * n));
+    std::vector<at::Tensor> parts;
+    for (int64_t t0 = 0; t0 < rows; t0 += chunk) {
+      const int64_t m = std::min(chunk, rows - t0);
+      const auto qg = qg_all.narrow(0, t0, m), qr = qr_all.narrow(0, t0, m);
+      const auto q_shared =
+          split_ ? at::cat({qr * A(L.gbar).unsqueeze(1), qr * A(L.gdelta).unsqueeze(1)}, -1)
+                 : qr;
+      auto scores = at::einsum("thgd,ld->thgl", {q_shared, ks});
+      switch (mode_) {
+        case DecodeMode::kReconstruct:
+          scores = scores + at::einsum("thgd,lhd->thgl", {qr, res});
+          break;
+        case DecodeMode::kPlane: {
+          const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})
+                               .expand({m, -1, qr.size(2), -1});
+          scores = scores + at::einsum("thgr,lhr->thgl", {qr.gather(3, idx), z});
+          break;
+        }
+        case DecodeMode::kPartial: {
+          const auto qgam = qg * A(L.gamma).unsqueeze(1);
+          const auto w = at::einsum("thgd,hdr->thgr", {qgam, A(L.k.up)});
+          scores = scores + at::einsum("thgr,lhr->thgl", {w, z}) +
+                   at::einsum("thgd,hd->thg", {qgam, A(L.k.delta)}).unsqueeze(-1);
+          break;
+        }
+        case DecodeMode::kNaive: {
+          const auto w =
+              at::einsum("thgd,hdr->thgr", {qr * A(L.gamma).unsqueeze(1), A(L.k.up)});
+          scores = scores + at::einsum("thgr,lhr->thgl", {w, z});
+          break;
+        }
+        case DecodeMode::kExpanded:
+          break;
+      }
+      if (sigma.defined()) scores = scores * sigma;
+      const auto own = at::arange(at.pos + t0, at.pos + t0 + m, at::kLong).view({m, 1, 1, 1});
+      scores = scores.masked_fill(positions.view({1, 1, 1, n}) > own,
+                                  -std::numeric_limits<double>::infinity());
+      const auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
+      auto out = at::einsum("thgl,ld->thgd", {probs, vs});
+      const auto pooled = at::einsum("thgl,lhr->thgr", {probs, zv});
+      out = out + at::einsum("thgr,hdr->thgd", {pooled, A(L.v.up)}) + A(L.v.delta).unsqueeze(1);
+      parts.push_back(out);
+    }
+    return at::cat(parts, 0).reshape(q.sizes()).to(q.scalar_type());
   }
 
   // Plane mode through the fused CPU kernel (kernels/): the shared key and
