@@ -27,8 +27,9 @@ struct Daemon {
   int port = 0;
 };
 
-// Starts lrkvd and reads the port it prints.
-Daemon StartDaemon(const std::string& data_dir) {
+// Starts lrkvd (with `token_file` as --auth-token-file when set) and reads the port it
+// prints.
+Daemon StartDaemon(const std::string& data_dir, const std::string& token_file = "") {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
   Daemon d;
@@ -38,6 +39,10 @@ Daemon StartDaemon(const std::string& data_dir) {
     close(fds[0]);
     const std::string models = lrkv::testing::SharedPath("models");
     const std::string data = lrkv::testing::SharedPath("data");
+    if (!token_file.empty()) {
+      execl(LRKVD_BIN, "lrkvd", "--listen", "127.0.0.1:0", "--data-dir", data_dir.c_str(),
+            "--auth-token-file", token_file.c_str(), static_cast<char*>(nullptr));
+    }
     execl(LRKVD_BIN, "lrkvd", "--listen", "127.0.0.1:0", "--data-dir", data_dir.c_str(),
           "--allow-dir", models.c_str(), "--allow-dir", data.c_str(), "--allow-dir",
           data_dir.c_str(), static_cast<char*>(nullptr));
@@ -136,6 +141,35 @@ TEST(Recovery, KilledServerResumesItsJobs) {
   auto curve = (*store)->LossCurve(heal.id());
   ASSERT_TRUE(curve.ok());
   EXPECT_EQ(curve->size(), 60u);  // the completed attempt's curve
+}
+
+// A token file saved with CRLF line ends: lrkvd trims it, so the token the client sends
+// authenticates (it used to keep the CR, which no HTTP/2 header can carry).
+TEST(Daemon, ATokenFileWithCrlfStillAuthenticates) {
+  const auto dir = lrkv::testing::FreshTempDir("crlf_token");
+  const std::string token = "0123456789abcdef0123";
+  const std::string file = (dir / "token").string();
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fprintf(f, "%s\r\n", token.c_str());
+  std::fclose(f);
+  Daemon d = StartDaemon((dir / "data").string(), file);
+  ASSERT_GT(d.port, 0);
+  auto stub = Connect(d.port);
+  v1::ListJobsRequest req;
+  v1::ListJobsResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    const grpc::Status st = stub->ListJobs(&ctx, req, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    EXPECT_EQ(stub->ListJobs(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  kill(d.pid, SIGTERM);
+  waitpid(d.pid, nullptr, 0);
 }
 
 }  // namespace
