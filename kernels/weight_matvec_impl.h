@@ -165,14 +165,12 @@ void RunBf16(const WeightMatVecParams& p) {
     for (int64_t i = 0; i < p.cols; ++i) split[(2 * b + (i & 1)) * half + i / 2] = p.x[b * p.cols + i];
   }
   const bool parallel = p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
-  const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
   const auto* w = static_cast<const uint16_t*>(p.w);
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t o = blk * kRowBlock, n = std::min(kRowBlock, p.rows - o);
+  for (int64_t o = 0; o < p.rows; ++o) {
     for (int64_t b = 0; b < p.batch; ++b) {
-      const float *xe = &split[2 * b * half], *xo = &split[(2 * b + 1) * half];
-      for (int64_t j = o; j < o + n; ++j) p.y[b * p.rows + j] = Bf16Row(w + j * p.cols, p.cols, xe, xo);
+      p.y[b * p.rows + o] = Bf16Row(w + o * p.cols, p.cols, &split[2 * b * half],
+                                    &split[(2 * b + 1) * half]);
     }
   }
 }

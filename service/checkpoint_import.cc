@@ -177,6 +177,11 @@ absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
   return out;
 }
 
+absl::Status CheckBeneathAllowedRoots(const std::string& path,
+                                      const std::vector<std::string>& roots) {
+  return OpenChecked(path, roots).status();
+}
+
 absl::StatusOr<std::string> ImportTextInput(const std::string& path,
                                             const std::vector<std::string>& roots,
                                             const std::string& inputs_dir) {

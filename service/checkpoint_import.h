@@ -34,6 +34,11 @@ absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
                                                     const std::vector<std::string>& allowed_roots,
                                                     const std::string& staging_root);
 
+// OK when `path` opens beneath one of `allowed_roots` the way ImportCheckpoint opens it
+// (the same PermissionDenied / NotFound answers); nothing is staged.
+absl::Status CheckBeneathAllowedRoots(const std::string& path,
+                                      const std::vector<std::string>& allowed_roots);
+
 // A job's text input (calibration, evaluation, training text) the same way: opened once
 // beneath an allowed folder, staged by content as `inputs_dir`/<sha256>.txt, whose path
 // the job then reads. The same errors as ImportCheckpoint; InvalidArgument for what is

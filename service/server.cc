@@ -288,29 +288,6 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   }
 
  private:
-  // The canonical form of `path` (symlinks and .. resolved) when it exists
-  // inside an allowed folder.
-  absl::StatusOr<fs::path> CheckAllowed(const std::string& path) {
-    std::error_code ec;
-    const fs::path real = fs::weakly_canonical(path, ec);
-    // Where the path points is checked before whether it exists, so that the answer
-    // for an outside path (PERMISSION_DENIED) does not tell whether a file is there.
-    bool inside = false;
-    for (const auto& root : options_.allowed_dirs) {
-      const fs::path r = fs::weakly_canonical(root, ec);
-      const auto rel = real.lexically_relative(r);
-      // Inside: a relative path whose first component is not "..", so that a file
-      // named "..foo.gguf" in an allowed folder is inside.
-      inside = inside || (!rel.empty() && *rel.begin() != "..");
-    }
-    if (!inside) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          path, ": outside the allowed folders (start lrkvd with --allow-dir)"));
-    }
-    if (!fs::exists(real, ec)) return absl::NotFoundError(absl::StrCat(path, ": not found"));
-    return real;
-  }
-
   absl::Status Register(const std::string& path, v1::Checkpoint* out) {
     if (path.empty()) return Invalid("path is required");
     // Each file is opened once, beneath its allowed folder, and what was opened is
@@ -469,7 +446,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     ASSIGN_OR_RETURN(CheckpointRecord ckpt,
                      store_->GetCheckpoint(req.checkpoint_id()));
     ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
-    for (const auto& p : inputs) RETURN_IF_ERROR(CheckAllowed(p).status());
+    for (const auto& p : inputs) {
+      RETURN_IF_ERROR(CheckBeneathAllowedRoots(p, options_.allowed_dirs));
+    }
     // Text inputs are opened once now and staged by content (checkpoint_import.h): the
     // job reads those copies, never the client's paths again.
     const std::string inputs_dir = (fs::path(options_.data_dir) / "inputs").string();

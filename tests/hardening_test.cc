@@ -141,13 +141,7 @@ TEST_F(HardeningTest, CancelStopsARunningJobWithinTwoSecondsAndLeavesNothing) {
   ASSERT_EQ(running.state(), v1::RUNNING);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // well inside its loops
   const auto t0 = std::chrono::steady_clock::now();
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(job.id());
-    v1::Job out;
-    ASSERT_TRUE(stub_->CancelJob(&ctx, req, &out).ok());
-  }
+  ASSERT_TRUE(Cancel(job.id()).ok());
   const v1::Job done = WaitUntil(*stub_, job.id(), 10, [](const v1::Job& j) {
     return j.state() != v1::RUNNING && j.state() != v1::QUEUED;
   });
@@ -316,11 +310,7 @@ TEST_F(HardeningTest, SmallerDefects) {
   ASSERT_TRUE(ListJobs(*stub_, 0, 0, &listed).ok());
   EXPECT_EQ(listed.jobs_size(), 2);
   for (const std::string& id : {running.id(), waiting.id()}) {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(id);
-    v1::Job out;
-    EXPECT_TRUE(stub_->CancelJob(&ctx, req, &out).ok());
+    EXPECT_TRUE(Cancel(id).ok());
   }
   // An upload chunk at offset 2^63 - 5: INVALID_ARGUMENT, not an overflow's INTERNAL.
   {
@@ -498,11 +488,8 @@ TEST_F(HardeningTest, JobsReadTheRegisteredCopyNotWhatThePathBecameLater) {
                   .ok());
   const v1::Job done = WaitDone(job.id());
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
-  grpc::ClientContext ctx;
-  v1::GetReportRequest req;
-  req.set_job_id(job.id());
   v1::Report report;
-  ASSERT_TRUE(stub_->GetReport(&ctx, req, &report).ok());
+  ASSERT_TRUE(GetReport(job.id(), &report).ok());
   const auto json = nlohmann::json::parse(report.json());
   EXPECT_EQ(json["variant"], "lrkv r=2");  // the registered model, not the outside one
   EXPECT_EQ(json["checkpoint"].get<std::string>().find((dir_ / "data" / "checkpoints").string()),
@@ -540,20 +527,11 @@ TEST_F(HardeningTest, JobsReadTheTextInputsStagedAtSubmission) {
       << convert.params_json();
   fs::remove(text);
   fs::create_symlink(outside, text);
-  {
-    grpc::ClientContext ctx;
-    v1::CancelJobRequest req;
-    req.set_job_id(blocker.id());
-    v1::Job out;
-    ASSERT_TRUE(stub_->CancelJob(&ctx, req, &out).ok());
-  }
+  ASSERT_TRUE(Cancel(blocker.id()).ok());
   const v1::Job done = WaitDone(convert.id());
   EXPECT_EQ(done.state(), v1::SUCCEEDED) << done.error();
-  grpc::ClientContext ctx;
-  v1::GetReportRequest req;
-  req.set_job_id(convert.id());
   v1::Report report;
-  ASSERT_TRUE(stub_->GetReport(&ctx, req, &report).ok());
+  ASSERT_TRUE(GetReport(convert.id(), &report).ok());
   const auto json = nlohmann::json::parse(report.json());
   // Exactly the five stories' tokens (the outside file would give others, or fail).
   auto ckpt = Checkpoint::Open(lrkv::testing::StoriesModelPath());

@@ -160,6 +160,17 @@ double SummedNll(const at::Tensor& logp, const std::vector<int64_t>& ids) {
   return nll;
 }
 
+// llama.cpp's summed NLL of the first document within 1e-4 relative of `ours`, and the
+// same 4 greedy tokens after `doc`.
+void ExpectLlamaCppAgrees(const char* label, const Transformer& model,
+                          const std::vector<int32_t>& doc, double ours, const json& ref) {
+  const double reference = ref["nll"][0].get<double>();
+  std::printf("%s: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n", label,
+              doc.size() - 1, ours, reference, std::abs(ours - reference) / reference);
+  EXPECT_LT(std::abs(ours - reference) / reference, 1e-4);
+  EXPECT_EQ(model.GenerateGreedy(doc, 4, false), ref["greedy"].get<std::vector<int32_t>>());
+}
+
 class LlamaCppReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(LlamaCppReference, SamePerplexityAndGreedyTokensAsLlamaCpp) {
@@ -301,13 +312,7 @@ TEST(LlamaCppReferenceBpe, Qwen3TokenizerAndModelSurviveTheGgufExport) {
   at::NoGradGuard no_grad;
   const std::vector<int64_t> ids(doc.begin(), doc.end());
   const at::Tensor logp = LogProbs(**model, ids);
-  const double ours = SummedNll(logp, ids);
-  const double reference = (*ref)["nll"][0].get<double>();
-  std::printf("qwen3-tokenizer GGUF: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n",
-              ids.size() - 1, ours, reference, std::abs(ours - reference) / reference);
-  EXPECT_LT(std::abs(ours - reference) / reference, 1e-4);
-  EXPECT_EQ((*model)->GenerateGreedy(doc, 4, false),
-            (*ref)["greedy"].get<std::vector<int32_t>>());
+  ExpectLlamaCppAgrees("qwen3-tokenizer GGUF", **model, doc, SummedNll(logp, ids), *ref);
   // lrkv reads its own export back: the qwen3 architecture keys, the half-split layout,
   // tied embeddings and the gpt2 vocabulary give the same model and the same ids.
   auto back = LanguageModel::Load(gguf);
@@ -364,11 +369,7 @@ TEST(LlamaCppReferenceBpe, Llama3ScaledRopeSurvivesTheGgufExport) {
   const at::Tensor logp = LogProbs(**model, ids);
   const double ours = SummedNll(logp, ids);
   const double reference = (*ref)["nll"][0].get<double>();
-  std::printf("llama3-scaled GGUF: NLL over %zu tokens lrkv %.6f llama.cpp %.6f (rel %.2e)\n",
-              ids.size() - 1, ours, reference, std::abs(ours - reference) / reference);
-  EXPECT_LT(std::abs(ours - reference) / reference, 1e-4);
-  EXPECT_EQ((*model)->GenerateGreedy(doc, 4, false),
-            (*ref)["greedy"].get<std::vector<int32_t>>());
+  ExpectLlamaCppAgrees("llama3-scaled GGUF", **model, doc, ours, *ref);
   // Without the scaling the model is measurably another one, so the check has teeth.
   ModelConfig unscaled = c;
   unscaled.rope_scaling = RopeScaling();

@@ -68,6 +68,21 @@ class ServiceTest : public ::testing::Test {
     return job;
   }
 
+  grpc::Status GetReport(const std::string& job_id, v1::Report* out) {
+    grpc::ClientContext ctx;
+    v1::GetReportRequest req;
+    req.set_job_id(job_id);
+    return stub_->GetReport(&ctx, req, out);
+  }
+
+  grpc::Status Cancel(const std::string& job_id) {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(job_id);
+    v1::Job out;
+    return stub_->CancelJob(&ctx, req, &out);
+  }
+
   grpc::Status Register(const std::string& path, v1::Checkpoint* out) {
     grpc::ClientContext ctx;
     v1::RegisterCheckpointRequest req;

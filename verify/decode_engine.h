@@ -18,6 +18,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -148,6 +149,18 @@ class DecodeEngine {
   at::Tensor RotateAt(int64_t layer, const at::Tensor& x, int64_t pos) const;
   // Rotates x [R, n, d_h] whose rows sit at `at`.
   at::Tensor RotateAt(int64_t layer, const at::Tensor& x, const RowPositions& at) const;
+  // Rows of a prefill attended at once over `n` positions: the scores [rows, H, n]
+  // stay within 4M elements (16 MiB of fp32, below glibc's mmap threshold, so their
+  // blocks are reused rather than mapped and faulted in afresh).
+  int64_t PrefillRowChunk(int64_t n) const {
+    return std::max<int64_t>(1, (int64_t{4} << 20) / std::max<int64_t>(1, config_.num_heads * n));
+  }
+  // True at [i, l] where position l lies after row i's position pos + i (causal mask of
+  // `rows` consecutive rows over `n` positions).
+  static at::Tensor FuturePositions(int64_t pos, int64_t rows, int64_t n) {
+    return at::arange(n, at::kLong).unsqueeze(0) >
+           at::arange(pos, pos + rows, at::kLong).unsqueeze(1);
+  }
   // Rope::RotatePairs of z [R, n, r] whose rows sit at `at`.
   at::Tensor RotatePairsAt(int64_t layer, const at::Tensor& z, const at::Tensor& planes,
                            const RowPositions& at) const;

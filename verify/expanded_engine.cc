@@ -80,18 +80,14 @@ class ExpandedEngine : public DecodeEngine {
     const int64_t rows = q.size(0), n = at.pos + rows, dh = config_.head_dim;
     const auto qr = Grouped(RotateAt(layer, q, at));               // [T, Hkv, g, dh]
     const auto k = Read(k_[layer], n)[0], v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
-    const auto positions = at::arange(n, at::kLong);
-    // Chunks bound the scores [Hkv, g, chunk, L] to 16 MiB of fp32 (below glibc's mmap
-    // threshold, so the blocks are reused, not mapped and faulted in afresh).
-    const int64_t chunk = std::max<int64_t>(
-        1, (int64_t{4} << 20) / std::max<int64_t>(1, config_.num_heads * n));
+    const int64_t chunk = PrefillRowChunk(n);
     std::vector<at::Tensor> parts;
     for (int64_t t0 = 0; t0 < rows; t0 += chunk) {
       const int64_t m = std::min(chunk, rows - t0);
       auto scores = at::einsum("thgd,lhd->hgtl", {qr.narrow(0, t0, m), k}) /
                     std::sqrt(static_cast<double>(dh));
-      const auto own = at::arange(at.pos + t0, at.pos + t0 + m, at::kLong).unsqueeze(1);
-      scores.masked_fill_(positions.unsqueeze(0) > own, -std::numeric_limits<double>::infinity());
+      scores.masked_fill_(FuturePositions(at.pos + t0, m, n),  // [m, L] against [.., m, L]
+                          -std::numeric_limits<double>::infinity());
       const auto probs = at::softmax(scores, -1);
       parts.push_back(at::einsum("hgtl,lhd->thgd", {probs, v}));
     }

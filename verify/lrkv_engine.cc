@@ -310,10 +310,7 @@ class LrkvEngine : public DecodeEngine {
     if (apply_sigma_) sigma = A(Read(L.sigma, n))[0].t().unsqueeze(0).unsqueeze(2);
     const auto qg_all = A(Grouped(q));                        // [T, Hkv, g, dh]
     const auto qr_all = A(Grouped(RotateAt(index, q, at)));  // P_t q̂ per row
-    const auto positions = at::arange(n, at::kLong);
-    // Chunks bound the scores [chunk, H, L] to 4M elements.
-    const int64_t chunk = std::max<int64_t>(
-        1, (int64_t{4} << 20) / std::max<int64_t>(1, config_.num_heads * n));
+    const int64_t chunk = PrefillRowChunk(n);
     std::vector<at::Tensor> parts;
     for (int64_t t0 = 0; t0 < rows; t0 += chunk) {
       const int64_t m = std::min(chunk, rows - t0);
@@ -349,8 +346,7 @@ class LrkvEngine : public DecodeEngine {
           break;
       }
       if (sigma.defined()) scores = scores * sigma;
-      const auto own = at::arange(at.pos + t0, at.pos + t0 + m, at::kLong).view({m, 1, 1, 1});
-      scores = scores.masked_fill(positions.view({1, 1, 1, n}) > own,
+      scores = scores.masked_fill(FuturePositions(at.pos + t0, m, n).view({m, 1, 1, n}),
                                   -std::numeric_limits<double>::infinity());
       const auto probs = at::softmax(scores / std::sqrt(static_cast<double>(dh)), -1);
       auto out = at::einsum("thgl,ld->thgd", {probs, vs});
