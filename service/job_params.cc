@@ -370,15 +370,15 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
   return o;
 }
 
-absl::StatusOr<std::string> ReplaceTextInputs(
-    const std::string& text,
+absl::StatusOr<std::string> ReplaceInputPaths(
+    const std::string& text, const std::vector<std::string>& keys,
     const std::function<absl::StatusOr<std::string>(const std::string&)>& replace) {
   ASSIGN_OR_RETURN(json j, ParseStrict(text));
   if (!j.is_object()) return text;  // the kind's own parser says what is wrong
   absl::Status status;
   std::function<void(json&)> walk = [&](json& o) {
     if (!o.is_object() || !status.ok()) return;
-    for (const char* key : {"calib", "eval", "text", "data"}) {
+    for (const std::string& key : keys) {
       auto it = o.find(key);
       if (it == o.end() || !it->is_string() || it->get<std::string>().empty()) continue;
       auto replaced = replace(it->get<std::string>());
@@ -393,26 +393,6 @@ absl::StatusOr<std::string> ReplaceTextInputs(
   walk(j);
   RETURN_IF_ERROR(status);
   return text.empty() ? text : j.dump();
-}
-
-absl::StatusOr<std::vector<std::string>> JobInputPaths(
-    const std::string& text) {
-  ASSIGN_OR_RETURN(json j, ParseStrict(text));
-  std::vector<std::string> paths;
-  std::function<void(const json&)> collect = [&](const json& o) {
-    if (!o.is_object()) return;
-    for (const char* key : {"calib", "eval", "text", "data", "source"}) {
-      auto it = o.find(key);
-      if (it != o.end() && it->is_string() && !it->get<std::string>().empty()) {
-        paths.push_back(it->get<std::string>());
-      }
-    }
-    for (const auto& [k, v] : o.items()) {
-      if (v.is_object()) collect(v);
-    }
-  };
-  collect(j);
-  return paths;
 }
 
 }  // namespace lrkv::service

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/decode_bench.h"
@@ -48,14 +49,15 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
     const std::string& json, const std::string& checkpoint,
     const std::string& work_dir);
 
-// Server-side files a job reads (calib, eval, text, data), to check against the
-// allowed folders.
-absl::StatusOr<std::vector<std::string>> JobInputPaths(const std::string& json);
+// The parameters naming text files a job reads (calibration, evaluation, training text).
+inline const std::vector<std::string> kTextInputKeys = {"calib", "eval", "text", "data"};
+// The parameters naming a checkpoint a job reads besides its own (verify's source).
+inline const std::vector<std::string> kCheckpointInputKeys = {"source"};
 
-// params_json with every text-input path (calib, eval, text, data, at any depth)
-// replaced by replace(path); the first error replace returns.
-absl::StatusOr<std::string> ReplaceTextInputs(
-    const std::string& json,
+// params_json with the string value of each of `keys` (at any depth) replaced by
+// replace(value); the first error replace returns.
+absl::StatusOr<std::string> ReplaceInputPaths(
+    const std::string& json, const std::vector<std::string>& keys,
     const std::function<absl::StatusOr<std::string>(const std::string&)>& replace);
 
 }  // namespace lrkv::service

@@ -21,6 +21,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "model/checkpoint.h"
@@ -445,20 +446,40 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     }
     ASSIGN_OR_RETURN(CheckpointRecord ckpt,
                      store_->GetCheckpoint(req.checkpoint_id()));
-    ASSIGN_OR_RETURN(auto inputs, JobInputPaths(req.params_json()));
-    for (const auto& p : inputs) {
-      RETURN_IF_ERROR(CheckBeneathAllowedRoots(p, options_.allowed_dirs));
-    }
-    // Text inputs are opened once now and staged by content (checkpoint_import.h): the
-    // job reads those copies, never the client's paths again.
+    // Inputs are opened once now and staged by content (checkpoint_import.h): the job
+    // reads those copies, never the client's paths again. Text files become
+    // inputs/<sha256>.txt; a checkpoint named by path (verify's source) is registered, as
+    // RegisterCheckpoint would, and one named by id is that checkpoint.
     const std::string inputs_dir = (fs::path(options_.data_dir) / "inputs").string();
-    ASSIGN_OR_RETURN(const std::string params,
-                     ReplaceTextInputs(req.params_json(), [&](const std::string& path) {
-                       return ImportTextInput(path, options_.allowed_dirs, inputs_dir);
-                     }));
+    ASSIGN_OR_RETURN(std::string params,
+                     ReplaceInputPaths(req.params_json(), kTextInputKeys,
+                                       [&](const std::string& path) {
+                                         return ImportTextInput(path, options_.allowed_dirs,
+                                                                inputs_dir);
+                                       }));
+    ASSIGN_OR_RETURN(params, ReplaceInputPaths(params, kCheckpointInputKeys,
+                                               [&](const std::string& name) {
+                                                 return StagedCheckpointPath(name);
+                                               }));
     v1::SubmitJobRequest staged_req = req;
     staged_req.set_params_json(params);
     return SubmitStaged(staged_req, ckpt, kind, out);
+  }
+
+  // The stored copy a job reads for `name`: a registered checkpoint's id, or a path,
+  // registered now.
+  absl::StatusOr<std::string> StagedCheckpointPath(const std::string& name) {
+    if (!absl::StartsWith(name, "/")) {
+      auto rec = store_->GetCheckpoint(name);
+      if (rec.ok()) return rec->path;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "params_json: 'source' ", Shown(name),
+          " is neither a registered checkpoint id nor an absolute server path"));
+    }
+    v1::Checkpoint registered;
+    RETURN_IF_ERROR(Register(name, &registered));
+    ASSIGN_OR_RETURN(CheckpointRecord rec, store_->GetCheckpoint(registered.id()));
+    return rec.path;
   }
 
   absl::Status SubmitStaged(const v1::SubmitJobRequest& req, const CheckpointRecord& ckpt,

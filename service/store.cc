@@ -8,13 +8,12 @@
 #include "model/status_macros.h"
 
 namespace lrkv::service {
-namespace {
 
-// An id as error messages echo it: at most 64 characters (a 100 kB id in a NOT_FOUND
-// message made the reply too big to send).
 std::string Shown(const std::string& id) {
   return id.size() <= 64 ? id : absl::StrCat(id.substr(0, 64), "... (", id.size(), " bytes)");
 }
+
+namespace {
 
 constexpr const char* kStateNames[] = {"queued", "running", "succeeded",
                                        "failed", "cancelled"};

@@ -17,6 +17,10 @@
 
 namespace lrkv::service {
 
+// An id as error messages echo it: at most 64 characters (a 100 kB id in a NOT_FOUND
+// message made the reply too big to send).
+std::string Shown(const std::string& id);
+
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
 const char* JobStateName(JobState s);
 absl::StatusOr<JobState> ParseJobState(const std::string& name);

@@ -541,5 +541,100 @@ TEST_F(HardeningTest, JobsReadTheTextInputsStagedAtSubmission) {
   EXPECT_EQ(json["eval_tokens"].get<int64_t>(), tokens);
 }
 
+// A verify's `source` named by path is registered at submission (staged by content, as
+// RegisterCheckpoint stages it): the job reads that copy even when the path is replaced
+// by a symlink to an outside file before it runs. Named by id it is that checkpoint;
+// neither an id nor an absolute path is INVALID_ARGUMENT; a path outside the allowed
+// folders is PERMISSION_DENIED at submission.
+TEST_F(HardeningTest, AVerifySourceIsStagedAtSubmission) {
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  const fs::path src = dir_ / "data" / "src.gguf";
+  fs::copy_file(lrkv::testing::StoriesModelPath(), src);
+  const fs::path outside = dir_ / "outside.gguf";
+  {
+    std::ofstream out(outside);
+    out << "not a model";
+  }
+  v1::Job blocker, verify;
+  ASSERT_TRUE(Submit(v1::VERIFY, source.id(),
+                     R"({"prompt_tokens": 200, "decode_tokens": 400, "dtype": "both"})", &blocker)
+                  .ok());
+  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(),
+                     absl::StrCat(R"({"prompt_tokens": 8, "decode_tokens": 4, "source": ")",
+                                  src.string(), R"("})"),
+                     &verify)
+                  .ok());
+  EXPECT_NE(verify.params_json().find((dir_ / "data" / "checkpoints" / source.id()).string()),
+            std::string::npos)
+      << verify.params_json();  // the same content as the registered source: its entry
+  fs::remove(src);
+  fs::create_symlink(outside, src);
+  ASSERT_TRUE(Cancel(blocker.id()).ok());
+  const v1::Job done = WaitDone(verify.id());
+  ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
+  v1::Report report;
+  ASSERT_TRUE(GetReport(verify.id(), &report).ok());
+  const auto json = nlohmann::json::parse(report.json());
+  EXPECT_TRUE(json["head_diversity"].contains("source_centred"));  // the source was read
+  EXPECT_EQ(json["source"].get<std::string>().find((dir_ / "data" / "checkpoints").string()),
+            0u);
+
+  v1::Job by_id;
+  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(),
+                     absl::StrCat(R"({"prompt_tokens": 8, "decode_tokens": 4, "source": ")",
+                                  source.id(), R"("})"),
+                     &by_id)
+                  .ok());
+  EXPECT_NE(by_id.params_json().find((dir_ / "data" / "checkpoints").string()),
+            std::string::npos);
+  EXPECT_EQ(WaitDone(by_id.id()).state(), v1::SUCCEEDED);
+  v1::Job refused;
+  grpc::Status st = Submit(v1::VERIFY, converted.id(), R"({"source": "no-such-id"})", &refused);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("'source'"));
+  st = Submit(v1::VERIFY, converted.id(),
+              absl::StrCat(R"({"source": ")", outside.string(), R"("})"), &refused);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+}
+
+// The same malformed file given both ways in — registered (a folder with its config, or
+// the .gguf) and uploaded — gets the same code and names the same problem (they used
+// to differ: the two paths validated differently).
+TEST_F(HardeningTest, RegisterAndUploadRefuseAMalformedFileAlike) {
+  const std::string config = R"({"model_type": "llama", "hidden_size": 64,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 5,
+      "intermediate_size": 172, "vocab_size": 512, "max_position_embeddings": 512})";
+  std::ifstream manifest(lrkv::testing::FixturePath("malformed/MANIFEST.tsv"));
+  std::string line;
+  int compared = 0;
+  while (std::getline(manifest, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string file = line.substr(0, line.find('\t'));
+    const std::string phrase = line.substr(line.find('\t') + 1);
+    SCOPED_TRACE(file);
+    const fs::path original = lrkv::testing::FixturePath("malformed/" + file);
+    const bool gguf = original.extension() == ".gguf";
+    fs::path registered = dir_ / "data" / ("reg_" + std::to_string(compared));
+    fs::create_directories(registered);
+    if (gguf) {
+      registered /= file;
+      fs::copy_file(original, registered);
+    } else {
+      fs::copy_file(original, registered / "model.safetensors");
+      std::ofstream(registered / "config.json") << config;
+    }
+    v1::Checkpoint ck;
+    const grpc::Status reg = Register(registered.string(), &ck);
+    const grpc::Status up = Upload(original.string(), &ck, gguf ? "" : config);
+    EXPECT_EQ(reg.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << reg.error_message();
+    EXPECT_EQ(up.error_code(), reg.error_code()) << up.error_message();
+    EXPECT_THAT(reg.error_message(), HasSubstr(phrase));
+    EXPECT_THAT(up.error_message(), HasSubstr(phrase));
+    ++compared;
+  }
+  EXPECT_GE(compared, 15);
+}
+
 }  // namespace
 }  // namespace lrkv::service

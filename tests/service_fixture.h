@@ -90,8 +90,10 @@ class ServiceTest : public ::testing::Test {
     return stub_->RegisterCheckpoint(&ctx, req, out);
   }
 
-  // Uploads a file in 1 MiB chunks (header, chunks, sha256 trailer).
-  grpc::Status Upload(const std::string& path, v1::Checkpoint* out) {
+  // Uploads a file in 1 MiB chunks (header, chunks, sha256 trailer), with `config_json`
+  // for a safetensors file.
+  grpc::Status Upload(const std::string& path, v1::Checkpoint* out,
+                      const std::string& config_json = "") {
     std::ifstream in(path, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
@@ -99,9 +101,10 @@ class ServiceTest : public ::testing::Test {
     grpc::ClientContext ctx;
     auto writer = stub_->UploadCheckpoint(&ctx, out);
     v1::UploadCheckpointRequest msg;
-    msg.mutable_header()->set_upload_id("test-upload");
+    msg.mutable_header()->set_upload_id("test-upload-" + Sha256OfBytes(path).substr(0, 16));
     msg.mutable_header()->set_file_name(std::filesystem::path(path).filename().string());
     msg.mutable_header()->set_total_bytes(static_cast<int64_t>(data.size()));
+    msg.mutable_header()->set_config_json(config_json);
     writer->Write(msg);
     for (size_t off = 0; off < data.size(); off += 1 << 20) {
       v1::UploadCheckpointRequest c;

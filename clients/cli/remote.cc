@@ -22,8 +22,9 @@ const std::set<std::string> kNotParams = {
     "server", "token-file", "tls-ca", "detach", "local", "checkpoint",
     "out",    "json",       "junit",  "html",   "help"};
 // Parameters naming files the server reads: sent as absolute paths.
-const std::set<std::string> kPathParams = {"calib", "eval", "text", "data",
-                                           "source"};
+const std::set<std::string> kPathParams = {"calib", "eval", "text", "data"};
+// Parameters naming another checkpoint: sent as its server id (registered or uploaded).
+const std::set<std::string> kCheckpointParams = {"teacher", "source"};
 
 nlohmann::json Value(const std::string& s) {
   int64_t i;
@@ -80,7 +81,7 @@ bool RemoteJob::Requested() const {
 
 int RemoteJob::Run() const {
   auto stub = Connect(conn_);
-  // The checkpoint (and a heal teacher) become server checkpoint ids.
+  // The checkpoint (and a heal teacher, a verify source) become server checkpoint ids.
   CLI::Option* ckpt_opt = Find(cmd_, "checkpoint");
   if (ckpt_opt == nullptr || ckpt_opt->count() == 0) {
     std::cerr << "lrkv: error: --checkpoint is required to run " << spec_.kind
@@ -103,11 +104,11 @@ int RemoteJob::Run() const {
     const std::vector<std::string>& results = o->results();
     if (o->get_expected_min() == 0) {  // a flag
       params[key] = true;
-    } else if (name == "teacher") {
-      v1::Checkpoint teacher;
-      st = EnsureCheckpoint(conn_, *stub, results[0], &teacher);
+    } else if (kCheckpointParams.count(name)) {
+      v1::Checkpoint other;
+      st = EnsureCheckpoint(conn_, *stub, results[0], &other);
       if (!st.ok()) return RpcError(st);
-      params[key] = teacher.id();
+      params[key] = other.id();
     } else if (kPathParams.count(name)) {
       params[key] = fs::absolute(results[0], ec).lexically_normal().string();
     } else if (spec_.lists.count(name)) {
