@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -162,6 +163,13 @@ void JobRunner::Work() {
                          : result.ok() ? "succeeded"
                                        : "failed: ",
                          result.ok() ? "" : std::string(result.message())));
+    const JobState final_state = cancelled     ? JobState::kCancelled
+                                 : result.ok() ? JobState::kSucceeded
+                                               : JobState::kFailed;
+    // A cancelled or failed job leaves no partial artifacts or result rows (its log and
+    // events stay). Removed first: on a full disk that is what makes room for the rows
+    // below.
+    if (final_state != JobState::kSucceeded) DiscardResults(id);
     JobEvent end;
     end.at = Now();
     end.stage = job->kind;
@@ -170,15 +178,19 @@ void JobRunner::Work() {
                   : result.ok() ? "done"
                                 : std::string(result.message());
     (void)store_->AppendEvent(id, end);
-    const JobState final_state = cancelled     ? JobState::kCancelled
-                                 : result.ok() ? JobState::kSucceeded
-                                               : JobState::kFailed;
-    // A cancelled or failed job leaves no partial artifacts or result rows (its log and
-    // events stay).
-    if (final_state != JobState::kSucceeded) DiscardResults(id);
-    (void)store_->TransitionJob(
-        id, final_state, Now(),
-        result.ok() ? "" : std::string(result.message()));
+    // Were the disk still too full for the event, the job must still not stay
+    // "running": a few tries, since other writers may free space.
+    absl::Status ended;
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      ended = store_->TransitionJob(id, final_state, Now(),
+                                    result.ok() ? "" : std::string(result.message()));
+      if (!absl::IsResourceExhausted(ended)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+    }
+    if (!ended.ok()) {
+      Log(id, absl::StrCat("could not store the final state (the next start re-runs the "
+                           "job): ", ended.message()));
+    }
   }
 }
 

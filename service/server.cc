@@ -340,8 +340,20 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     std::string sha;
     while (reader->Read(&msg)) {
       if (msg.has_chunk()) {
-        RETURN_IF_ERROR(uploads_->Write(h.upload_id, msg.chunk().offset(),
-                                        msg.chunk().data()));
+        if (absl::Status st = uploads_->Write(h.upload_id, msg.chunk().offset(),
+                                              msg.chunk().data());
+            !st.ok()) {
+          // A full disk: the partial upload would keep it full for every other client
+          // and job, so its bytes go (the client starts again once there is room).
+          if (absl::IsResourceExhausted(st)) {
+            uploads_->Discard(h.upload_id);
+            return absl::ResourceExhaustedError(
+                absl::StrCat(st.message(), "; upload '", h.upload_id,
+                             "' was discarded to free its space: send it again once the "
+                             "server has room"));
+          }
+          return st;
+        }
       } else if (msg.has_trailer()) {
         sha = msg.trailer().sha256();
         break;

@@ -35,7 +35,11 @@ absl::Status Database::Error(const std::string& what) const {
   // A full disk (or a database at its size limit) is the server's resources running
   // out, which a client may retry later: not an internal error.
   const int code = sqlite3_extended_errcode(db_) & 0xff;
-  if (code == SQLITE_FULL) return absl::ResourceExhaustedError(msg);
+  if (code == SQLITE_FULL) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the database could not be written (", msg,
+        "): free space on the data folder's file system and retry"));
+  }
   return absl::InternalError(msg);
 }
 

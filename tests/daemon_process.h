@@ -1,0 +1,103 @@
+// lrkvd as a child process for the tests that kill it, restart it or run it on a
+// file system of their own: start (reading the port it prints), connect, wait.
+#ifndef LRKV_TESTS_DAEMON_PROCESS_H_
+#define LRKV_TESTS_DAEMON_PROCESS_H_
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "gtest/gtest.h"
+#include "lrkv/v1/lrkv.grpc.pb.h"
+#include "tests/service_fixture.h"
+#include "tests/test_paths.h"
+
+namespace lrkv::service {
+
+struct Daemon {
+  pid_t pid = -1;
+  int port = 0;  // 0: it never said it was listening
+};
+
+// lrkvd's command line on `data_dir` on any free loopback port: with `token_file` as
+// --auth-token-file when set, else reading the shared models and data and `data_dir`.
+inline std::vector<std::string> LrkvdArgs(const std::string& data_dir,
+                                          const std::string& token_file = "") {
+  std::vector<std::string> a = {LRKVD_BIN, "--listen", "127.0.0.1:0", "--data-dir", data_dir};
+  if (!token_file.empty()) {
+    a.insert(a.end(), {"--auth-token-file", token_file});
+  } else {
+    a.insert(a.end(), {"--allow-dir", lrkv::testing::SharedPath("models"), "--allow-dir",
+                       lrkv::testing::SharedPath("data"), "--allow-dir", data_dir});
+  }
+  return a;
+}
+
+// Runs `argv` (lrkvd, or a wrapper that execs it) and reads the port lrkvd prints.
+inline Daemon StartDaemon(const std::vector<std::string>& argv) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  Daemon d;
+  d.pid = fork();
+  if (d.pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    std::vector<char*> args;
+    for (const auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE* out = fdopen(fds[0], "r");
+  char line[256] = {};
+  if (std::fgets(line, sizeof line, out) != nullptr) {
+    std::sscanf(line, "lrkvd listening on port %d", &d.port);
+  }
+  std::fclose(out);
+  return d;
+}
+
+inline Daemon StartDaemon(const std::string& data_dir, const std::string& token_file = "") {
+  return StartDaemon(LrkvdArgs(data_dir, token_file));
+}
+
+// Sends `sig` and reaps the process.
+inline void StopDaemon(const Daemon& d, int sig = SIGTERM) {
+  kill(d.pid, sig);
+  waitpid(d.pid, nullptr, 0);
+}
+
+inline std::unique_ptr<v1::Lrkv::Stub> Connect(int port) {
+  return v1::Lrkv::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                               grpc::InsecureChannelCredentials()));
+}
+
+// Polls GetJob every 20 ms until `done` holds (at most two minutes).
+inline v1::Job WaitFor(v1::Lrkv::Stub& stub, const std::string& id,
+                       bool (*done)(const v1::Job&)) {
+  v1::Job job;
+  for (int i = 0; i < 6000; ++i) {
+    job = GetJob(stub, id);
+    if (done(job)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return job;
+}
+
+inline bool Ended(const v1::Job& j) {
+  return j.state() != v1::QUEUED && j.state() != v1::RUNNING;
+}
+
+}  // namespace lrkv::service
+
+#endif  // LRKV_TESTS_DAEMON_PROCESS_H_
