@@ -5,9 +5,11 @@
 #   clients/ci_verify.sh CHECKPOINT [JUNIT_FILE] [PARAMS_JSON]
 # Needs build/bin/lrkv and build/bin/lrkvd.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 checkpoint=$(realpath "$1")
-junit="${2:-lrkv-verify.xml}"
+# Paths are the caller's (the default JUnit lands in the caller's folder, not in this
+# repository).
+junit=$(realpath -m "${2:-lrkv-verify.xml}")
+cd "$(dirname "$0")/.."
 default_params='{"rope_modes": ["all"], "dtype": "both"}'
 params="${3:-$default_params}"
 source clients/lrkvd_local.sh

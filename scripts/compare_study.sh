@@ -26,7 +26,7 @@ stories_text="$SHARED/data/tinystories-valid-excerpt.txt"
 ./build/bin/lrkv compare --checkpoint "$SHARED/models/stories260K.gguf" --label stories260K \
   --calib "$stories_text" --calib-range 0:0.5 --data "$stories_text" --data-range 0:0.8 \
   --eval "$stories_text" --eval-range 0.8:1 "${common[@]}" \
-  --json "$out/stories260K.json" --html "$out/stories260K.html" | tee "$out/stories260K.txt"
+  --json-out "$out/stories260K.json" --html "$out/stories260K.html" | tee "$out/stories260K.txt"
 
 kjv=build/models/kjv-d64
 if [ -f "$kjv/model.safetensors" ]; then
@@ -53,7 +53,7 @@ PY
   ./build/bin/lrkv compare --checkpoint "$kjv" --label kjv-d64 \
     --calib "$kjv.txt" --calib-range 0:0.95 --data "$kjv.txt" --data-range 0:0.95 \
     --eval "$kjv.heldout.txt" "${common[@]}" \
-    --json "$out/kjv-d64.json" --html "$out/kjv-d64.html" | tee "$out/kjv-d64.txt"
+    --json-out "$out/kjv-d64.json" --html "$out/kjv-d64.html" | tee "$out/kjv-d64.txt"
 else
   echo "note: $kjv not found; train it with scripts/train_kjv.sh to add the second model"
 fi

@@ -17,10 +17,6 @@ nlohmann::json ProjectionJson(const ProjectionReport& p) {
   return j;
 }
 
-double MaxOf(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
-}
-
 }  // namespace
 
 nlohmann::json ConversionReport::ToJson() const {
@@ -54,6 +50,9 @@ nlohmann::json ConversionReport::ToJson() const {
       {"calibration_tokens", calibration_tokens},
       {"damping", damping},
       {"wall_seconds", wall_seconds},
+      {"calibration_seconds", calibration_seconds},
+      {"evaluation_seconds", evaluation_seconds},
+      {"total_seconds", total_seconds},
       {"threads", threads},
       {"layers", layers_json},
   };
@@ -63,27 +62,45 @@ nlohmann::json ConversionReport::ToJson() const {
   return j;
 }
 
-std::string ConversionReport::ToTable() const {
+std::string ConversionReport::ToTable() const { return ConversionTableFromJson(ToJson()); }
+
+std::string ConversionTableFromJson(const nlohmann::json& j) {
+  auto num = [&](const char* key) { return j.value(key, 0.0); };
+  auto str = [&](const char* key) { return j.value(key, std::string()); };
+  auto max_of = [](const nlohmann::json& v) {
+    double m = 0;
+    for (const auto& x : v) m = std::max(m, x.get<double>());
+    return m;
+  };
   std::string out = absl::StrFormat(
       "conversion   %s -> %s (%s metric, RoPE %s)\n"
       "cache        %d elements/token/layer: %.2f%% of the source cache, %.2f%% of MHA\n"
       "K/V params   %d per layer: %.2f%% of the source\n"
-      "calibration  %d tokens\n"
-      "wall time    %.2f s\n",
-      source, target.ToString(), metric, rope_mode, footprint.elements_per_token_layer,
-      100 * footprint.ratio_to_source, 100 * footprint.ratio_to_mha,
-      footprint.kv_params_per_layer, 100 * footprint.param_ratio_to_source,
-      calibration_tokens, wall_seconds);
-  if (perplexity_before && perplexity_after) {
+      "calibration  %d tokens\n",
+      str("source"), str("config"), str("metric"), str("rope_mode"),
+      j.value("cache_elements_per_token_layer", int64_t{0}),
+      100 * num("cache_ratio_to_source"), 100 * num("cache_ratio_to_mha"),
+      j.value("kv_params_per_layer", int64_t{0}), 100 * num("kv_param_ratio_to_source"),
+      j.value("calibration_tokens", int64_t{0}));
+  absl::StrAppendFormat(&out,
+                        "time         %.2f s in all (opening, calibration %.2f s, "
+                        "decomposition %.2f s, evaluation %.2f s, writing)\n",
+                        num("total_seconds"), num("calibration_seconds"),
+                        num("wall_seconds"), num("evaluation_seconds"));
+  if (j.contains("perplexity_before") && j.contains("perplexity_after")) {
     absl::StrAppendFormat(&out, "perplexity   %.4f -> %.4f (%d tokens)\n",
-                          *perplexity_before, *perplexity_after, eval_tokens);
+                          num("perplexity_before"), num("perplexity_after"),
+                          j.value("eval_tokens", int64_t{0}));
   }
   absl::StrAppend(&out, "\nlayer  K rel.err  K worst head  K iters   V rel.err  V worst head\n");
-  for (const auto& l : layers) {
-    absl::StrAppendFormat(&out, "%5d  %9.5f  %12.5f  %7d   %9.5f  %12.5f\n", l.layer,
-                          l.k.rel_error, MaxOf(l.k.head_rel_error),
-                          static_cast<int>(std::max<size_t>(l.k.objective.size(), 1) - 1),
-                          l.v.rel_error, MaxOf(l.v.head_rel_error));
+  for (const auto& l : j.value("layers", nlohmann::json::array())) {
+    const nlohmann::json& k = l["k"];
+    const nlohmann::json& v = l["v"];
+    absl::StrAppendFormat(&out, "%5d  %9.5f  %12.5f  %7d   %9.5f  %12.5f\n",
+                          l.value("layer", int64_t{0}), k.value("rel_error", 0.0),
+                          max_of(k["head_rel_error"]),
+                          static_cast<int>(std::max<size_t>(k["objective"].size(), 1) - 1),
+                          v.value("rel_error", 0.0), max_of(v["head_rel_error"]));
   }
   return out;
 }

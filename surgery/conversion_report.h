@@ -42,6 +42,11 @@ struct ConversionReport {
   int64_t calibration_tokens = 0;
   double damping = 0;
   double wall_seconds = 0;          // the decomposition itself
+  double calibration_seconds = 0;   // collecting activation statistics
+  double evaluation_seconds = 0;    // perplexity before and after
+  // The whole conversion: opening the source, calibration, decomposition, evaluation
+  // and writing the checkpoint (all but this report's own two files).
+  double total_seconds = 0;
   int threads = 0;                  // intra-op threads LibTorch used
   std::vector<LayerReport> layers;
   std::optional<double> perplexity_before;
@@ -49,8 +54,13 @@ struct ConversionReport {
   int64_t eval_tokens = 0;
 
   nlohmann::json ToJson() const;
+  // ConversionTableFromJson(ToJson()).
   std::string ToTable() const;
 };
+
+// The readable table of a conversion report's JSON: what `lrkv convert` prints, here or
+// (from the job's report) through lrkvd, so that both print the same.
+std::string ConversionTableFromJson(const nlohmann::json& report);
 
 }  // namespace lrkv
 

@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 
@@ -43,14 +44,25 @@ absl::Status CheckOutputDir(const std::string& out) {
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
     return Invalid(absl::StrCat(out, ": output folder exists and is not empty"));
   }
-  const fs::path parent = fs::absolute(out, ec).parent_path();
-  if (!fs::is_directory(parent, ec)) {
-    return Invalid(absl::StrCat(parent.string(), ": output's parent folder does not exist"));
+  // Missing parent folders are made when the output is written; what exists of the
+  // path must be folders.
+  for (fs::path p = fs::absolute(out, ec).parent_path(); !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p, ec)) {
+      if (!fs::is_directory(p, ec)) {
+        return Invalid(absl::StrCat(p.string(), ": not a folder (in --out ", out, ")"));
+      }
+      break;
+    }
+    if (p == p.parent_path()) break;
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
+  const auto t_start = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   RETURN_IF_ERROR(CheckOutputDir(o.out_dir));
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
   const ModelConfig& config = ckpt->config();
@@ -84,14 +96,17 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   report.output = o.out_dir;
   std::optional<CalibrationStats> calib;
   if (activation) {
+    const auto t = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(calib, CollectCalibration(*source, *ckpt->tokenizer(), calib_docs,
                                                o.calib_tokens, o.should_stop));
+    report.calibration_seconds = since(t);
   }
   ASSIGN_OR_RETURN(ConvertedModel converted,
                    ConvertModel(config, weights, o.conversion,
                                 calib ? &*calib : nullptr, &report, o.should_stop));
   converted.weights = MatricesIn(converted.config, converted.weights, *matrices);
   if (!eval_docs.empty()) {
+    const auto t = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(report.perplexity_before,
                      Perplexity(*source, *ckpt->tokenizer(), eval_docs, &report.eval_tokens,
                                 o.should_stop));
@@ -99,9 +114,16 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
     ASSIGN_OR_RETURN(report.perplexity_after,
                      Perplexity(*after, *ckpt->tokenizer(), eval_docs, &report.eval_tokens,
                                 o.should_stop));
+    report.evaluation_seconds = since(t);
   }
   if (o.expand) converted = ExpandModel(converted.config, converted.weights);
   RETURN_IF_ERROR(CheckStop(o.should_stop, "conversion (before writing)"));
+  {
+    std::error_code ec;
+    const fs::path parent = fs::absolute(o.out_dir, ec).parent_path();
+    fs::create_directories(parent, ec);
+    if (ec) return Invalid(absl::StrCat(parent.string(), ": cannot create: ", ec.message()));
+  }
 
   RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
     if (gguf) {
@@ -115,6 +137,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
                                                 ckpt->tokenizer(), *matrices,
                                                 o.max_shard_bytes));
     }
+    report.total_seconds = since(t_start);
     RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / "report.json").string(),
                                         report.ToJson().dump(2) + "\n"));
     return WriteFileAtomically((fs::path(dir) / "report.txt").string(), report.ToTable());

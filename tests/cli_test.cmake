@@ -99,7 +99,7 @@ foreach(mode plane reconstruct)
   endif()
 endforeach()
 run_lrkv(verify --checkpoint ${outdir}_plane --source ${model} --text ${text}
-         --prompt-tokens 12 --decode-tokens 6 --junit ${outdir}_ok.xml --json ${outdir}_ok.json)
+         --prompt-tokens 12 --decode-tokens 6 --junit ${outdir}_ok.xml --json-out ${outdir}_ok.json)
 file(READ ${outdir}_ok.xml junit)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "verdict: PASS" OR NOT junit MATCHES "failures=\"0\"")
   message(FATAL_ERROR "verify plane: rc=${rc} ${out} ${err}")

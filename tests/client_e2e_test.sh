@@ -5,7 +5,7 @@
 #   1. the Python client (Debian's python3-grpcio) uploads stories260K, runs a pipeline
 #      job and prints the report (conversion, checks, cache, latency, loss rows);
 #   2. `lrkv convert|verify|compare --server` submit jobs and print their reports, with
-#      the documented exit codes (0 ok, 3 server error);
+#      the documented exit codes (0 ok, 2 a parameter the server refused);
 #   3. the compare job's page (`lrkv report JOB --html`) renders in headless Chromium:
 #      a screenshot is taken and the rendered DOM holds non-empty SVG plots;
 #   4. a TLS lrkvd (self-signed certificate made with openssl) answers a client that
@@ -59,13 +59,16 @@ grep -q "^verification: PASS" "$work/py.out" || fail "python: verification did n
 echo "== 2. lrkv commands through the server"
 "$lrkv" convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode plane \
   | tee "$work/convert.out"
-grep -q "conversion  lrkv r=2: cache 50.00% of the source" "$work/convert.out" \
-  || fail "remote convert"
+grep -q "^conversion   .* -> lrkv r=2 (weight metric, RoPE plane)" "$work/convert.out" \
+  || fail "remote convert: no conversion table"
+grep -q "of MHA$" "$work/convert.out" || fail "remote convert: no cache line"
+grep -Eq "^ +4 +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+$" "$work/convert.out" \
+  || fail "remote convert: no per-layer table (layer 4)"
 set +e
 "$lrkv" convert --checkpoint "$model" --variant lrkv --rank 99 2>"$work/bad.err"
 rc=$?
 set -e
-[ "$rc" -eq 3 ] || fail "a refused job must exit 3, got $rc"
+[ "$rc" -eq 2 ] || fail "a job the server refuses at submission (invalid input) must exit 2, got $rc"
 grep -q "rank" "$work/bad.err" || fail "the refusal must name the parameter"
 "$lrkv" compare --checkpoint "$model" --budget 0.5 --variants gqa,lrkv --rope-mode plane \
   --eval "$text" --eval-range 0.9:1 --context 32,64 --timed-tokens 2 --kl-tokens 200 \

@@ -33,6 +33,7 @@ int RunDecode(DecodeBenchArgs a, const std::string& checkpoint) {
     a.bench.kv_heads = (*ckpt)->config().num_kv_heads;
     a.bench.head_dim = (*ckpt)->config().head_dim;
   }
+  a.json_stdout = Globals().json;
   const absl::Status st = RunDecodeBenchArgs(std::move(a));
   return st.ok() ? kExitOk : Fail(st);
 }
@@ -83,6 +84,34 @@ int RunGenerate(const GenerateBenchOptions& o, const std::string& against_llama_
     auto row = RunLlamaCpp(against_llama_cpp, o);
     if (!row.ok()) return Fail(row.status());
     rows->push_back(*row);
+  }
+  if (Globals().json) {
+    nlohmann::json j = {{"context", o.context},     {"tokens", o.tokens},
+                        {"dtype", o.dtype},         {"threads", ThreadCount()},
+                        {"provenance", BuildProvenance()}, {"rows", nlohmann::json::array()}};
+    for (const auto& r : *rows) {
+      nlohmann::json row = {{"model", r.model},
+                            {"engine", r.engine},
+                            {"cache_layout", r.cache_layout},
+                            {"context", r.context},
+                            {"prefill_seconds", r.prefill_seconds},
+                            {"prefill_tokens_per_second", r.prefill_tokens_per_second},
+                            {"decode_tokens", r.tokens},
+                            {"decode_tokens_per_second", r.tokens_per_second},
+                            {"step_ms_median", r.step_ms_median},
+                            {"step_ms_min", r.step_ms_min},
+                            {"step_ms_max", r.step_ms_max},
+                            {"cache_bytes", r.cache_bytes}};
+      if (!against_llama_cpp.empty() && r.model != "llama.cpp") {
+        const GenerateBenchRow& ref = rows->back();
+        row["decode_speedup_vs_llama_cpp"] = ref.step_ms_median / r.step_ms_median;
+        row["prefill_speedup_vs_llama_cpp"] =
+            r.prefill_tokens_per_second / ref.prefill_tokens_per_second;
+      }
+      j["rows"].push_back(row);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return kExitOk;
   }
   std::printf(
       "context %lld filled by one prefill, then %lld timed decode steps, %s cache, %d "

@@ -1,39 +1,51 @@
 // Client commands talking to lrkvd (--server, or the LRKV_SERVER environment
 // variable): `lrkv register|upload`, `lrkv submit`, `lrkv pipeline`,
 // `lrkv jobs list|get|watch|cancel|delete`, `lrkv report`.
-// Exit codes: 0 ok, 1 a check in the report failed, 2 usage, 3 server or
-// transport error.
+// Exit codes as commands.h says; with --json each prints its result (a checkpoint, a
+// job, the list, a report) as JSON on stdout and nothing else there.
 #include <grpcpp/grpcpp.h>
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include <google/protobuf/util/json_util.h>
+
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
 namespace {
 
 struct ClientArgs {
-  ConnectionArgs conn;
   std::string job_id, path, state, kind, checkpoint_id, params = "{}";
   bool detach = false;
   int page_size = 50;
-  bool json = false;
-  std::string junit, html;
+  std::string json_out, junit, html;
 };
 
-std::unique_ptr<v1::Lrkv::Stub> Connect(const ClientArgs& a) {
-  return lrkv::cli::Connect(a.conn);
+std::unique_ptr<v1::Lrkv::Stub> Connect(const ClientArgs&) {
+  return lrkv::cli::Connect(Globals().conn);
 }
-void Authorize(const ClientArgs& a, grpc::ClientContext* ctx) {
-  lrkv::cli::Authorize(a.conn, ctx);
+void Authorize(const ClientArgs&, grpc::ClientContext* ctx) {
+  lrkv::cli::Authorize(Globals().conn, ctx);
+}
+
+// A message as JSON (proto3's JSON mapping, field names as in the .proto).
+nlohmann::json ToJson(const google::protobuf::Message& m) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 const char* StateName(v1::JobState s) {
@@ -54,6 +66,10 @@ const char* StateName(v1::JobState s) {
 }
 
 void PrintJob(const v1::Job& j) {
+  if (Globals().json) {
+    std::printf("%s\n", ToJson(j).dump().c_str());
+    return;
+  }
   std::printf("%-36s %-9s %-10s attempts %lld%s%s\n", j.id().c_str(),
               v1::JobKind_Name(j.kind()).c_str(), StateName(j.state()),
               static_cast<long long>(j.attempts()),
@@ -61,6 +77,10 @@ void PrintJob(const v1::Job& j) {
 }
 
 void PrintCheckpoint(const v1::Checkpoint& ck) {
+  if (Globals().json) {
+    std::printf("%s\n", ToJson(ck).dump().c_str());
+    return;
+  }
   std::printf("%s %s %s, %lld layers, %lld heads (%lld KV), head dim %lld\n",
               ck.id().c_str(), ck.format().c_str(), ck.architecture().c_str(),
               static_cast<long long>(ck.layers()),
@@ -85,39 +105,65 @@ int Register(const ClientArgs& a) {
 int Upload(const ClientArgs& a) {
   auto stub = Connect(a);
   v1::Checkpoint ck;
-  const auto st = UploadCheckpointFile(a.conn, *stub, a.path, &ck);
+  std::error_code ec;
+  if (!std::filesystem::exists(a.path, ec)) {
+    return UsageError(a.path + ": no such file or folder here");
+  }
+  const auto st = UploadCheckpointFile(Globals().conn, *stub, a.path, &ck);
   if (!st.ok()) return RpcError(st);
   PrintCheckpoint(ck);
   return kExitOk;
 }
 
 int List(const ClientArgs& a) {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  if (!a.state.empty()) {
+    std::string upper = a.state;
+    for (char& c : upper) c = static_cast<char>(std::toupper(c));
+    if (!v1::JobState_Parse(upper, &state) || state == v1::JOB_STATE_UNSPECIFIED) {
+      return UsageError("--state '" + a.state +
+                        "' must be queued, running, succeeded, failed or cancelled");
+    }
+  }
+  v1::JobKind kind = v1::JOB_KIND_UNSPECIFIED;
+  if (!a.kind.empty() && !ParseJobKind(a.kind, &kind)) {
+    return UsageError("--kind '" + a.kind +
+                      "' must be convert, heal, verify, bench, compare or pipeline");
+  }
   auto stub = Connect(a);
   std::string token;
+  nlohmann::json all = nlohmann::json::array();
+  int64_t shown = 0;
   do {
     grpc::ClientContext ctx;
     Authorize(a, &ctx);
     v1::ListJobsRequest req;
     req.set_page_size(a.page_size);
     req.set_page_token(token);
-    v1::JobState state;
-    if (!a.state.empty()) {
-      std::string upper = a.state;
-      for (char& c : upper) c = static_cast<char>(std::toupper(c));
-      if (!v1::JobState_Parse(upper, &state)) {
-        std::cerr
-            << "lrkv: error: --state '" << a.state
-            << "' must be queued, running, succeeded, failed or cancelled\n";
-        return kExitUsage;
-      }
-      req.set_state(state);
-    }
+    req.set_state(state);
+    req.set_kind(kind);
     v1::ListJobsResponse resp;
     const auto st = stub->ListJobs(&ctx, req, &resp);
     if (!st.ok()) return RpcError(st);
-    for (const auto& j : resp.jobs()) PrintJob(j);
+    for (const auto& j : resp.jobs()) {
+      if (Globals().json) {
+        all.push_back(ToJson(j));
+        continue;
+      }
+      if (shown++ == 0) {
+        std::printf("%-36s %-9s %-10s %s\n", "JOB", "KIND", "STATE", "ATTEMPTS");
+      }
+      PrintJob(j);
+    }
     token = resp.next_page_token();
   } while (!token.empty());
+  if (Globals().json) {
+    std::printf("%s\n", nlohmann::json({{"jobs", all}}).dump().c_str());
+  } else if (shown == 0) {
+    std::fprintf(stderr, "no jobs%s on %s\n",
+                 a.state.empty() && a.kind.empty() ? "" : " match", 
+                 ServerAddress(Globals().conn).c_str());
+  }
   return kExitOk;
 }
 
@@ -143,7 +189,7 @@ int Get(const ClientArgs& a) { return CallForJob(a, &v1::Lrkv::Stub::GetJob); }
 int Watch(const ClientArgs& a) {
   auto stub = Connect(a);
   v1::Job job;
-  const auto st = FollowJob(a.conn, *stub, a.job_id, &job);
+  const auto st = FollowJob(Globals().conn, *stub, a.job_id, &job);
   if (!st.ok()) return RpcError(st);
   PrintJob(job);
   return kExitOk;
@@ -161,12 +207,19 @@ int Delete(const ClientArgs& a) {
   req.set_job_id(a.job_id);
   v1::DeleteJobResponse resp;
   const auto st = stub->DeleteJob(&ctx, req, &resp);
-  return st.ok() ? kExitOk : RpcError(st);
+  if (!st.ok()) return RpcError(st);
+  if (Globals().json) {
+    std::printf("%s\n", nlohmann::json({{"deleted", a.job_id}}).dump().c_str());
+  } else {
+    std::printf("deleted %s\n", a.job_id.c_str());
+  }
+  return kExitOk;
 }
 
 ReportOutputs Outputs(const ClientArgs& a) {
   ReportOutputs out;
-  out.json = a.json;
+  out.json = Globals().json;
+  out.json_file = a.json_out;
   out.junit = a.junit;
   out.html = a.html;
   return out;
@@ -174,7 +227,7 @@ ReportOutputs Outputs(const ClientArgs& a) {
 
 int Report(const ClientArgs& a) {
   auto stub = Connect(a);
-  return FetchAndEmitReport(a.conn, *stub, a.job_id, Outputs(a));
+  return FetchAndEmitReport(Globals().conn, *stub, a.job_id, Outputs(a));
 }
 
 // Submits a job and, unless --detach, follows it and prints its report.
@@ -182,23 +235,20 @@ int Submit(const ClientArgs& a) {
   auto stub = Connect(a);
   v1::JobKind kind;
   if (!ParseJobKind(a.kind, &kind)) {
-    std::cerr
-        << "lrkv: error: job kind '" << a.kind
-        << "' must be convert, heal, verify, bench, compare or pipeline\n";
-    return kExitUsage;
+    return UsageError("job kind '" + a.kind +
+                      "' must be convert, heal, verify, bench, compare or pipeline");
   }
   std::string checkpoint_id = a.checkpoint_id;
   if (!a.path.empty()) {
     v1::Checkpoint ck;
-    const auto st = EnsureCheckpoint(a.conn, *stub, a.path, &ck);
+    const auto st = EnsureCheckpoint(Globals().conn, *stub, a.path, &ck);
     if (!st.ok()) return RpcError(st);
     checkpoint_id = ck.id();
   }
   if (checkpoint_id.empty()) {
-    std::cerr << "lrkv: error: give --checkpoint-id or --checkpoint\n";
-    return kExitUsage;
+    return UsageError("give --checkpoint-id or --checkpoint");
   }
-  return SubmitAndReport(a.conn, *stub, kind, checkpoint_id, a.params, a.detach,
+  return SubmitAndReport(Globals().conn, *stub, kind, checkpoint_id, a.params, a.detach,
                          Outputs(a));
 }
 
@@ -206,16 +256,13 @@ int Submit(const ClientArgs& a) {
 
 void AddClientCommands(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<ClientArgs>();
-  auto add_common = [a](CLI::App* cmd) { AddConnectionOptions(cmd, &a->conn); };
   auto* reg = app.add_subcommand(
       "register", "Register a checkpoint on the server (server-side path)");
-  add_common(reg);
   reg->add_option("path", a->path, "Path on the server")->required();
   reg->callback([a, exit_code] { *exit_code = Register(*a); });
   auto* up = app.add_subcommand("upload",
                                 "Upload a checkpoint to the server in 1 MiB "
                                 "chunks (resumes an interrupted upload)");
-  add_common(up);
   up->add_option(
         "path", a->path,
         "A .gguf file, or a folder with model.safetensors and config.json")
@@ -226,9 +273,9 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
       "jobs", "List, inspect, watch, cancel or delete server jobs");
   jobs->require_subcommand(1);
   auto* list = jobs->add_subcommand("list", "Jobs, oldest first");
-  add_common(list);
   list->add_option("--state", a->state,
                    "queued | running | succeeded | failed | cancelled");
+  list->add_option("--kind", a->kind, "convert | heal | verify | bench | compare | pipeline");
   list->add_option("--page-size", a->page_size, "Jobs per request");
   list->callback([a, exit_code] { *exit_code = List(*a); });
   struct Verb {
@@ -241,14 +288,12 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
                         Verb{"cancel", "Cancel a job", Cancel},
                         Verb{"delete", "Delete a finished job", Delete}}) {
     auto* cmd = jobs->add_subcommand(v.name, v.help);
-    add_common(cmd);
     cmd->add_option("job", a->job_id, "Job id")->required();
     auto fn = v.fn;
     cmd->callback([a, exit_code, fn] { *exit_code = fn(*a); });
   }
   auto* submit =
       app.add_subcommand("submit", "Submit a job to lrkvd and wait for it");
-  add_common(submit);
   submit->add_option("kind", a->kind, "convert | heal | verify | ...")
       ->required();
   submit->add_option("--checkpoint-id", a->checkpoint_id,
@@ -266,7 +311,6 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   auto* pipeline = app.add_subcommand("pipeline",
                                       "Run convert -> heal -> verify -> bench "
                                       "as one lrkvd job and print its report");
-  AddConnectionOptions(pipeline, &pipe->conn);
   pipeline
       ->add_option("--checkpoint", pipe->path,
                    "Source checkpoint (registered or uploaded)")
@@ -282,7 +326,7 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   pipeline->add_option("--bench", (*stages)[3],
                        "{\"context\": L, \"tokens\": N}");
   pipeline->add_flag("--detach", pipe->detach, "Print the job id and return");
-  pipeline->add_flag("--json", pipe->json, "Print the JSON report");
+  pipeline->add_option("--json-out", pipe->json_out, "Write the JSON report to this file");
   pipeline->add_option("--junit", pipe->junit, "Write the checks as JUnit XML");
   pipeline->callback([pipe, stages, exit_code] {
     std::string params = "{";
@@ -298,9 +342,8 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
   });
 
   auto* report = app.add_subcommand("report", "A finished job's report");
-  add_common(report);
   report->add_option("job", a->job_id, "Job id")->required();
-  report->add_flag("--json", a->json, "Print the JSON report");
+  report->add_option("--json-out", a->json_out, "Write the JSON report to this file");
   report->add_option("--junit", a->junit, "Write the checks as JUnit XML");
   report->add_option("--html", a->html,
                      "Write a compare job's page (tables and SVG plots)");

@@ -1,5 +1,16 @@
 // The `lrkv` subcommands. Each Add*Commands registers its subcommands on the
 // app; the chosen one's callback stores its exit code in *exit_code.
+//
+// One contract for every command, local or through lrkvd:
+//   exit 0  ok
+//   exit 1  a check or verdict failed (verify, a report with a failed check)
+//   exit 2  usage or invalid input (a bad flag or value, a missing or malformed file,
+//           a parameter the server refused)
+//   exit 3  server or transport (cannot connect, authentication, a job that failed)
+//   exit 4  internal error
+// The global options (--server, --token-file, --tls-ca, --json, --local, -v) may come
+// before or after the subcommand. --json always means "the machine-readable result on
+// stdout and nothing else there"; files are written with --json-out FILE.
 #ifndef LRKV_CLIENTS_CLI_COMMANDS_H_
 #define LRKV_CLIENTS_CLI_COMMANDS_H_
 
@@ -7,22 +18,57 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
 
-// Exit codes shared by every command.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitServer = 3;
+inline constexpr int kExitInternal = 4;
 
-// Prints "lrkv: error: <message>" on one line and returns kExitFailure.
+// Where lrkvd is and how to reach it.
+struct ConnectionArgs {
+  std::string server;      // host:port (default $LRKV_SERVER, then 127.0.0.1:50051)
+  std::string token_file;  // bearer token file (default $LRKV_TOKEN_FILE)
+  std::string tls_ca;      // PEM CA certificate: speak TLS (default $LRKV_TLS_CA)
+};
+
+// The options every command shares, set on the root app.
+struct GlobalOptions {
+  ConnectionArgs conn;
+  bool json = false;     // machine-readable result on stdout, nothing else there
+  bool local = false;    // run here even when $LRKV_SERVER is set
+  bool verbose = false;  // gRPC's own logs, and more detail on errors
+};
+GlobalOptions& Globals();
+
+// Adds the global options to the root `app` (and lets every subcommand pass them up).
+// Call before adding subcommands.
+void AddGlobalOptions(CLI::App& app);
+
+// "lrkv 0.5.0 (git abc1234, built 2026-12-01)".
+std::string VersionString();
+// The build and machine facts every report records (version, commit, host, threads).
+nlohmann::json BuildProvenance();
+
+// The exit code for a failed local operation: 2 for what the input got wrong, 4 for an
+// internal error.
+int ExitCodeFor(absl::StatusCode code);
+// Prints "lrkv: error: <message>" on one line and returns ExitCodeFor(its code).
 int Fail(const absl::Status& status);
+// Prints "lrkv: error: <message>" and returns kExitUsage.
+int UsageError(const std::string& message);
+
+// Writes `text` to `path` (for --json-out, --junit, --html); PermissionDenied naming it.
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 // `--products bf16|fp32` on `cmd` (eval, generate, bench generate): how prefill-sized
 // products with bf16-stored weights are computed (model/stored_linear.h).
 void AddProductsOption(CLI::App* cmd, std::string* products);
 
-void AddModelCommands(CLI::App& app, int* exit_code);  // eval, generate
+void AddModelCommands(CLI::App& app, int* exit_code);  // eval, generate, sysinfo, version
 void AddSurgeryCommands(CLI::App& app,
                         int* exit_code);                // cache, convert, bench
 void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify

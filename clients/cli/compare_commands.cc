@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote.h"
+#include "nlohmann/json.hpp"
 #include "study/compare_html.h"
 #include "study/compare_job.h"
 
@@ -77,9 +78,16 @@ int RunCompare(CompareArgs a) {
                  static_cast<long long>(n), stage.c_str(), message.c_str());
   });
   if (!report.ok()) return Fail(report.status());
-  std::cout << report->ToTable();
-  if (!a.json_path.empty())
-    std::ofstream(a.json_path) << report->ToJson().dump(2) << "\n";
+  nlohmann::json json = report->ToJson();
+  json["provenance"] = BuildProvenance();
+  if (Globals().json) {
+    std::cout << json.dump(2) << "\n";
+  } else {
+    std::cout << report->ToTable();
+  }
+  if (!a.json_path.empty()) {
+    if (auto st = WriteTextFile(a.json_path, json.dump(2) + "\n"); !st.ok()) return Fail(st);
+  }
   if (!a.html_path.empty()) {
     std::ofstream html(a.html_path);
     html << CompareReportHtml(*report, "lrkv compare (local run)");
@@ -132,7 +140,7 @@ void AddCompareCommands(CLI::App& app, int* exit_code) {
                   "Timed decode steps per context");
   cmd->add_option("--work-dir", o.work_dir,
                   "Where converted and healed models go");
-  cmd->add_option("--json", c->json_path, "Write the report as JSON");
+  cmd->add_option("--json-out", c->json_path, "Write the report as JSON to this file");
   cmd->add_option("--html", c->html_path,
                   "Write the report as HTML with SVG plots");
   RemoteSpec spec;

@@ -28,7 +28,7 @@ void AddDecodeBenchOptions(CLI::App* cmd, DecodeBenchArgs* d) {
                   "OpenMP threads (default: all CPUs)");
   cmd->add_option("--iters", d->bench.iterations,
                   "Timed steps per variant and context");
-  cmd->add_option("--json", d->json_path, "Write the results as JSON");
+  cmd->add_option("--json-out", d->json_path, "Write the results as JSON to this file");
 }
 
 absl::Status RunDecodeBenchArgs(DecodeBenchArgs a) {
@@ -65,7 +65,11 @@ absl::Status RunDecodeBenchArgs(DecodeBenchArgs a) {
         absl::StrCat("--device '", a.device, "' must be cpu or cuda"));
   }
   if (!report.ok()) return report.status();
-  std::cout << report->ToTable();
+  if (a.json_stdout) {
+    std::cout << report->ToJson() << "\n";
+  } else {
+    std::cout << report->ToTable();
+  }
   if (!a.json_path.empty()) {
     std::ofstream out(a.json_path);
     out << report->ToJson() << "\n";

@@ -17,15 +17,16 @@ struct DecodeBenchArgs {
   std::string contexts = "512,2048,8192,32768";
   std::string dtype = "bf16";
   std::string device = "cpu";
-  std::string json_path;
+  std::string json_path;     // --json-out: the results as JSON in this file
+  bool json_stdout = false;  // the results as JSON on stdout instead of the table
 };
 
 // Registers --heads, --kv-heads, --head-dim, --rank, --batch, --context,
-// --dtype, --device, --threads, --iters and --json on `cmd`.
+// --dtype, --device, --threads, --iters and --json-out on `cmd`.
 void AddDecodeBenchOptions(CLI::App* cmd, DecodeBenchArgs* args);
 
 // Parses the list options, runs the bench on the chosen device, prints its
-// table and writes the JSON file if asked. InvalidArgument for bad options;
+// table (or, with json_stdout, its JSON) and writes the JSON file if asked. InvalidArgument for bad options;
 // FailedPrecondition for --device cuda without CUDA (not built, or no
 // device).
 absl::Status RunDecodeBenchArgs(DecodeBenchArgs args);

@@ -1,7 +1,10 @@
 // The shared lrkvd client pieces of `lrkv` (see grpc_client.h).
 #include "clients/cli/grpc_client.h"
 
+#include <openssl/bio.h>
 #include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +14,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +22,7 @@
 #include "clients/cli/commands.h"
 #include "nlohmann/json.hpp"
 #include "study/compare_html.h"
+#include "surgery/conversion_report.h"
 #include "verify/verify_report.h"
 
 namespace lrkv::cli {
@@ -49,6 +54,15 @@ std::string Sha256Hex(const std::string& data) {
   for (unsigned i = 0; i < len; ++i)
     absl::StrAppendFormat(&out, "%02x", digest[i]);
   return out;
+}
+
+bool IsPemCertificate(const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  const bool ok = cert != nullptr;
+  X509_free(cert);
+  BIO_free(bio);
+  return ok;
 }
 
 bool ShowBar() {
@@ -109,7 +123,17 @@ void WriteJUnit(const v1::Report& r, const std::string& path) {
 void PrintSummary(const v1::Report& r) {
   std::printf("job %s (%s)\n", r.job_id().c_str(),
               v1::JobKind_Name(r.kind()).c_str());
-  if (r.has_conversion()) {
+  const nlohmann::json json = nlohmann::json::parse(r.json(), nullptr, false);
+  // A conversion (a convert job's, a pipeline's first stage) prints the table a local
+  // `lrkv convert` prints, from the same report.
+  const nlohmann::json* conversion =
+      r.kind() == v1::CONVERT && json.is_object()                      ? &json
+      : json.is_object() && json.contains("convert") && json["convert"].is_object()
+          ? &json["convert"]
+          : nullptr;
+  if (conversion != nullptr) {
+    std::printf("%s\n", ConversionTableFromJson(*conversion).c_str());
+  } else if (r.has_conversion()) {
     const auto& c = r.conversion();
     std::printf(
         "conversion  %s: cache %.2f%% of the source, K/V params %.2f%%, %.2f "
@@ -169,14 +193,44 @@ std::string ServerAddress(const ConnectionArgs& a) {
   return env.empty() ? "127.0.0.1:50051" : env;
 }
 
+namespace {
+
+// Exits with kExitUsage naming the file: a token or CA file given but unusable is the
+// command line's mistake, not something to ignore (a missing --token-file used to be
+// sent as no token) or hand to gRPC (a bad CA filled stderr with gRPC core logs).
+[[noreturn]] void BadConnectionFile(const std::string& flag, const std::string& path,
+                                    const std::string& why) {
+  std::cerr << "lrkv: error: " << flag << " " << path << ": " << why << "\n";
+  std::exit(kExitUsage);
+}
+
+std::string TokenFile(const ConnectionArgs& a) {
+  return a.token_file.empty() ? Env("LRKV_TOKEN_FILE") : a.token_file;
+}
+
+}  // namespace
+
 std::unique_ptr<v1::Lrkv::Stub> Connect(const ConnectionArgs& a) {
+  const std::string token_path = TokenFile(a);
+  if (!token_path.empty()) {
+    std::string token;
+    if (!ReadWholeFile(token_path, &token)) {
+      BadConnectionFile("--token-file", token_path, "cannot read");
+    }
+    if (absl::StripAsciiWhitespace(token).empty()) {
+      BadConnectionFile("--token-file", token_path, "is empty");
+    }
+  }
   std::string ca_path = a.tls_ca.empty() ? Env("LRKV_TLS_CA") : a.tls_ca;
   std::shared_ptr<grpc::ChannelCredentials> creds =
       grpc::InsecureChannelCredentials();
   if (!ca_path.empty()) {
     grpc::SslCredentialsOptions ssl;
     if (!ReadWholeFile(ca_path, &ssl.pem_root_certs)) {
-      std::cerr << "lrkv: error: --tls-ca " << ca_path << ": cannot read\n";
+      BadConnectionFile("--tls-ca", ca_path, "cannot read");
+    }
+    if (!IsPemCertificate(ssl.pem_root_certs)) {
+      BadConnectionFile("--tls-ca", ca_path, "holds no PEM certificate");
     }
     creds = grpc::SslCredentials(ssl);
   }
@@ -187,8 +241,7 @@ std::unique_ptr<v1::Lrkv::Stub> Connect(const ConnectionArgs& a) {
 }
 
 void Authorize(const ConnectionArgs& a, grpc::ClientContext* ctx) {
-  const std::string path =
-      a.token_file.empty() ? Env("LRKV_TOKEN_FILE") : a.token_file;
+  const std::string path = TokenFile(a);
   if (path.empty()) return;
   std::ifstream in(path);
   std::string token;
@@ -197,10 +250,31 @@ void Authorize(const ConnectionArgs& a, grpc::ClientContext* ctx) {
   if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
 }
 
+int ExitCodeFor(const grpc::Status& st) {
+  return ExitCodeFor(static_cast<absl::StatusCode>(st.error_code()));
+}
+
 int RpcError(const grpc::Status& st) {
-  std::cerr << "lrkv: error: " << st.error_message() << " (gRPC code "
-            << st.error_code() << ")\n";
-  return kExitServer;
+  const std::string address = ServerAddress(Globals().conn);
+  switch (st.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+      std::cerr << "lrkv: error: cannot reach lrkvd at " << address
+                << " (is it running? --server or $LRKV_SERVER says where; with TLS, "
+                   "--tls-ca)";
+      if (Globals().verbose) std::cerr << ": " << st.error_message();
+      std::cerr << "\n";
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      std::cerr << "lrkv: error: lrkvd at " << address << " refused the credentials ("
+                << st.error_message() << "); give its token with --token-file or "
+                << "$LRKV_TOKEN_FILE\n";
+      break;
+    default:
+      std::cerr << "lrkv: error: " << st.error_message() << " ("
+                << absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code()))
+                << ")\n";
+  }
+  return ExitCodeFor(st);
 }
 
 grpc::Status UploadCheckpointFile(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
@@ -329,9 +403,18 @@ int SubmitAndReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
     const grpc::Status st = stub.SubmitJob(&ctx, req, &job);
     if (!st.ok()) return RpcError(st);
   }
-  std::printf("%s\n", job.id().c_str());
-  std::fflush(stdout);
-  if (detach) return kExitOk;
+  // Detached, the id is the result (on stdout, as JSON with --json); followed, stdout
+  // carries the report alone and the id goes to stderr beside the progress.
+  if (detach) {
+    if (out.json) {
+      std::printf("%s\n", nlohmann::json({{"job_id", job.id()}}).dump().c_str());
+    } else {
+      std::printf("%s\n", job.id().c_str());
+    }
+    return kExitOk;
+  }
+  std::fprintf(stderr, "job %s submitted to %s\n", job.id().c_str(),
+               ServerAddress(a).c_str());
   const grpc::Status st = FollowJob(a, stub, job.id(), &job);
   if (!st.ok()) return RpcError(st);
   if (job.state() != v1::SUCCEEDED) {
@@ -368,10 +451,13 @@ grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
 int EmitReport(const v1::Report& r, const ReportOutputs& out) {
   if (out.json) {
     std::cout << r.json();
+    if (!r.json().empty() && r.json().back() != '\n') std::cout << "\n";
   } else {
     PrintSummary(r);
   }
-  if (!out.json_file.empty()) std::ofstream(out.json_file) << r.json();
+  if (!out.json_file.empty()) {
+    if (auto st = WriteTextFile(out.json_file, r.json()); !st.ok()) return Fail(st);
+  }
   if (!out.junit.empty()) WriteJUnit(r, out.junit);
   if (!out.html.empty()) {
     auto study =

@@ -17,9 +17,16 @@
 namespace lrkv::cli {
 
 std::string ServerAddress(const ConnectionArgs& a);
+// A stub for the server `a` names. A token or CA file that was given but cannot be
+// used ends the command (exit 2, naming the file).
 std::unique_ptr<v1::Lrkv::Stub> Connect(const ConnectionArgs& a);
 void Authorize(const ConnectionArgs& a, grpc::ClientContext* ctx);
-// Prints "lrkv: error: <message> (gRPC code N)"; returns kExitServer.
+// The exit code for a failed RPC: 2 for what the request got wrong (INVALID_ARGUMENT,
+// NOT_FOUND, PERMISSION_DENIED, RESOURCE_EXHAUSTED, ...), 3 for the server or the
+// connection (UNAVAILABLE, UNAUTHENTICATED, ...), 4 otherwise.
+int ExitCodeFor(const grpc::Status& st);
+// Prints one line saying what failed ("cannot reach lrkvd at ADDR ..." rather than
+// gRPC's own text for a server that is not running); returns ExitCodeFor(st).
 int RpcError(const grpc::Status& st);
 
 // The id of `path` on the server: registered when the server can read it (a
@@ -37,7 +44,7 @@ grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
                        const std::string& job_id, v1::Job* job);
 
 struct ReportOutputs {
-  bool json = false;      // print the JSON report instead of the summary
+  bool json = false;      // print the JSON report (alone on stdout) instead of the summary
   std::string json_file;  // write the JSON report here
   std::string junit;      // write the checks as JUnit XML
   std::string html;       // write the comparison page (compare jobs)

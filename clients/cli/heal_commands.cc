@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
+#include "nlohmann/json.hpp"
 #include "clients/cli/remote.h"
 #include "train/heal_job.h"
 #include "train/model_init.h"
@@ -28,7 +29,6 @@ struct HealArgs {
   std::string trainable = "kv", loss = "kd", data_range = "0:1",
               eval_range = "0:1";
   std::string events_path;
-  bool json = false;
 };
 
 // A TCP port that was free a moment ago, for the rendezvous.
@@ -167,8 +167,10 @@ int RunHeal(HealArgs a) {
   }
   if (!report.ok()) return Fail(report.status());
   if (!lead) return kExitOk;
-  if (a.json) {
-    std::cout << report->ToJson().dump(2) << "\n";
+  if (Globals().json) {
+    nlohmann::json j = report->ToJson();
+    j["provenance"] = BuildProvenance();
+    std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
         "healed %s: %lld steps, %lld tokens, %lld trainable parameters, %.1f "
@@ -226,6 +228,11 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
     const absl::Status st = WriteInitialCheckpoint(*init);
     if (!st.ok()) {
       *exit_code = Fail(st);
+      return;
+    }
+    if (Globals().json) {
+      std::printf("%s\n", nlohmann::json({{"out", init->out_dir}}).dump().c_str());
+      *exit_code = kExitOk;
       return;
     }
     if (!init->config_json.empty()) {
@@ -299,7 +306,6 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
                   "Write one JSON line per step/eval");
   cmd->add_option("--out", h->job.out_dir,
                   "Output folder (must not exist; local runs)");
-  cmd->add_flag("--json", h->json, "Print the report as JSON");
   RemoteSpec spec;
   spec.kind = "heal";
   spec.skip = {"nproc",          "rank",   "world-size",  "master-addr",

@@ -20,7 +20,6 @@ namespace {
 
 struct EvalArgs {
   std::string checkpoint, text;
-  bool json = false;
   std::string products = "bf16";
 };
 
@@ -50,12 +49,13 @@ int RunEval(const EvalArgs& a) {
   if (!model.ok()) return Fail(model.status());
   auto r = (*model)->Perplexity(*docs);
   if (!r.ok()) return Fail(r.status());
-  if (a.json) {
+  if (Globals().json) {
     nlohmann::json j = {
         {"checkpoint", a.checkpoint}, {"text", a.text},
         {"stories", r->documents},    {"tokens", r->tokens},
         {"mean_nll", r->mean_nll},    {"perplexity", r->perplexity},
-        {"seconds", r->seconds},      {"products", r->products}};
+        {"seconds", r->seconds},      {"products", r->products},
+        {"provenance", BuildProvenance()}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
@@ -75,6 +75,14 @@ int RunGenerate(const GenerateArgs& a) {
   if (!model.ok()) return Fail(model.status());
   auto r = (*model)->Generate(a.prompt, a.max_tokens);
   if (!r.ok()) return Fail(r.status());
+  if (Globals().json) {
+    std::cout << nlohmann::json({{"checkpoint", a.checkpoint},
+                                 {"prompt", a.prompt},
+                                 {"continuation", r->continuation}})
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+    return kExitOk;
+  }
   std::cout << a.prompt << r->continuation << "\n";
   return kExitOk;
 }
@@ -101,7 +109,6 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   eval->add_option("--text", eval_args->text,
                    "Text file; documents separated by <|endoftext|> lines")
       ->required();
-  eval->add_flag("--json", eval_args->json, "Print the result as JSON");
   AddProductsOption(eval, &eval_args->products);
   eval->callback([eval_args, exit_code] { *exit_code = RunEval(*eval_args); });
 
@@ -120,11 +127,30 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
       "sysinfo", "What this build runs on here: kernel builds, BLAS core, threads");
   sysinfo->callback([exit_code] {
     const std::string blas = OpenBlasCore();
+    if (Globals().json) {
+      nlohmann::json j = BuildProvenance();
+      j["decode_kernels"] = kernels::KernelIsa();
+      j["tiled_bf16_kernel"] = kernels::TiledKernelAvailable();
+      j["blas_core"] = blas;
+      std::cout << j.dump(2) << "\n";
+      *exit_code = kExitOk;
+      return;
+    }
     std::printf("decode kernels: %s%s\n", kernels::KernelIsa(),
                 kernels::TiledKernelAvailable() ? " (+ tiled avx512-bf16)" : "");
     std::printf("blas core: %s%s\n", blas.empty() ? "(not OpenBLAS)" : blas.c_str(),
                 std::getenv("OPENBLAS_CORETYPE") != nullptr ? " (OPENBLAS_CORETYPE)" : "");
     std::printf("threads: %d\n", ThreadCount());
+    *exit_code = kExitOk;
+  });
+
+  auto* version = app.add_subcommand("version", "lrkv's version and the commit it was built from");
+  version->callback([exit_code] {
+    if (Globals().json) {
+      std::cout << BuildProvenance().dump(2) << "\n";
+    } else {
+      std::cout << VersionString() << "\n";
+    }
     *exit_code = kExitOk;
   });
 }

@@ -17,10 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Never parameters: connection, output and mode options.
-const std::set<std::string> kNotParams = {
-    "server", "token-file", "tls-ca", "detach", "local", "checkpoint",
-    "out",    "json",       "junit",  "html",   "help"};
+// Never parameters: output and mode options (the global ones are not the command's).
+const std::set<std::string> kNotParams = {"detach", "checkpoint", "out",  "json-out",
+                                          "junit",  "html",       "help"};
 // Parameters naming files the server reads: sent as absolute paths.
 const std::set<std::string> kPathParams = {"calib", "eval", "text", "data"};
 // Parameters naming another checkpoint: sent as its server id (registered or uploaded).
@@ -52,35 +51,22 @@ CLI::Option* Find(CLI::App* cmd, const std::string& name) {
 
 }  // namespace
 
-void AddConnectionOptions(CLI::App* cmd, ConnectionArgs* a) {
-  cmd->add_option("--server", a->server,
-                  "lrkvd address (default $LRKV_SERVER or 127.0.0.1:50051)");
-  cmd->add_option("--token-file", a->token_file,
-                  "Bearer token file (or $LRKV_TOKEN_FILE)");
-  cmd->add_option("--tls-ca", a->tls_ca,
-                  "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)");
-}
-
 std::shared_ptr<RemoteJob> RemoteJob::Attach(CLI::App* cmd, RemoteSpec spec) {
   auto job = std::shared_ptr<RemoteJob>(new RemoteJob());
   job->cmd_ = cmd;
   job->spec_ = std::move(spec);
-  AddConnectionOptions(cmd, &job->conn_);
-  cmd->add_flag("--detach", job->detach_,
-                "With a server: print the job id and return");
-  cmd->add_flag("--local", job->local_,
-                "Run here even when $LRKV_SERVER is set");
+  cmd->add_flag("--detach", job->detach_, "With a server: print the job id and return");
   return job;
 }
 
 bool RemoteJob::Requested() const {
-  if (local_) return false;
+  if (Globals().local) return false;
   const char* env = std::getenv("LRKV_SERVER");
-  return !conn_.server.empty() || (env != nullptr && *env != '\0');
+  return !Globals().conn.server.empty() || (env != nullptr && *env != '\0');
 }
 
 int RemoteJob::Run() const {
-  auto stub = Connect(conn_);
+  auto stub = Connect(Globals().conn);
   // The checkpoint (and a heal teacher, a verify source) become server checkpoint ids.
   CLI::Option* ckpt_opt = Find(cmd_, "checkpoint");
   if (ckpt_opt == nullptr || ckpt_opt->count() == 0) {
@@ -90,7 +76,7 @@ int RemoteJob::Run() const {
   }
   v1::Checkpoint checkpoint;
   grpc::Status st =
-      EnsureCheckpoint(conn_, *stub, ckpt_opt->results()[0], &checkpoint);
+      EnsureCheckpoint(Globals().conn, *stub, ckpt_opt->results()[0], &checkpoint);
   if (!st.ok()) return RpcError(st);
   nlohmann::json params = nlohmann::json::object();
   std::error_code ec;
@@ -106,7 +92,7 @@ int RemoteJob::Run() const {
       params[key] = true;
     } else if (kCheckpointParams.count(name)) {
       v1::Checkpoint other;
-      st = EnsureCheckpoint(conn_, *stub, results[0], &other);
+      st = EnsureCheckpoint(Globals().conn, *stub, results[0], &other);
       if (!st.ok()) return RpcError(st);
       params[key] = other.id();
     } else if (kPathParams.count(name)) {
@@ -130,12 +116,9 @@ int RemoteJob::Run() const {
     params["label"] = fs::path(ckpt_opt->results()[0]).filename().string();
   }
   ReportOutputs out;
-  if (CLI::Option* j = Find(cmd_, "json"); j != nullptr && j->count() > 0) {
-    if (j->get_expected_min() == 0) {
-      out.json = true;
-    } else {
-      out.json_file = j->results()[0];
-    }
+  out.json = Globals().json;
+  if (CLI::Option* j = Find(cmd_, "json-out"); j != nullptr && j->count() > 0) {
+    out.json_file = j->results()[0];
   }
   if (CLI::Option* j = Find(cmd_, "junit"); j != nullptr && j->count() > 0) {
     out.junit = j->results()[0];
@@ -145,7 +128,7 @@ int RemoteJob::Run() const {
   }
   v1::JobKind kind;
   ParseJobKind(spec_.kind, &kind);
-  return SubmitAndReport(conn_, *stub, kind, checkpoint.id(), params.dump(),
+  return SubmitAndReport(Globals().conn, *stub, kind, checkpoint.id(), params.dump(),
                          detach_, out);
 }
 

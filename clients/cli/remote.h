@@ -1,12 +1,9 @@
-// Running `lrkv` commands on lrkvd: the connection options every client command
-// shares
-// (--server or $LRKV_SERVER, --token-file or $LRKV_TOKEN_FILE, --tls-ca or
-// $LRKV_TLS_CA), checkpoint registration or resumable upload, and RemoteJob,
-// which turns a local command (convert, verify, heal, compare, bench decode)
-// into a submitted job: its parsed options become the job's params_json,
-// progress is shown while it runs (a bar on a TTY, plain lines otherwise or
-// with LRKV_NO_PROGRESS=1), and the report is printed. Exit codes: 0 ok, 1 a
-// check failed, 2 usage, 3 server, transport or job error.
+// Running `lrkv` commands on lrkvd (the global --server or $LRKV_SERVER, with
+// --token-file and --tls-ca): RemoteJob turns a local command (convert, verify, heal,
+// compare, bench decode) into a submitted job: its parsed options become the job's
+// params_json, progress is shown on stderr while it runs (a bar on a TTY, plain lines
+// otherwise or with LRKV_NO_PROGRESS=1), and the report is printed as the local command
+// prints it (or as JSON with --json). Exit codes as commands.h says.
 #ifndef LRKV_CLIENTS_CLI_REMOTE_H_
 #define LRKV_CLIENTS_CLI_REMOTE_H_
 
@@ -16,17 +13,9 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "clients/cli/commands.h"
 
 namespace lrkv::cli {
-
-inline constexpr int kExitServer = 3;
-
-struct ConnectionArgs {
-  std::string server, token_file, tls_ca;
-};
-
-// Adds --server, --token-file and --tls-ca to `cmd`.
-void AddConnectionOptions(CLI::App* cmd, ConnectionArgs* args);
 
 // How a local command maps onto a job.
 struct RemoteSpec {
@@ -43,10 +32,9 @@ struct RemoteSpec {
 
 class RemoteJob {
  public:
-  // Adds the connection options plus --detach and --local to `cmd`.
+  // Adds --detach to `cmd`.
   static std::shared_ptr<RemoteJob> Attach(CLI::App* cmd, RemoteSpec spec);
-  // True when the command should run on a server: --server or $LRKV_SERVER,
-  // unless
+  // True when the command should run on a server: --server or $LRKV_SERVER, unless
   // --local.
   bool Requested() const;
   // Submits the command as a job and follows it; returns the exit code.
@@ -55,8 +43,7 @@ class RemoteJob {
  private:
   CLI::App* cmd_ = nullptr;
   RemoteSpec spec_;
-  ConnectionArgs conn_;
-  bool detach_ = false, local_ = false;
+  bool detach_ = false;
 };
 
 }  // namespace lrkv::cli

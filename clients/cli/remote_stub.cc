@@ -1,5 +1,6 @@
 // RemoteJob for builds without the gRPC client (the `core` build scope): every
 // command runs here; --server is refused with a clear message.
+#include <cstdlib>
 #include <iostream>
 
 #include "clients/cli/commands.h"
@@ -7,25 +8,24 @@
 
 namespace lrkv::cli {
 
-void AddConnectionOptions(CLI::App* cmd, ConnectionArgs* a) {
-  cmd->add_option("--server", a->server, "lrkvd address (not in this build)");
-}
-
 std::shared_ptr<RemoteJob> RemoteJob::Attach(CLI::App* cmd, RemoteSpec spec) {
   auto job = std::shared_ptr<RemoteJob>(new RemoteJob());
   job->cmd_ = cmd;
   job->spec_ = std::move(spec);
-  AddConnectionOptions(cmd, &job->conn_);
+  cmd->add_flag("--detach", job->detach_, "With a server: print the job id and return");
   return job;
 }
 
-bool RemoteJob::Requested() const { return !conn_.server.empty(); }
+bool RemoteJob::Requested() const {
+  const char* env = std::getenv("LRKV_SERVER");
+  return !Globals().local &&
+         (!Globals().conn.server.empty() || (env != nullptr && *env != '\0'));
+}
 
 int RemoteJob::Run() const {
-  std::cerr << "lrkv: error: this lrkv was built without the gRPC client "
-               "(LRKV_BUILD_SCOPE=core); "
-               "run without --server\n";
-  return kExitUsage;
+  return UsageError(
+      "this lrkv was built without the gRPC client (LRKV_BUILD_SCOPE=core); run without "
+      "--server (or with --local)");
 }
 
 }  // namespace lrkv::cli

@@ -19,14 +19,12 @@ struct CacheArgs {
   AttentionShape shape;
   CacheQuery query;
   std::string dtype = "bf16";
-  bool json = false;
 };
 
 struct ConvertArgs {
   ConvertJobOptions job;
   std::string variant = "lrkv", metric = "weight", rope_mode = "reconstruct";
   std::string calib_range = "0:1", eval_range = "0:1";
-  bool json = false;
 };
 
 int RunCache(CacheArgs a) {
@@ -42,7 +40,7 @@ int RunCache(CacheArgs a) {
   }
   auto rows = CompareCacheFootprints(a.shape, a.query);
   if (!rows.ok()) return Fail(rows.status());
-  if (a.json) {
+  if (Globals().json) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& r : *rows) {
       j.push_back({{"variant", KvVariantName(r.config.variant)},
@@ -101,8 +99,10 @@ int RunConvert(ConvertArgs a) {
   a.job.eval_range = *eval_range;
   auto report = RunConvertJob(a.job);
   if (!report.ok()) return Fail(report.status());
-  if (a.json) {
-    std::cout << report->ToJson().dump(2) << "\n";
+  if (Globals().json) {
+    nlohmann::json j = report->ToJson();
+    j["provenance"] = BuildProvenance();
+    std::cout << j.dump(2) << "\n";
   } else {
     std::cout << report->ToTable() << "\nwritten to " << a.job.out_dir << "\n";
   }
@@ -112,7 +112,6 @@ int RunConvert(ConvertArgs a) {
 struct BenchConvertArgs {
   ConvertBenchOptions bench;
   std::string variant = "lrkv", rope_mode = "reconstruct";
-  bool json = false;
 };
 
 int RunBenchConvert(BenchConvertArgs a) {
@@ -124,7 +123,7 @@ int RunBenchConvert(BenchConvertArgs a) {
   a.bench.conversion.rope_mode = *mode;
   auto report = RunConvertBench(a.bench);
   if (!report.ok()) return Fail(report.status());
-  if (a.json) {
+  if (Globals().json) {
     std::cout << report->ToJson().dump(2) << "\n";
   } else {
     std::printf(
@@ -168,7 +167,6 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   cache->add_option("--batch", c->query.batch, "Batch b")
       ->check(CLI::PositiveNumber);
   cache->add_option("--dtype", c->dtype, "bf16 | fp16 | fp32 | fp8");
-  cache->add_flag("--json", c->json, "Print JSON");
   cache->callback([c, exit_code] { *exit_code = RunCache(*c); });
 
   auto v = std::make_shared<ConvertArgs>();
@@ -220,7 +218,6 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       ->default_str("5GB");
   conv->add_option("--out", v->job.out_dir,
                    "Output folder (must not exist; local runs)");
-  conv->add_flag("--json", v->json, "Print the report as JSON");
   auto remote = RemoteJob::Attach(conv, {"convert", {}, {}, {}});
   conv->callback([v, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunConvert(*v);
@@ -248,7 +245,6 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   bconv->add_option("--iters", b->bench.conversion.max_iters,
                     "Iterations at most");
   bconv->add_option("--seed", b->bench.seed, "Random seed");
-  bconv->add_flag("--json", b->json, "Print the report as JSON");
   bconv->callback([b, exit_code] { *exit_code = RunBenchConvert(*b); });
 }
 

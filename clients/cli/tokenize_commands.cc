@@ -18,7 +18,7 @@ namespace {
 
 struct TokenizeArgs {
   std::string checkpoint, text, prompt;
-  bool json = false, add_special = false, decode = false;
+  bool add_special = false, decode = false;
 };
 
 struct TokenizeBenchArgs {
@@ -43,7 +43,7 @@ int RunTokenize(const TokenizeArgs& a) {
     ids.push_back(t);
     if (a.decode) decoded.push_back(tok->Decode(t));
   }
-  if (a.json) {
+  if (Globals().json) {
     nlohmann::json j = {{"ids", ids}};
     if (a.decode) j["decoded"] = decoded;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -78,6 +78,22 @@ int RunTokenizeBench(const TokenizeBenchArgs& a) {
     (r == 0 ? cold : mbps.emplace_back()) = bytes / s / 1e6;
   }
   std::sort(mbps.begin(), mbps.end());
+  if (Globals().json) {
+    std::cout << nlohmann::json({{"tokenizer", a.checkpoint},
+                                 {"kind", std::string(tok->kind())},
+                                 {"documents", docs->size()},
+                                 {"bytes", bytes},
+                                 {"tokens", tokens},
+                                 {"threads", 1},
+                                 {"cold_mb_per_s", cold},
+                                 {"warm_passes", a.repeats},
+                                 {"warm_mb_per_s_median", mbps[mbps.size() / 2]},
+                                 {"warm_mb_per_s_min", mbps.front()},
+                                 {"warm_mb_per_s_max", mbps.back()}})
+                     .dump(2)
+              << "\n";
+    return kExitOk;
+  }
   std::printf(
       "tokenizer   %s (%s, %lld tokens)\ntext        %s: %zu documents, %zu bytes, %zu "
       "tokens (%.2f bytes/token)\nthreads     1\ncold pass   %.2f MB/s\nwarm passes %d: "
@@ -101,14 +117,12 @@ void AddTokenizeCommands(CLI::App& app, int* exit_code) {
                                "Text file; one id list per <|endoftext|>-separated document");
   auto* prompt = cmd->add_option("--prompt", a->prompt, "A text given on the command line");
   text->excludes(prompt);
-  cmd->add_flag("--json", a->json, "Print {\"ids\": [[...], ...]} (and \"decoded\") as JSON");
   cmd->add_flag("--add-special", a->add_special,
                 "Add BOS/EOS as the tokenizer's configuration says (default: none)");
   cmd->add_flag("--decode", a->decode, "Also print each id list decoded back to text");
   cmd->callback([a, text, prompt, exit_code] {
     if (text->count() + prompt->count() == 0) {
-      std::cerr << "lrkv tokenize: one of --text FILE or --prompt TEXT is required\n";
-      *exit_code = kExitUsage;
+      *exit_code = UsageError("tokenize: one of --text FILE or --prompt TEXT is required");
       return;
     }
     *exit_code = RunTokenize(*a);

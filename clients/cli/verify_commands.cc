@@ -1,6 +1,6 @@
 // `lrkv verify`: factored vs expanded decoding, cache bytes, fidelity and head
 // diversity of a checkpoint, with JSON and JUnit outputs for CI gates. Exit 0
-// when every required check passes, 1 when one fails.
+// when every required check passes, 1 when one fails (2 for bad input, commands.h).
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote.h"
+#include "nlohmann/json.hpp"
 #include "verify/verify_job.h"
 
 namespace lrkv::cli {
@@ -21,29 +22,22 @@ struct VerifyArgs {
   std::string json_path, junit_path;
 };
 
-absl::Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out)
-    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
-  return absl::OkStatus();
-}
-
 int RunVerify(VerifyArgs a) {
   a.job.modes = absl::StrSplit(a.modes, ',');
   auto report = RunVerifyJob(a.job);
   if (!report.ok()) return Fail(report.status());
-  std::cout << report->ToTable();
+  nlohmann::json json = report->ToJson();
+  json["provenance"] = BuildProvenance();
+  if (Globals().json) {
+    std::cout << json.dump(2) << "\n";
+  } else {
+    std::cout << report->ToTable();
+  }
   if (!a.json_path.empty()) {
-    if (auto st = WriteText(a.json_path, report->ToJson().dump(2) + "\n");
-        !st.ok()) {
-      return Fail(st);
-    }
+    if (auto st = WriteTextFile(a.json_path, json.dump(2) + "\n"); !st.ok()) return Fail(st);
   }
   if (!a.junit_path.empty()) {
-    if (auto st = WriteText(a.junit_path, report->ToJUnit()); !st.ok())
-      return Fail(st);
+    if (auto st = WriteTextFile(a.junit_path, report->ToJUnit()); !st.ok()) return Fail(st);
   }
   return report->passed() ? kExitOk : kExitFailure;
 }
@@ -70,8 +64,7 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
                   "Text for the prompt and for fidelity");
   cmd->add_option("--fidelity-tokens", v->job.fidelity_tokens,
                   "Positions for fidelity");
-  cmd->add_option("--json", v->json_path,
-                  "Write the report as JSON to this file");
+  cmd->add_option("--json-out", v->json_path, "Write the report as JSON to this file");
   cmd->add_option("--junit", v->junit_path,
                   "Write JUnit XML (one testcase per check)");
   auto remote = RemoteJob::Attach(

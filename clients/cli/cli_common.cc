@@ -1,0 +1,130 @@
+// What every `lrkv` command shares (commands.h): the global options, the exit-code
+// contract, the version and the provenance block of reports.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "clients/cli/commands.h"
+#include "lrkv_version.h"
+#include "model/threads.h"
+
+namespace lrkv::cli {
+namespace {
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+std::string UtcNow() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+GlobalOptions& Globals() {
+  static GlobalOptions options;
+  return options;
+}
+
+void AddGlobalOptions(CLI::App& app) {
+  GlobalOptions& g = Globals();
+  // Subcommands created after this pass options they do not know up to their parent,
+  // so that `lrkv --server A jobs list` and `lrkv jobs list --server A` both work.
+  app.fallthrough();
+  app.option_defaults()->always_capture_default();
+  app.set_version_flag("--version", VersionString());
+  app.add_option("--server", g.conn.server,
+                 "lrkvd address (default $LRKV_SERVER; with neither, commands run here)")
+      ->group("Global options");
+  app.add_option("--token-file", g.conn.token_file,
+                 "Bearer token file (default $LRKV_TOKEN_FILE)")
+      ->group("Global options");
+  app.add_option("--tls-ca", g.conn.tls_ca, "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)")
+      ->group("Global options");
+  app.add_flag("--json", g.json,
+               "Print the machine-readable result on stdout, nothing else there")
+      ->group("Global options");
+  app.add_flag("--local", g.local, "Run here even when $LRKV_SERVER is set")
+      ->group("Global options");
+  app.add_flag("-v,--verbose", g.verbose, "gRPC's own logs and more detail")
+      ->group("Global options");
+}
+
+std::string VersionString() {
+  return absl::StrCat("lrkv ", LRKV_VERSION, " (git ", LRKV_GIT_COMMIT,
+                      LRKV_GIT_DIRTY ? "-dirty" : "", ", ", LRKV_GIT_DATE, ")");
+}
+
+nlohmann::json BuildProvenance() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return {{"lrkv_version", LRKV_VERSION},
+          {"git_commit", std::string(LRKV_GIT_COMMIT) + (LRKV_GIT_DIRTY ? "-dirty" : "")},
+          {"host", host},
+          {"cpu", CpuModel()},
+          {"threads", ThreadCount()},
+          {"date", UtcNow()}};
+}
+
+int ExitCodeFor(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnimplemented:
+      return kExitUsage;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+      return kExitServer;
+    default:
+      return kExitInternal;
+  }
+}
+
+int Fail(const absl::Status& status) {
+  std::string msg(status.message());
+  for (char& c : msg) {
+    if (c == '\n') c = ' ';
+  }
+  std::cerr << "lrkv: error: " << msg << "\n";
+  return ExitCodeFor(status.code());
+}
+
+int UsageError(const std::string& message) {
+  std::cerr << "lrkv: error: " << message << "\n";
+  return kExitUsage;
+}
+
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  return absl::OkStatus();
+}
+
+}  // namespace lrkv::cli
