@@ -128,6 +128,7 @@ namespace {
 absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                                const std::function<void(const HealEvent&)>& on_event) {
   const bool lead = o.distributed.rank == 0;
+  const auto t_start = std::chrono::steady_clock::now();
   if (o.out_dir.empty()) return Invalid("--out is required");
   std::error_code ec;
   if (lead && fs::exists(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec)) {
@@ -166,13 +167,38 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   report.memory = memory;
   report.checkpoint = o.checkpoint;
   report.teacher = o.teacher;
+  const HealOptions& h = o.heal;
+  report.settings = {{"steps", h.steps},
+                     {"batch", h.batch},
+                     {"accum", h.grad_accum},
+                     {"seq_len", o.seq_len},
+                     {"lr", h.lr},
+                     {"min_lr_ratio", h.min_lr_ratio},
+                     {"warmup", h.WarmupSteps()},
+                     {"weight_decay", h.weight_decay},
+                     {"clip", h.clip},
+                     {"trainable", TrainableSetName(h.trainable)},
+                     {"loss", HealLossName(h.loss)},
+                     {"temperature", h.temperature},
+                     {"eval_every", h.eval_every},
+                     {"eval_rows", h.eval_rows},
+                     {"seed", h.seed},
+                     {"data", o.data},
+                     {"eval", o.eval},
+                     {"world_size", o.distributed.world_size},
+                     {"resume", o.resume}};
   if (!lead) eval_docs.clear();  // only rank 0 measures and writes
+  auto phase = [&](const std::string& what) {
+    if (lead && o.on_phase) o.on_phase(what);
+  };
   if (!eval_docs.empty()) {
+    phase(absl::StrCat("perplexity before healing on ", eval_docs.size(), " --eval documents"));
     ASSIGN_OR_RETURN(auto before, Transformer::Create(config, weights));
     ASSIGN_OR_RETURN(auto stats, MeasurePerplexity(*before, tok, eval_docs));
     report.perplexity_before = stats.perplexity();
     report.eval_tokens = stats.tokens;
     if (teacher) {
+      phase("the teacher's perplexity on the same documents");
       ASSIGN_OR_RETURN(auto t, Transformer::Create(teacher->first, teacher->second));
       ASSIGN_OR_RETURN(auto ts, MeasurePerplexity(*t, tok, eval_docs));
       report.teacher_perplexity = ts.perplexity();
@@ -182,7 +208,10 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                                                std::move(train), std::move(eval), o.heal,
                                                o.distributed));
   report.trainable_parameters = healer->trainable_parameters();
-  if (!o.resume.empty()) RETURN_IF_ERROR(healer->LoadCheckpoint(o.resume));
+  if (!o.resume.empty()) {
+    ASSIGN_OR_RETURN(report.resume_note, healer->LoadCheckpoint(o.resume));
+  }
+  phase(absl::StrCat("training ", o.heal.steps, " steps"));
   const auto t0 = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(healer->Run([&](const HealEvent& e) {
     report.events.push_back(e);
@@ -198,14 +227,18 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   const LlamaWeights healed =
       MatricesIn(healer->config(), ToDevice(healer->weights(), at::kCPU), stored);
   if (!eval_docs.empty()) {
+    phase("perplexity after healing");
     ASSIGN_OR_RETURN(auto after, Transformer::Create(healer->config(), healed));
     ASSIGN_OR_RETURN(auto stats, MeasurePerplexity(*after, tok, eval_docs));
     report.perplexity_after = stats.perplexity();
   }
   if (!lead) return report;
+  phase(absl::StrCat("writing ", o.out_dir));
   // The healed checkpoint, written whole into a temporary folder and renamed.
   RETURN_IF_ERROR(WriteDirectoryAtomically(o.out_dir, [&](const std::string& dir) {
     RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, healer->config(), healed, &tok, stored));
+    report.total_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     return WriteFileAtomically((fs::path(dir) / "heal_report.json").string(),
                                report.ToJson().dump(2) + "\n");
   }));
@@ -240,6 +273,7 @@ nlohmann::json HealReport::ToJson() const {
                       {"steps", steps},                {"tokens_seen", tokens_seen},
                       {"trainable_parameters", trainable_parameters},
                       {"wall_seconds", wall_seconds},  {"eval_tokens", eval_tokens},
+                      {"total_seconds", total_seconds}, {"settings", settings},
                       {"curve", curve},
                       {"memory_estimate", {{"total_bytes", memory.total_bytes},
                                            {"weight_bytes", memory.weight_bytes},
@@ -249,6 +283,7 @@ nlohmann::json HealReport::ToJson() const {
   if (perplexity_before) j["perplexity_before"] = *perplexity_before;
   if (perplexity_after) j["perplexity_after"] = *perplexity_after;
   if (teacher_perplexity) j["teacher_perplexity"] = *teacher_perplexity;
+  if (!resume_note.empty()) j["resume_note"] = resume_note;
   return j;
 }
 

@@ -35,6 +35,9 @@ struct HealJobOptions {
   /// Memory the heal may use, in bytes; 0: this machine's (MemTotal). A run whose
   /// estimate (EstimateHealMemory) exceeds it is refused before anything is loaded.
   int64_t memory_limit_bytes = 0;
+  /// Told, on rank 0, as each long phase begins ("perplexity before healing", "training",
+  /// "writing"), so that no part of a heal runs silently. Empty: not told.
+  std::function<void(const std::string& phase)> on_phase;
 };
 
 // What a heal will hold in memory, estimated from the checkpoints' tensor lists and
@@ -66,7 +69,14 @@ absl::Status ValidateHealJobOptions(const HealJobOptions& options);
 struct HealReport {
   std::string checkpoint, teacher;
   int64_t steps = 0, tokens_seen = 0, trainable_parameters = 0;
-  double wall_seconds = 0;
+  double wall_seconds = 0;   // the training steps
+  double total_seconds = 0;  // the whole heal: loading, evaluations, training, writing
+  // The options the run used (lr, batch, seq-len, trainable set, loss, warmup, ...).
+  nlohmann::json settings;
+  std::string resume_note;  // what resuming changed (another --steps), or empty
+  // Perplexity on whole --eval documents (rolling windows of the model's context),
+  // before and after; the periodic step evaluations are the loss on the first
+  // eval_rows seq-len windows, a cheaper and different measure.
   std::optional<double> perplexity_before, perplexity_after, teacher_perplexity;
   int64_t eval_tokens = 0;
   HealMemoryEstimate memory;

@@ -17,6 +17,14 @@ absl::StatusOr<TrainableSet> ParseTrainableSet(const std::string& name) {
   return Invalid(absl::StrCat("--trainable '", name, "' must be kv, attn or all"));
 }
 
+const char* TrainableSetName(TrainableSet t) {
+  return t == TrainableSet::kKv ? "kv" : t == TrainableSet::kAttn ? "attn" : "all";
+}
+
+const char* HealLossName(HealLoss l) {
+  return l == HealLoss::kKd ? "kd" : l == HealLoss::kLm ? "lm" : "kd+lm";
+}
+
 absl::StatusOr<HealLoss> ParseHealLoss(const std::string& name) {
   if (name == "kd") return HealLoss::kKd;
   if (name == "lm") return HealLoss::kLm;
@@ -29,7 +37,10 @@ absl::Status HealOptions::Validate() const {
   if (batch < 1 || batch > 65536) return Invalid(absl::StrCat("--batch ", batch, " must lie in [1, 65536]"));
   if (grad_accum < 1 || grad_accum > 4096) return Invalid(absl::StrCat("--accum ", grad_accum, " must lie in [1, 4096]"));
   if (!(lr > 0) || lr > 1) return Invalid(absl::StrCat("--lr ", lr, " must lie in (0, 1]"));
-  if (warmup < 0 || warmup > steps) return Invalid(absl::StrCat("--warmup ", warmup, " must lie in [0, steps]"));
+  if (warmup != kAutoWarmup && (warmup < 0 || warmup > steps)) {
+    return Invalid(absl::StrCat("--warmup ", warmup, " must lie in [0, --steps ", steps,
+                                "] (or -1: a tenth of the steps)"));
+  }
   if (min_lr_ratio < 0 || min_lr_ratio > 1) return Invalid("min lr ratio must lie in [0, 1]");
   if (weight_decay < 0 || weight_decay > 1) return Invalid("weight decay must lie in [0, 1]");
   if (clip < 0) return Invalid("--clip must be >= 0");

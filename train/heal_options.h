@@ -17,6 +17,9 @@ enum class TrainableSet { kKv, kAttn, kAll };
 enum class HealLoss { kKd, kLm, kKdLm };
 absl::StatusOr<TrainableSet> ParseTrainableSet(const std::string& name);
 absl::StatusOr<HealLoss> ParseHealLoss(const std::string& name);
+// The names ParseTrainableSet and ParseHealLoss take.
+const char* TrainableSetName(TrainableSet t);
+const char* HealLossName(HealLoss l);
 
 struct HealOptions {
   /// Optimiser steps.
@@ -27,7 +30,10 @@ struct HealOptions {
   /// Peak learning rate, reached after `warmup` steps, then cosine decay to
   /// lr · min_lr_ratio at the last step.
   double lr = 1e-3;
-  int64_t warmup = 10;
+  /// Warmup steps; kAutoWarmup: a tenth of `steps` (so that any step count works with
+  /// the default: 4 steps used to fail on a fixed 10).
+  static constexpr int64_t kAutoWarmup = -1;
+  int64_t warmup = kAutoWarmup;
   double min_lr_ratio = 0.1;
   double weight_decay = 0.0;
   /// Global gradient-norm clip (0: none).
@@ -56,6 +62,8 @@ struct HealOptions {
 
   // InvalidArgument naming the option and its valid range.
   absl::Status Validate() const;
+  // The warmup steps the run uses (kAutoWarmup resolved).
+  int64_t WarmupSteps() const { return warmup == kAutoWarmup ? steps / 10 : warmup; }
 };
 
 // Data-parallel training across processes (c10d ProcessGroupGloo with a

@@ -186,11 +186,11 @@ struct Healer::State {
 
   double LearningRate(int64_t s) const {
     const HealOptions& o = options;
-    if (o.warmup > 0 && s < o.warmup)
-      return o.lr * static_cast<double>(s + 1) / o.warmup;
-    const double span = std::max<int64_t>(1, o.steps - o.warmup);
+    const int64_t warmup = o.WarmupSteps();
+    if (warmup > 0 && s < warmup) return o.lr * static_cast<double>(s + 1) / warmup;
+    const double span = std::max<int64_t>(1, o.steps - warmup);
     const double progress =
-        std::min(1.0, static_cast<double>(s - o.warmup) / span);
+        std::min(1.0, static_cast<double>(s - warmup) / span);
     const double cosine = 0.5 * (1 + std::cos(M_PI * progress));
     return o.lr * (o.min_lr_ratio + (1 - o.min_lr_ratio) * cosine);
   }
@@ -482,6 +482,7 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
                           {"position", s_->position},
                           {"tokens_seen", s_->tokens_seen},
                           {"seed", s_->options.seed},
+                          {"steps", s_->options.steps},
                           {"world_size", s_->distributed.world_size},
                           {"parameters", s_->params.size()}};
   RETURN_IF_ERROR(WriteFileAtomically(
@@ -494,7 +495,8 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
   return absl::OkStatus();
 }
 
-absl::Status Healer::LoadCheckpoint(const std::string& dir) {
+absl::StatusOr<std::string> Healer::LoadCheckpoint(const std::string& dir) {
+  std::string note;
   const fs::path state_path = fs::path(dir) / "state.json";
   std::ifstream in(state_path);
   if (!in)
@@ -526,12 +528,23 @@ absl::Status Healer::LoadCheckpoint(const std::string& dir) {
     s_->step = state.at("step").get<int64_t>();
     s_->position = state.at("position").get<int64_t>();
     s_->tokens_seen = state.at("tokens_seen").get<int64_t>();
+    if (s_->step >= s_->options.steps) {
+      return Invalid(absl::StrCat(dir, ": the checkpoint is at step ", s_->step,
+                                  ", already at or past --steps ", s_->options.steps));
+    }
+    const int64_t planned = state.value("steps", s_->options.steps);
+    if (planned != s_->options.steps) {
+      note = absl::StrCat("resumed at step ", s_->step, " of a run planned for ", planned,
+                          " steps; with --steps ", s_->options.steps,
+                          " the learning-rate schedule (warmup, cosine decay) is that of a ",
+                          s_->options.steps, "-step run from here on");
+    }
   } catch (const nlohmann::json::exception& e) {
     return Invalid(absl::StrCat(state_path.string(), ": ", e.what()));
   } catch (const c10::Error& e) {
     return Invalid(absl::StrCat(dir, ": ", e.what_without_backtrace()));
   }
-  return absl::OkStatus();
+  return note;
 }
 
 }  // namespace lrkv

@@ -35,9 +35,11 @@ class Healer {
   // evaluation; writes checkpoints every `checkpoint_every` steps.
   absl::Status Run(const std::function<void(const HealEvent&)>& on_event,
                    int64_t stop_at = -1);
-  // Writes / restores parameters, optimiser state, step and data position.
+  // Writes / restores parameters, optimiser state, step and data position. Loading a
+  // checkpoint at or past `steps` is InvalidArgument; one written by a run planned for
+  // another step count loads, and returns a note saying the schedule was recomputed.
   absl::Status SaveCheckpoint(const std::string& dir) const;
-  absl::Status LoadCheckpoint(const std::string& dir);
+  absl::StatusOr<std::string> LoadCheckpoint(const std::string& dir);
   // Mean next-token loss on the evaluation data (or `data`).
   absl::StatusOr<double> EvalLoss(const TokenDataset& data) const;
 

@@ -73,7 +73,7 @@ std::vector<pid_t> SpawnRanks(int n, int port) {
   for (int rank = 1; rank < n; ++rank) {
     std::vector<std::string> args = base;
     for (const std::string& extra :
-         {std::string("--rank"), std::to_string(rank),
+         {std::string("--process-rank"), std::to_string(rank),
           std::string("--world-size"), std::to_string(n),
           std::string("--master-port"), std::to_string(port)}) {
       args.push_back(extra);
@@ -133,11 +133,14 @@ int RunHeal(HealArgs a) {
       std::fprintf(stderr, "memory estimate: %s\n", m->ToString().c_str());
     }
   }
+  a.job.on_phase = [tty](const std::string& what) {
+    std::fprintf(stderr, "%sheal: %s\n", tty ? "\r\033[K" : "", what.c_str());
+  };
   auto report = RunHealJob(a.job, [&](const HealEvent& e) {
     if (events.is_open()) events << e.ToJson().dump() << "\n";
     if (!lead) return;
     if (e.kind == "eval") {
-      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f\n",
+      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f (first --eval windows)\n",
                    tty ? "\r\033[K" : "", static_cast<long long>(e.step),
                    e.eval_loss, e.eval_perplexity);
     } else if (tty) {
@@ -172,20 +175,26 @@ int RunHeal(HealArgs a) {
     j["provenance"] = BuildProvenance();
     std::cout << j.dump(2) << "\n";
   } else {
+    if (!report->resume_note.empty()) std::printf("%s\n", report->resume_note.c_str());
     std::printf(
-        "healed %s: %lld steps, %lld tokens, %lld trainable parameters, %.1f "
-        "s\n",
+        "healed %s: %lld steps, %lld tokens, %lld trainable parameters (%s), lr %.3g, "
+        "batch %lld x %lld tokens\n"
+        "time: %.1f s in all (evaluations, training %.1f s, writing)\n",
         a.job.checkpoint.c_str(), static_cast<long long>(report->steps),
         static_cast<long long>(report->tokens_seen),
         static_cast<long long>(report->trainable_parameters),
-        report->wall_seconds);
+        TrainableSetName(a.job.heal.trainable), a.job.heal.lr,
+        static_cast<long long>(a.job.heal.batch * a.job.heal.grad_accum),
+        static_cast<long long>(a.job.seq_len), report->total_seconds, report->wall_seconds);
     if (report->perplexity_before && report->perplexity_after) {
-      std::printf("perplexity on --eval: %.4f -> %.4f",
+      std::printf("perplexity on whole --eval documents: %.4f -> %.4f",
                   *report->perplexity_before, *report->perplexity_after);
       if (report->teacher_perplexity)
         std::printf(" (teacher %.4f)", *report->teacher_perplexity);
-      std::printf(", %lld tokens\n",
-                  static_cast<long long>(report->eval_tokens));
+      std::printf(", %lld tokens (the step evaluations above score the first %lld "
+                  "--seq-len windows only)\n",
+                  static_cast<long long>(report->eval_tokens),
+                  static_cast<long long>(a.job.heal.eval_rows));
     }
     std::printf("written to %s\n", a.job.out_dir.c_str());
   }
@@ -294,8 +303,8 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
                   "auto | cpu | cuda (bf16 autocast on CUDA)");
   cmd->add_option("--nproc", h->nproc,
                   "Data-parallel processes on this machine (Gloo)");
-  cmd->add_option("--rank", h->job.distributed.rank,
-                  "This process's rank (multi-machine)");
+  cmd->add_option("--process-rank", h->job.distributed.rank,
+                  "This process's rank in a multi-machine run (not convert's LRKV --rank)");
   cmd->add_option("--world-size", h->job.distributed.world_size,
                   "Processes in the run");
   cmd->add_option("--master-addr", h->job.distributed.master_addr,
@@ -308,7 +317,7 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
                   "Output folder (must not exist; local runs)");
   RemoteSpec spec;
   spec.kind = "heal";
-  spec.skip = {"nproc",          "rank",   "world-size",  "master-addr",
+  spec.skip = {"nproc",          "process-rank",   "world-size",  "master-addr",
                "master-port",    "events", "device",      "checkpoint-every",
                "checkpoint-dir", "resume", "weight-decay"};
   auto remote = RemoteJob::Attach(cmd, spec);
