@@ -247,6 +247,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": not a GGUF file (magic is not 'GGUF')"));
   }
+  if (!fs::is_directory(path, ec) && fs::path(path).extension() != ".safetensors") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": not a checkpoint: neither a GGUF file (its magic is not 'GGUF') nor "
+              "safetensors (a .safetensors file, or a folder with config.json and "
+              "model*.safetensors)"));
+  }
   ckpt->format_ = CheckpointFormat::kSafetensors;
   // The tensor files first: a malformed file is reported as such, not as a missing
   // config.json.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -214,8 +215,9 @@ const char* RopeModeName(RopeMode mode) {
 }
 
 absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);
   for (RopeMode m : {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial}) {
-    if (name == RopeModeName(m)) return m;
+    if (lower == RopeModeName(m)) return m;
   }
   return Invalid(absl::StrCat("unknown RoPE mode '", name,
                               "'; valid: reconstruct, plane, partial"));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -19,8 +20,9 @@ constexpr const char* kNames[] = {"mha", "gqa", "mqa", "mla", "lrkv"};
 const char* KvVariantName(KvVariant v) { return kNames[static_cast<int>(v)]; }
 
 absl::StatusOr<KvVariant> ParseKvVariant(const std::string& name) {
+  const std::string lower = absl::AsciiStrToLower(name);  // LRKV, Gqa: the same names
   for (int i = 0; i < 5; ++i) {
-    if (name == kNames[i]) return static_cast<KvVariant>(i);
+    if (lower == kNames[i]) return static_cast<KvVariant>(i);
   }
   return Invalid(absl::StrCat("unknown variant '", name,
                               "'; valid: mha, gqa, mqa, mla, lrkv"));

@@ -1,6 +1,7 @@
 // Options of a K/V conversion and their validation (see conversion_options.h).
 #include "surgery/conversion_options.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "model/status_macros.h"
 
@@ -16,8 +17,9 @@ const char* SurgeryMetricName(SurgeryMetric m) {
 }
 
 absl::StatusOr<SurgeryMetric> ParseSurgeryMetric(const std::string& name) {
-  if (name == "weight") return SurgeryMetric::kWeight;
-  if (name == "activation") return SurgeryMetric::kActivation;
+  const std::string lower = absl::AsciiStrToLower(name);
+  if (lower == "weight") return SurgeryMetric::kWeight;
+  if (lower == "activation") return SurgeryMetric::kActivation;
   return Invalid(absl::StrCat("unknown metric '", name, "'; valid: weight, activation"));
 }
 
@@ -48,6 +50,13 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
     return Invalid(absl::StrCat("--rope-mode ", RopeModeName(o.rope_mode),
                                 " applies to lrkv only; ", KvVariantName(o.variant),
                                 " keeps exact RoPE (reconstruct)"));
+  }
+  if (o.variant == KvVariant::kMha) {
+    return Invalid("variant mha is the source itself; valid targets: lrkv, gqa, mqa, mla");
+  }
+  if (o.rank < -1 || o.kv_heads < -1 || o.latent < -1) {
+    return Invalid(absl::StrCat("--rank, --kv-heads and --latent must not be negative (got ",
+                                o.rank, ", ", o.kv_heads, ", ", o.latent, ")"));
   }
   if (by_budget) {
     if (o.rank >= 0 || o.kv_heads >= 0 || o.latent >= 0) {

@@ -72,8 +72,11 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
     return absl::InvalidArgumentError(absl::StrCat(
         "--cache-layout must be auto, rows or tiles (got '", o.cache_layout, "')"));
   }
-  ASSIGN_OR_RETURN(DecodeMode mode, ParseDecodeMode(o.mode));
+  if (o.mode != "auto") RETURN_IF_ERROR(ParseDecodeMode(o.mode).status());
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
+  ASSIGN_OR_RETURN(DecodeMode mode,
+                   ParseDecodeMode(o.mode == "auto" ? RopeModeName(ckpt->config().kv.rope_mode)
+                                                    : o.mode));
   // The decode engines attend to their whole cache: past a sliding window they would
   // time (and compute) another model than the checkpoint's.
   if (const int64_t w = ckpt->config().sliding_window; w > 0 && o.context + o.tokens > w) {

@@ -15,7 +15,9 @@ namespace lrkv {
 struct GenerateBenchOptions {
   std::string checkpoint;  // usually a converted checkpoint
   std::string source;      // optional: the model it came from
-  std::string mode = "plane";  // factored decode mode for LRKV/MLA checkpoints
+  // Factored decode mode for LRKV/MLA checkpoints; auto: the one the checkpoint was
+  // converted for (plane for a plane conversion, reconstruct for a default one).
+  std::string mode = "auto";
   int64_t context = 2048;  // tokens in the cache before timing
   int64_t tokens = 32;     // timed decode steps
   std::string dtype = "bf16";

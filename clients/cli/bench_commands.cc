@@ -181,7 +181,8 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
       ->required();
   gen->add_option("--source", g->source, "The source model, timed beside it");
   gen->add_option("--mode", g->mode,
-                  "Factored decode mode: plane | reconstruct | partial");
+                  "Factored decode mode: auto (the one the checkpoint was converted for) | "
+                  "plane | reconstruct | partial");
   gen->add_option("--context", g->context, "Tokens in the cache before timing");
   gen->add_option("--tokens", g->tokens, "Timed decode steps");
   gen->add_option("--dtype", g->dtype, "Cache storage: bf16 | fp32");

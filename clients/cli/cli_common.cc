@@ -9,6 +9,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
 #include "lrkv_version.h"
@@ -38,6 +39,21 @@ std::string UtcNow() {
 
 }  // namespace
 
+const CLI::Validator kNotNegative(
+    [](std::string& value) -> std::string {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v)) return value + " is not a number";
+      return v < 0 ? value + " must be 0 or more" : "";
+    },
+    ">= 0");
+const CLI::Validator kPositive(
+    [](std::string& value) -> std::string {
+      double v = 0;
+      if (!absl::SimpleAtod(value, &v)) return value + " is not a number";
+      return v <= 0 ? value + " must be more than 0" : "";
+    },
+    "> 0");
+
 GlobalOptions& Globals() {
   static GlobalOptions options;
   return options;
@@ -50,6 +66,12 @@ void AddGlobalOptions(CLI::App& app) {
   app.fallthrough();
   app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", VersionString());
+  // Inherited by every subcommand's --help, which does not list its parents' options.
+  app.footer(
+      "Global options, before or after the command: --server ADDR, --token-file FILE, "
+      "--tls-ca FILE, --json, --local, -v/--verbose, --version (see lrkv --help).\n"
+      "Exit codes: 0 ok, 1 a check failed, 2 usage or invalid input, 3 server or "
+      "transport, 4 internal.");
   app.add_option("--server", g.conn.server,
                  "lrkvd address (default $LRKV_SERVER; with neither, commands run here)")
       ->group("Global options");

@@ -61,6 +61,11 @@ int Fail(const absl::Status& status);
 // Prints "lrkv: error: <message>" and returns kExitUsage.
 int UsageError(const std::string& message);
 
+// Option checks whose message reads well ("--rank: -1 must be 0 or more", not CLI11's
+// range up to DBL_MAX).
+extern const CLI::Validator kNotNegative;
+extern const CLI::Validator kPositive;
+
 // Writes `text` to `path` (for --json-out, --junit, --html); PermissionDenied naming it.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 

@@ -152,10 +152,10 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
                     "Model width d (default H*d_h)");
   cache->add_flag("--qk-norm", c->shape.qk_norm,
                   "LRKV caches one QK-norm scale per KV head");
-  auto* rank =
-      cache->add_option("--rank", c->query.rank, "LRKV rank r (MLA matched)");
-  auto* latent = cache->add_option("--latent", c->query.latent,
-                                   "MLA latent d_c (LRKV matched)");
+  auto* rank = cache->add_option("--rank", c->query.rank, "LRKV rank r (MLA matched)")
+                   ->check(kNotNegative);
+  auto* latent = cache->add_option("--latent", c->query.latent, "MLA latent d_c (LRKV matched)")
+                     ->check(kNotNegative);
   auto* budget =
       cache->add_option("--budget", c->query.budget,
                         "Fraction of the source cache: every variant's largest "
@@ -178,9 +178,9 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       ->required();
   conv->add_option("--variant", v->variant, "lrkv | gqa | mqa | mla")
       ->required();
-  conv->add_option("--rank", o.rank, "LRKV rank r");
-  conv->add_option("--kv-heads", o.kv_heads, "GQA KV heads");
-  conv->add_option("--latent", o.latent, "MLA latent d_c");
+  conv->add_option("--rank", o.rank, "LRKV rank r")->check(kNotNegative);
+  conv->add_option("--kv-heads", o.kv_heads, "GQA KV heads")->check(kPositive);
+  conv->add_option("--latent", o.latent, "MLA latent d_c")->check(kNotNegative);
   conv->add_option("--budget", o.budget,
                    "Cache budget as a fraction of the source cache");
   conv->add_option("--metric", v->metric, "weight | activation");
