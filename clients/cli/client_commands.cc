@@ -28,6 +28,8 @@ struct ClientArgs {
   std::string job_id, path, state, kind, checkpoint_id, params = "{}";
   bool detach = false;
   int page_size = 50;
+  int64_t since = -1;  // jobs watch: events after this sequence number (-1: from now)
+  bool all = false;    // jobs watch: every event from the start
   std::string json_out, junit, html;
 };
 
@@ -186,10 +188,23 @@ int CallForJob(const ClientArgs& a,
 
 int Get(const ClientArgs& a) { return CallForJob(a, &v1::Lrkv::Stub::GetJob); }
 
+// Follows a job from now on (its latest event first), as `tail -f` does; --since SEQ
+// from after that event, --all from the start.
 int Watch(const ClientArgs& a) {
   auto stub = Connect(a);
   v1::Job job;
-  const auto st = FollowJob(Globals().conn, *stub, a.job_id, &job);
+  int64_t after = a.since;
+  if (!a.all && a.since < 0) {
+    grpc::ClientContext ctx;
+    Authorize(a, &ctx);
+    v1::GetJobRequest req;
+    req.set_job_id(a.job_id);
+    const auto st = stub->GetJob(&ctx, req, &job);
+    if (!st.ok()) return RpcError(st);
+    after = std::max<int64_t>(0, job.progress().seq() - 1);  // the latest event, then new ones
+  }
+  if (a.all) after = 0;
+  const auto st = FollowJob(Globals().conn, *stub, a.job_id, &job, after);
   if (!st.ok()) return RpcError(st);
   PrintJob(job);
   return kExitOk;
@@ -289,6 +304,12 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
                         Verb{"delete", "Delete a finished job", Delete}}) {
     auto* cmd = jobs->add_subcommand(v.name, v.help);
     cmd->add_option("job", a->job_id, "Job id")->required();
+    if (std::string(v.name) == "watch") {
+      auto* since = cmd->add_option("--since", a->since,
+                                    "Show the events after this sequence number (default: the "
+                                    "latest event, then new ones)");
+      cmd->add_flag("--all", a->all, "Show every event from the job's start")->excludes(since);
+    }
     auto fn = v.fn;
     cmd->callback([a, exit_code, fn] { *exit_code = fn(*a); });
   }

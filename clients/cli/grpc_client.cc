@@ -427,13 +427,14 @@ int SubmitAndReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
 }
 
 grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
-                       const std::string& job_id, v1::Job* job) {
+                       const std::string& job_id, v1::Job* job, int64_t after_seq) {
   const bool bar = ShowBar();
   {
     grpc::ClientContext ctx;
     Authorize(a, &ctx);
     v1::WatchJobRequest req;
     req.set_job_id(job_id);
+    req.set_after_seq(after_seq);
     auto reader = stub.WatchJob(&ctx, req);
     v1::JobProgress p;
     while (reader->Read(&p)) PrintProgress(p, bar);

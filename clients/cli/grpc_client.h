@@ -40,8 +40,9 @@ grpc::Status UploadCheckpointFile(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
 
 // Streams the job's progress to stderr until it ends (a bar on a TTY unless
 // LRKV_NO_PROGRESS=1), then returns its final state in *job.
+// Only events after `after_seq` are shown (0: all of them).
 grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
-                       const std::string& job_id, v1::Job* job);
+                       const std::string& job_id, v1::Job* job, int64_t after_seq = 0);
 
 struct ReportOutputs {
   bool json = false;      // print the JSON report (alone on stdout) instead of the summary

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The CLI contract (clients/cli/commands.h), checked for every subcommand, here and
+# through a real lrkvd: each error path exits with its documented code (0 ok, 1 a check
+# failed, 2 usage or invalid input, 3 server or transport), and with --json stdout is
+# one JSON document and nothing else, whatever else the command prints on stderr.
+#   cli_contract_test.sh BUILD_DIR SHARED_DIR
+set -uo pipefail
+build=$(realpath "$1")
+shared=$(realpath "$2")
+lrkv="$build/bin/lrkv"
+model="$shared/models/stories260K.gguf"
+text="$shared/data/tinystories-valid-excerpt.txt"
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+export LRKV_NO_PROGRESS=1
+unset LRKV_SERVER LRKV_TOKEN_FILE LRKV_TLS_CA
+failures=0 checked=0
+
+# expect RC [--json] [--stderr REGEX] -- COMMAND...: runs lrkv COMMAND; the exit code
+# must be RC; with --json, stdout must parse as one JSON value; with --stderr, stderr
+# must match REGEX.
+expect() {
+  local want=$1 json=0 pattern=""
+  shift
+  while [ "$1" != "--" ]; do
+    case $1 in
+      --json) json=1 ;;
+      --stderr) pattern=$2; shift ;;
+    esac
+    shift
+  done
+  shift
+  "$lrkv" "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  checked=$((checked + 1))
+  local why=""
+  [ "$rc" -eq "$want" ] || why="exit $rc, want $want"
+  if [ -z "$why" ] && [ "$json" -eq 1 ] &&
+     ! python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$work/out" 2>/dev/null; then
+    why="stdout is not one JSON document: $(head -c 300 "$work/out")"
+  fi
+  if [ -z "$why" ] && [ -n "$pattern" ] && ! grep -Eq -- "$pattern" "$work/err"; then
+    why="stderr does not match /$pattern/"
+  fi
+  if [ -n "$why" ]; then
+    failures=$((failures + 1))
+    echo "FAIL: lrkv $*: $why" >&2
+    sed 's/^/    stderr: /' "$work/err" | head -5 >&2
+  fi
+}
+
+echo "== local"
+# Usage, did-you-mean, version.
+expect 2 --stderr "did you mean 'convert'" -- convrt
+expect 2 --stderr "did you mean '--checkpoint'" -- eval --chekpoint "$model" --text "$text"
+expect 0 -- --version
+expect 0 -- version
+expect 0 --json -- --json version
+expect 0 --json -- sysinfo --json
+# eval / generate / tokenize
+expect 0 --json -- eval --checkpoint "$model" --text "$text" --json
+expect 0 --json -- --json eval --checkpoint "$model" --text "$text"
+expect 2 -- eval --checkpoint "$model"
+expect 2 --stderr "not a checkpoint" -- eval --checkpoint "$text" --text "$text"
+expect 2 --stderr "no such file" -- eval --checkpoint /nope.gguf --text "$text"
+expect 0 --json -- generate --checkpoint "$model" --prompt "Once upon" --max-tokens 4 --json
+expect 2 -- generate --checkpoint "$model"
+expect 0 --json -- tokenize --checkpoint "$model" --prompt "Once upon" --json
+expect 2 -- tokenize --checkpoint "$model"
+# cache
+expect 0 --json -- cache --layers 5 --heads 8 --head-dim 8 --rank 2 --json
+expect 2 --stderr "int4" -- cache --layers 5 --heads 8 --head-dim 8 --rank 2 --dtype int4
+expect 2 --stderr "exactly one of" -- cache --layers 5 --heads 8 --head-dim 8
+expect 2 --stderr "must be 0 or more" -- cache --layers 5 --heads 8 --head-dim 8 --rank -1
+# convert
+expect 2 --stderr "--out is required" -- convert --checkpoint "$model" --variant lrkv --rank 2
+expect 2 --stderr "not both" -- convert --checkpoint "$model" --variant lrkv --rank 2 --budget 0.5 --out "$work/x"
+expect 2 --stderr "unknown variant 'foo'" -- convert --checkpoint "$model" --variant foo --rank 2 --out "$work/x"
+expect 2 --stderr "mha is the source" -- convert --checkpoint "$model" --variant mha --budget 0.5 --out "$work/x"
+expect 2 --stderr "must be 0 or more" -- convert --checkpoint "$model" --variant lrkv --rank -1 --out "$work/x"
+expect 2 --stderr "must lie in \[0, 8\]" -- convert --checkpoint "$model" --variant lrkv --rank 9 --out "$work/x"
+[ ! -e "$work/x" ] || { echo "FAIL: a refused convert wrote $work/x" >&2; failures=$((failures + 1)); }
+expect 0 --json -- convert --checkpoint "$model" --variant LRKV --rank 2 --rope-mode plane --out "$work/plane/nested" --json
+expect 0 -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/free"
+expect 2 --stderr "exists and is not empty" -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/free"
+# verify: 0 when every required check passes, 1 when one fails (its JSON still printed)
+expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --json
+expect 1 --json -- verify --checkpoint "$work/free" --rope-mode reconstruct,plane --prompt-tokens 8 --decode-tokens 4 --json --json-out "$work/v.json" --junit "$work/v.xml"
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$work/v.json" || { echo "FAIL: --json-out" >&2; failures=$((failures + 1)); }
+expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0
+expect 2 -- verify
+# heal (the default warmup works with few steps)
+expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --out "$work/healed" --json
+expect 2 --stderr "--warmup 10 must lie" -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --steps 3 --warmup 10 --out "$work/h2"
+expect 2 -- heal --checkpoint "$work/free" --steps 3 --out "$work/h3"
+# compare
+expect 2 --stderr "'foo'" -- compare --checkpoint "$model" --eval "$text" --variants lrkv,foo
+expect 0 --json -- compare --checkpoint "$model" --eval "$text" --eval-range 0.9:1 --budget 0.5 --variants lrkv --rope-mode plane --context 16 --timed-tokens 1 --kl-tokens 50 --work-dir "$work/cmp" --json
+# bench
+expect 0 --json -- bench decode --heads 2 --head-dim 8 --rank 2 --batch 1 --context 32 --iters 1 --threads 1 --json
+expect 2 --stderr "must be cpu or cuda" -- bench decode --device tpu --context 32
+expect 0 --json -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --json
+expect 2 --stderr "unknown decode mode" -- bench generate --checkpoint "$work/free" --mode bogus --context 16 --tokens 2
+expect 0 --json -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --rank 2 --iters 1 --json
+expect 0 --json -- bench tokenize --checkpoint "$model" --text "$text" --repeats 1 --json
+# init
+expect 0 --json -- init --tokenizer-from "$model" --layers 1 --hidden 32 --heads 4 --out "$work/init" --json
+expect 2 -- init --tokenizer-from "$model"
+
+echo "== through lrkvd"
+start_server() {  # NAME [lrkvd options...]: prints the port
+  local name=$1; shift
+  mkdir -p "$work/$name"
+  "$build/bin/lrkvd" --listen 127.0.0.1:0 --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    local port
+    port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$work/$name.log")
+    [ -n "$port" ] && { echo "$port"; return; }
+    sleep 0.1
+  done
+  echo "lrkvd $name did not start" >&2; cat "$work/$name.log" >&2; exit 1
+}
+port=$(start_server plain --allow-dir "$shared")
+server="127.0.0.1:$port"
+# Global options before or after the subcommand.
+expect 0 --json -- --server "$server" jobs list --json
+expect 0 --json -- jobs list --server "$server" --json
+expect 0 --stderr "no jobs" -- jobs list --server "$server"
+export LRKV_SERVER=$server
+expect 0 --json -- register "$model" --json
+expect 2 --stderr "PERMISSION_DENIED" -- register /etc/passwd
+expect 0 --json -- upload "$model" --json
+expect 2 --stderr "no such file" -- upload /nope.gguf
+expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode plane --json
+expect 2 --stderr "rank" -- convert --checkpoint "$model" --variant lrkv --rank 99
+expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 2 --detach --json
+job=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' "$work/out")
+expect 0 --json -- jobs get "$job" --json
+expect 0 -- jobs watch "$job"
+expect 2 --stderr "NOT_FOUND" -- jobs get job-nope
+expect 0 --json -- report "$job" --json
+expect 2 --stderr "NOT_FOUND" -- report job-nope
+expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --json
+expect 1 --json -- verify --checkpoint "$work/free" --rope-mode plane --prompt-tokens 8 --decode-tokens 4 --json
+expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0
+expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --json
+expect 0 --json -- bench decode --checkpoint "$model" --context 32 --iters 1 --json
+expect 0 --json -- pipeline --checkpoint "$model" --convert '{"rank": 2, "rope_mode": "plane"}' --verify '{"prompt_tokens": 8, "decode_tokens": 4}' --bench '{"context": 16, "tokens": 2}' --json
+expect 2 -- pipeline --checkpoint "$model" --convert '{"rank": 2.5}'
+expect 0 --json -- jobs list --state succeeded --kind convert --json
+expect 2 --stderr "--state 'bogus'" -- jobs list --state bogus
+expect 0 --json -- jobs delete "$job" --json
+expect 2 -- jobs delete "$job"
+expect 0 --json -- --local --json cache --layers 5 --heads 8 --head-dim 8 --rank 2
+unset LRKV_SERVER
+# Connections that cannot work: 3 for the server side, 2 for a bad local file.
+expect 3 --stderr "cannot reach lrkvd at 127.0.0.1:1" -- --server 127.0.0.1:1 jobs list
+expect 2 --stderr "--token-file /nope: cannot read" -- --server "$server" --token-file /nope jobs list
+echo "not a certificate" >"$work/bad.pem"
+expect 2 --stderr "holds no PEM certificate" -- --server "$server" --tls-ca "$work/bad.pem" jobs list
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
+auth_port=$(start_server auth --auth-token-file "$work/token")
+expect 3 --stderr "refused the credentials" -- --server "127.0.0.1:$auth_port" jobs list
+expect 0 --json -- --server "127.0.0.1:$auth_port" --token-file "$work/token" jobs list --json
+
+echo "cli_contract: $checked cases, $failures failed"
+[ "$failures" -eq 0 ]
