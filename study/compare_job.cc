@@ -163,11 +163,13 @@ absl::StatusOr<double> Perplexity(const std::string& checkpoint,
   return r.perplexity;
 }
 
-// Median-free whole-model step time: timed_tokens greedy steps after `context`
-// cached.
-absl::StatusOr<double> StepMs(const std::string& checkpoint,
-                              const std::string& mode, int64_t context,
-                              int64_t tokens) {
+// Whole-model decode steps: timed_tokens greedy steps after `context` cached, as the
+// median, fastest and slowest step.
+struct StepTimes {
+  double median = 0, min = 0, max = 0;
+};
+absl::StatusOr<StepTimes> StepMs(const std::string& checkpoint, const std::string& mode,
+                                 int64_t context, int64_t tokens) {
   GenerateBenchOptions g;
   g.checkpoint = checkpoint;
   g.mode = mode == "expanded" ? "reconstruct" : mode;
@@ -176,7 +178,8 @@ absl::StatusOr<double> StepMs(const std::string& checkpoint,
   ASSIGN_OR_RETURN(auto rows, RunGenerateBench(g));
   // Dense checkpoints have only the expanded row; factored ones time their mode
   // last.
-  return 1e3 / rows.back().tokens_per_second;
+  const GenerateBenchRow& r = rows.back();
+  return StepTimes{r.step_ms_median, r.step_ms_min, r.step_ms_max};
 }
 
 }  // namespace
@@ -226,6 +229,26 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
   CompareReport report;
   report.model =
       o.label.empty() ? fs::path(o.checkpoint).filename().string() : o.label;
+  auto range = [](const DocumentRange& r) { return absl::StrCat(r.begin, ":", r.end); };
+  report.run_config = {{"checkpoint", o.checkpoint},
+                       {"budgets", o.budgets},
+                       {"variants", o.variants},
+                       {"rope_modes", o.rope_modes},
+                       {"metric", o.calib.empty() ? "weight" : "activation"},
+                       {"calib", o.calib},
+                       {"calib_range", range(o.calib_range)},
+                       {"heal_steps", o.heal_steps},
+                       {"data", o.data},
+                       {"data_range", range(o.data_range)},
+                       {"heal_batch", o.heal_batch},
+                       {"heal_seq_len", o.heal_seq_len},
+                       {"heal_lr", o.heal_lr},
+                       {"heal_warmup", std::min(o.heal_warmup, o.heal_steps)},
+                       {"eval", o.eval},
+                       {"eval_range", range(o.eval_range)},
+                       {"kl_tokens", o.kl_tokens},
+                       {"contexts", o.contexts},
+                       {"timed_tokens", o.timed_tokens}};
   ASSIGN_OR_RETURN(auto eval_docs_all, ReadDocuments(o.eval));
   const std::vector<std::string> eval_docs = o.eval_range.Slice(eval_docs_all);
   if (eval_docs.empty()) return Invalid("--eval-range selects no document");
@@ -243,10 +266,10 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
                    Perplexity(o.checkpoint, eval_docs, &report.eval_tokens));
   std::map<int64_t, double> mha_ms;
   for (int64_t L : o.contexts) {
-    ASSIGN_OR_RETURN(mha_ms[L],
-                     StepMs(o.checkpoint, "expanded", L, o.timed_tokens));
+    ASSIGN_OR_RETURN(StepTimes t, StepMs(o.checkpoint, "expanded", L, o.timed_tokens));
+    mha_ms[L] = t.median;
     report.latency.push_back(
-        {report.model, "mha (source)", "expanded", L, mha_ms[L], 1.0});
+        {report.model, "mha (source)", "expanded", L, t.median, 1.0, t.min, t.max});
   }
   // The held-out text as written for the verifier's KL (it reads the file's
   // start).
@@ -332,6 +355,8 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     for (const auto& e : vr.equivalence) {
       if (e.mode == p.rope_mode && e.dtype == "fp32" && e.applicable) {
         row.verdict = e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
+        row.verify_error = e.candidate_error;
+        row.verify_bound = e.bound;
       }
     }
     if (vr.fidelity) row.kl_mean = vr.fidelity->kl_mean;
@@ -339,12 +364,12 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     report_progress("bench", i + 1, n, name);
     if (stopped) return kStopped;
     for (int64_t L : o.contexts) {
-      ASSIGN_OR_RETURN(double ms,
-                       StepMs(model, p.rope_mode, L, o.timed_tokens));
-      report.latency.push_back(
-          {report.model, row.config, p.rope_mode, L, ms, ms / mha_ms[L]});
-      row.step_ms = ms;
-      row.step_ratio_to_mha = ms / mha_ms[L];
+      ASSIGN_OR_RETURN(StepTimes t, StepMs(model, p.rope_mode, L, o.timed_tokens));
+      report.latency.push_back({report.model, row.config, p.rope_mode, L, t.median,
+                                t.median / mha_ms[L], t.min, t.max});
+      row.step_ms = t.median;
+      row.step_ratio_to_mha = t.median / mha_ms[L];
+      row.step_context = L;
       row.madds_per_step = DecodeMacsPerStep(shape, p.target, p.rope_mode, L);
     }
     report.rows.push_back(row);
@@ -364,8 +389,11 @@ nlohmann::json CompareReport::ToJson() const {
                         {"kv_params_per_layer", r.kv_params},
                         {"ppl_before_healing", r.ppl_before},
                         {"verdict", r.verdict},
+                        {"verify_error", r.verify_error},
+                        {"verify_bound", r.verify_bound},
                         {"step_ms", r.step_ms},
                         {"step_ratio_to_mha", r.step_ratio_to_mha},
+                        {"step_context", r.step_context},
                         {"attention_madds_per_step_layer", r.madds_per_step}};
     if (r.ppl_after) j["ppl_after_healing"] = *r.ppl_after;
     if (r.kl_mean) j["kl_mean"] = *r.kl_mean;
@@ -377,6 +405,8 @@ nlohmann::json CompareReport::ToJson() const {
                    {"rope_mode", l.rope_mode},
                    {"context", l.context},
                    {"step_ms", l.step_ms},
+                   {"min_ms", l.min_ms},
+                   {"max_ms", l.max_ms},
                    {"ratio_to_mha", l.ratio_to_mha}});
   }
   return {{"model", model},
@@ -384,7 +414,8 @@ nlohmann::json CompareReport::ToJson() const {
           {"eval_tokens", eval_tokens},
           {"rows", rows_json},
           {"latency", lat},
-          {"notes", notes}};
+          {"notes", notes},
+          {"run_config", run_config}};
 }
 
 std::string CompareReport::ToTable() const {
@@ -392,17 +423,17 @@ std::string CompareReport::ToTable() const {
       "model %s: source perplexity %.4f on %d held-out tokens\n\n"
       "| budget | config | RoPE | cache | K/V params | ppl before | ppl after "
       "| KL | verdict | "
-      "step vs MHA | MACs/step/layer |\n"
+      "step vs MHA (at L) | MACs/step/layer |\n"
       "|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n",
       model, source_perplexity, eval_tokens);
   for (const auto& r : rows) {
     absl::StrAppendFormat(
         &out,
-        "| %.2f | %s | %s | %.1f%% | %d | %.3f | %s | %s | %s | %.2fx | %d |\n",
+        "| %.2f | %s | %s | %.1f%% | %d | %.3f | %s | %s | %s | %.2fx (%d) | %d |\n",
         r.budget, r.config, r.rope_mode, 100 * r.cache_ratio, r.kv_params,
         r.ppl_before, r.ppl_after ? absl::StrFormat("%.3f", *r.ppl_after) : "-",
         r.kl_mean ? absl::StrFormat("%.3f", *r.kl_mean) : "-", r.verdict,
-        r.step_ratio_to_mha, r.madds_per_step);
+        r.step_ratio_to_mha, r.step_context, r.madds_per_step);
   }
   for (const auto& n : notes) absl::StrAppend(&out, "\nnote: ", n);
   if (!notes.empty()) out += "\n";

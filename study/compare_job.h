@@ -74,7 +74,13 @@ struct CompareRow {
   double ppl_before = 0;
   std::optional<double> ppl_after, kl_mean;
   std::string verdict;
+  // The verdict's numbers: the fp32 factored engine's error against the float64
+  // reference, and the error model's bound for it (0 when not applicable).
+  double verify_error = 0, verify_bound = 0;
+  // Median decode step at `step_context` tokens (the last --context), and its ratio to
+  // the source's at the same context.
   double step_ms = 0, step_ratio_to_mha = 0;
+  int64_t step_context = 0;
   int64_t madds_per_step = 0;
 };
 
@@ -83,7 +89,8 @@ struct CompareRow {
 struct CompareLatency {
   std::string model, config, rope_mode;
   int64_t context = 0;
-  double step_ms = 0, ratio_to_mha = 0;
+  double step_ms = 0, ratio_to_mha = 0;  // median step, and its ratio to the source's
+  double min_ms = 0, max_ms = 0;         // fastest and slowest timed step
 };
 
 struct CompareReport {
@@ -93,6 +100,9 @@ struct CompareReport {
   std::vector<CompareRow> rows;
   std::vector<CompareLatency> latency;
   std::vector<std::string> notes;
+  // How the study was run (budgets, variants, healing, texts, contexts), as the report
+  // records it.
+  nlohmann::json run_config = nlohmann::json::object();
   nlohmann::json ToJson() const;
   std::string ToTable() const;
 };

@@ -93,10 +93,15 @@ timeout 120 "$chromium" "${flags[@]}" --dump-dom "file://$work/report.html" \
   2>/dev/null >"$work/dom.html" || true
 svgs=$(grep -o "<svg" "$work/dom.html" | wc -l)
 lines=$(grep -o "<polyline" "$work/dom.html" | wc -l)
-points=$(grep -o "<circle" "$work/dom.html" | wc -l)
+points=$(grep -o 'class="marker"' "$work/dom.html" | wc -l)
 echo "rendered DOM: $svgs svg, $lines polylines, $points markers; screenshot $png_bytes bytes"
 [ "$svgs" -eq 3 ] || fail "want 3 SVG plots in the rendered page, got $svgs"
 [ "$lines" -ge 3 ] && [ "$points" -ge 6 ] || fail "the plots are empty"
+bars=$(grep -o 'class="error-bar"' "$work/dom.html" | wc -l)
+[ "$bars" -ge 3 ] || fail "the latency plot has no min-max error bars ($bars)"
+grep -q "<h2>Summary</h2>" "$work/dom.html" || fail "the page has no summary of who wins"
+grep -q 'id="run-config"' "$work/dom.html" || fail "the page does not show the run configuration"
+grep -q "step vs MHA at L = 64" "$work/dom.html" || fail "the step ratio does not say its context"
 
 echo "== 4. TLS"
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \

@@ -2,9 +2,13 @@
 // JSON round trip behind `lrkv report --html`, and the SVG plots; plus one
 // small real study on stories260K (no healing) whose rows must be internally
 // consistent.
+#include <algorithm>
+#include <cmath>
 #include <regex>
+#include <vector>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "study/compare_html.h"
 #include "study/compare_job.h"
@@ -84,11 +88,50 @@ TEST(Study, SvgPlotsDrawEverySeriesAndEscapeNames) {
           {"source", {{100, 3.47}}, false, false}});
   EXPECT_EQ(Count(svg, "<svg"), 1);
   EXPECT_EQ(Count(svg, "<polyline"), 2);  // the markers-only series has none
-  EXPECT_EQ(Count(svg, "<circle cx") - 3, 3 + 2 + 1);  // 3 legend markers
+  EXPECT_EQ(Count(svg, "class=\"marker\"") - 3, 3 + 2 + 1);  // 3 legend markers
   EXPECT_THAT(svg, HasSubstr("a &lt;b&gt; &amp; c"));
   EXPECT_THAT(svg, HasSubstr("lrkv &quot;plane&quot;"));
   EXPECT_EQ(svg.find("nan"), std::string::npos);
   EXPECT_EQ(svg.find("inf"), std::string::npos);
+}
+
+// The axes reach the ticks beyond every point and error bar (a source at perplexity
+// 3.2 used to sit below the lowest tick, 5); points on one spot are spread apart;
+// error bars, labels and hollow markers are drawn.
+TEST(Study, SvgPlotsTickPastEveryPointAndSpreadCoincidentOnes) {
+  PlotOptions o;
+  o.log_y = true;
+  PlotSeries a{"a", {{25, 40}, {50, 20}}};
+  a.labels = {"r=0", "r=2"};
+  a.y_error = {{30, 60}, {15, 25}};
+  PlotSeries b{"b", {{25, 40}}};  // on a's first point
+  b.marker = "square";
+  b.hollow = true;
+  PlotSeries source{"source", {{100, 3.2}}, false, false};
+  source.marker = "diamond";
+  const std::string svg = RenderSvgPlot(o, {a, b, source});
+  // y ticks: the lowest at or below 3.2, the highest at or above 60.
+  std::vector<double> ticks;
+  const std::string tick = "text-anchor=\"end\">";
+  for (size_t at = svg.find(tick); at != std::string::npos; at = svg.find(tick, at + 1)) {
+    ticks.push_back(std::stod(svg.substr(at + tick.size())));
+  }
+  ASSERT_GE(ticks.size(), 2u);
+  EXPECT_LE(*std::min_element(ticks.begin(), ticks.end()), 3.2);
+  EXPECT_GE(*std::max_element(ticks.begin(), ticks.end()), 60.0);
+  EXPECT_EQ(Count(svg, "class=\"error-bar\""), 2);
+  EXPECT_EQ(Count(svg, "class=\"point-label\""), 2);
+  EXPECT_EQ(Count(svg, "fill=\"white\" stroke="), 2);  // b hollow, in the plot and legend
+  EXPECT_EQ(Count(svg, "<polygon class=\"marker\""), 2);  // the diamond and its legend
+  // a's and b's first points were on one spot: drawn 7 px apart.
+  const std::string circle = "<circle class=\"marker\" cx=\"";
+  const std::string rect = "<rect class=\"marker\" x=\"";
+  const size_t c_at = svg.find(circle), r_at = svg.find(rect);
+  ASSERT_NE(c_at, std::string::npos);
+  ASSERT_NE(r_at, std::string::npos);
+  const double cx = std::stod(svg.substr(c_at + circle.size()));
+  const double rx = std::stod(svg.substr(r_at + rect.size())) + 4.5;
+  EXPECT_NEAR(std::abs(rx - cx), 7.0, 0.2);
 }
 
 // A real study, small: stories260K at one budget, GQA and LRKV plane, no
@@ -132,6 +175,22 @@ TEST(Study, SmallStudyRowsAreConsistentAndRoundTrip) {
   const std::string html = CompareReportHtml(*back, "test");
   EXPECT_EQ(Count(html, "<svg"), 3);
   EXPECT_THAT(html, HasSubstr("lrkv r=2"));
+  // What the page says besides the plots: who wins per budget, each verdict's numbers,
+  // the context of the step ratios, the run's configuration.
+  EXPECT_THAT(html, HasSubstr("Budget 0.50: lowest perplexity"));
+  EXPECT_THAT(html, HasSubstr(absl::StrFormat("step vs MHA at L = %d", 32)));
+  EXPECT_THAT(html, HasSubstr("id=\"run-config\""));
+  EXPECT_GT(r->rows[1].verify_bound, 0.0);
+  EXPECT_LE(r->rows[1].verify_error, r->rows[1].verify_bound);
+  for (const auto& l : r->latency) EXPECT_LE(l.min_ms, l.step_ms);
+  // A row that was not equivalent is shown as such, with its numbers and bound.
+  CompareReport bad = *back;
+  bad.rows[1].verdict = "NOT EQUIVALENT";
+  bad.rows[1].verify_error = 3e-3;
+  bad.rows[1].verify_bound = 1e-4;
+  const std::string bad_html = CompareReportHtml(bad, "test");
+  EXPECT_THAT(bad_html, HasSubstr("<tr class=\"bad\">"));
+  EXPECT_THAT(bad_html, HasSubstr("error 0.003 exceeds the error model's bound 0.0001"));
   EXPECT_EQ(CompareReportFromJson(nlohmann::json::object()).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

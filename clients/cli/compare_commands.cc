@@ -78,6 +78,7 @@ int RunCompare(CompareArgs a) {
                  static_cast<long long>(n), stage.c_str(), message.c_str());
   });
   if (!report.ok()) return Fail(report.status());
+  report->run_config["provenance"] = BuildProvenance();
   nlohmann::json json = report->ToJson();
   json["provenance"] = BuildProvenance();
   if (Globals().json) {
