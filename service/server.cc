@@ -28,6 +28,7 @@
 #include "model/llama_weights.h"
 #include "model/mapped_file.h"
 #include "model/status_macros.h"
+#include "service/artifact_stream.h"
 #include "service/checkpoint_import.h"
 #include "service/content_hash.h"
 #include "service/grpc_status.h"
@@ -265,6 +266,28 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     fs::remove(runner_->LogPath(req->job_id()), ec);
     fs::remove_all(runner_->ArtifactPath(req->job_id()), ec);
     return ToGrpc(store_->DeleteJob(req->job_id()));
+  }
+
+  grpc::Status GetArtifact(grpc::ServerContext* ctx, const v1::GetArtifactRequest* req,
+                           grpc::ServerWriter<v1::ArtifactChunk>* writer) override {
+    if (auto auth = Authorize(ctx); !auth.ok()) return auth;
+    auto job = store_->GetJob(req->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    if (job->state != JobState::kSucceeded) {
+      return ToGrpc(absl::FailedPreconditionError(
+          absl::StrCat("job '", job->id, "' is ", JobStateName(job->state),
+                       "; artifacts exist once it succeeds")));
+    }
+    if (job->kind != "convert" && job->kind != "heal" && job->kind != "pipeline") {
+      return ToGrpc(absl::FailedPreconditionError(absl::StrCat(
+          "job '", job->id, "' is a ", job->kind,
+          " job, which writes no checkpoint (artifacts come from convert, heal and "
+          "pipeline jobs); its results are in GetReport")));
+    }
+    return ToGrpc(StreamArtifact(runner_->ArtifactPath(job->id),
+                                 [&](const v1::ArtifactChunk& c) {
+                                   return !ctx->IsCancelled() && writer->Write(c);
+                                 }));
   }
 
   grpc::Status GetReport(grpc::ServerContext* ctx,

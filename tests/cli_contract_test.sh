@@ -139,6 +139,18 @@ expect 0 --json -- upload "$model" --json
 expect 2 --stderr "no such file" -- upload /nope.gguf
 expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode plane --json
 expect 2 --stderr "rank" -- convert --checkpoint "$model" --variant lrkv --rank 99
+# --out downloads the server's checkpoint (sha256-checked): byte for byte the job's.
+expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/dl" --json
+"$lrkv" jobs list --kind convert --state succeeded --json >"$work/jobs.json"
+last=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][-1]["id"])' "$work/jobs.json")
+diff -r "$work/dl" "$work/plain/artifacts/$last" >/dev/null ||
+  { echo "FAIL: the downloaded checkpoint differs from the job's" >&2; failures=$((failures + 1)); }
+expect 0 --json -- artifacts get "$last" --out "$work/dl2" --json
+diff -r "$work/dl2" "$work/plain/artifacts/$last" >/dev/null ||
+  { echo "FAIL: artifacts get wrote another folder than the job's" >&2; failures=$((failures + 1)); }
+expect 2 --stderr "exists and is not empty" -- artifacts get "$last" --out "$work/dl2"
+expect 2 --stderr "NOT_FOUND" -- artifacts get job-nope --out "$work/dl3"
+[ ! -e "$work/dl3" ] || { echo "FAIL: a refused download left $work/dl3" >&2; failures=$((failures + 1)); }
 expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 2 --detach --json
 job=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' "$work/out")
 expect 0 --json -- jobs get "$job" --json
@@ -146,6 +158,10 @@ expect 0 -- jobs watch "$job"
 expect 2 --stderr "NOT_FOUND" -- jobs get job-nope
 expect 0 --json -- report "$job" --json
 expect 2 --stderr "NOT_FOUND" -- report job-nope
+expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --detach --json
+vjob=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' "$work/out")
+"$lrkv" jobs watch "$vjob" >/dev/null 2>&1
+expect 2 --stderr "writes no checkpoint" -- artifacts get "$vjob" --out "$work/dl4"
 expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --json
 expect 1 --json -- verify --checkpoint "$work/free" --rope-mode plane --prompt-tokens 8 --decode-tokens 4 --json
 expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -96,6 +97,67 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
 // A long heal job: cancelled while it trains, it stops at its next step;
 // interrupted by a shutdown, it goes back to the queue and completes after the
 // restart.
+// GetArtifact streams a convert job's checkpoint folder file by file: reassembled, each
+// file equals the job's, and its sha256 is the file's; jobs without a checkpoint and
+// unknown ids are refused with their codes.
+TEST_F(ServiceTest, ArtifactsStreamEveryFileWithItsSha256) {
+  v1::Checkpoint source, converted;
+  ConvertStories(&source, &converted);
+  v1::ListJobsResponse jobs;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &jobs).ok());
+  }
+  ASSERT_EQ(jobs.jobs_size(), 1);
+  const std::string job = jobs.jobs(0).id();
+  const std::filesystem::path dir = dir_ / "data" / "artifacts" / job;
+  std::map<std::string, std::string> files, shas;
+  {
+    grpc::ClientContext ctx;
+    v1::GetArtifactRequest req;
+    req.set_job_id(job);
+    auto reader = stub_->GetArtifact(&ctx, req);
+    v1::ArtifactChunk c;
+    while (reader->Read(&c)) {
+      std::string& data = files[c.path()];
+      EXPECT_EQ(c.offset(), static_cast<int64_t>(data.size())) << c.path();
+      data += c.data();
+      EXPECT_LE(c.data().size(), size_t{1} << 20);
+      if (!c.sha256().empty()) shas[c.path()] = c.sha256();
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  size_t on_disk = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++on_disk;
+    const std::string name = e.path().filename().string();
+    std::ifstream in(e.path(), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(files[name], ss.str()) << name;
+    EXPECT_EQ(shas[name], Sha256OfBytes(ss.str())) << name;
+  }
+  EXPECT_EQ(files.size(), on_disk);
+  EXPECT_GT(files.count("model.safetensors"), 0u);
+  auto code_of = [&](const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::GetArtifactRequest req;
+    req.set_job_id(id);
+    auto reader = stub_->GetArtifact(&ctx, req);
+    v1::ArtifactChunk c;
+    while (reader->Read(&c)) {
+    }
+    return reader->Finish().error_code();
+  };
+  EXPECT_EQ(code_of("job-nope"), grpc::StatusCode::NOT_FOUND);
+  v1::Job verify;
+  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(), R"({"prompt_tokens": 4, "decode_tokens": 2})",
+                     &verify)
+                  .ok());
+  ASSERT_EQ(WaitDone(verify.id()).state(), v1::SUCCEEDED);
+  EXPECT_EQ(code_of(verify.id()), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 TEST_F(ServiceTest, RunningJobsStopBetweenStepsOnCancelAndShutdown) {
   v1::Checkpoint source, converted;
   ConvertStories(&source, &converted);

@@ -121,6 +121,7 @@ int ExitCodeFor(absl::StatusCode code) {
     case absl::StatusCode::kUnauthenticated:
     case absl::StatusCode::kCancelled:
     case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDataLoss:
       return kExitServer;
     default:
       return kExitInternal;

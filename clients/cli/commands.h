@@ -80,6 +80,7 @@ void AddVerifyCommands(CLI::App& app, int* exit_code);  // verify
 void AddHealCommands(CLI::App& app, int* exit_code);    // heal
 void AddClientCommands(
     CLI::App& app, int* exit_code);  // register, upload, jobs, report, pipeline
+void AddArtifactCommands(CLI::App& app, int* exit_code);  // artifacts get
 void AddCompareCommands(CLI::App& app, int* exit_code);  // compare
 // After AddSurgeryCommands, which creates `bench`.
 void AddTokenizeCommands(CLI::App& app, int* exit_code);  // tokenize, bench tokenize

@@ -423,7 +423,14 @@ int SubmitAndReport(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
               << (job.error().empty() ? "" : ": " + job.error()) << "\n";
     return kExitServer;
   }
-  return FetchAndEmitReport(a, stub, job.id(), out);
+  const int rc = FetchAndEmitReport(a, stub, job.id(), out);
+  if (out.artifact.empty() || rc == kExitServer || rc == kExitUsage) return rc;
+  nlohmann::json files;
+  const grpc::Status got = DownloadArtifact(a, stub, job.id(), out.artifact, &files);
+  if (!got.ok()) return RpcError(got);
+  std::fprintf(stderr, "downloaded job %s's checkpoint (%zu files, sha256-checked) to %s\n",
+               job.id().c_str(), files.size(), out.artifact.c_str());
+  return rc;
 }
 
 grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,

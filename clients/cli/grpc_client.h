@@ -13,6 +13,7 @@
 
 #include "clients/cli/remote.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
+#include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
 
@@ -44,11 +45,20 @@ grpc::Status UploadCheckpointFile(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
 grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
                        const std::string& job_id, v1::Job* job, int64_t after_seq = 0);
 
+// Streams job `job_id`'s artifact into `out_dir` (which must not exist, or be empty),
+// checking each file's sha256, through a hidden partial folder renamed at the end;
+// `files` lists what was written (path, bytes, sha256). INVALID_ARGUMENT for a local
+// folder problem, DATA_LOSS for a stream that does not check out.
+grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                              const std::string& job_id, const std::string& out_dir,
+                              nlohmann::json* files);
+
 struct ReportOutputs {
   bool json = false;      // print the JSON report (alone on stdout) instead of the summary
   std::string json_file;  // write the JSON report here
   std::string junit;      // write the checks as JUnit XML
   std::string html;       // write the comparison page (compare jobs)
+  std::string artifact;   // download the job's checkpoint into this folder (--out)
 };
 // Prints/writes the report; returns kExitFailure when a verification check
 // failed.

@@ -314,7 +314,8 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--events", h->events_path,
                   "Write one JSON line per step/eval");
   cmd->add_option("--out", h->job.out_dir,
-                  "Output folder (must not exist; local runs)");
+                  "Output folder (must not exist); with --server the healed checkpoint is "
+                  "downloaded there");
   RemoteSpec spec;
   spec.kind = "heal";
   spec.skip = {"nproc",          "process-rank",   "world-size",  "master-addr",

@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   lrkv::cli::AddCompareCommands(app, &exit_code);
 #ifdef LRKV_WITH_CLIENT
   lrkv::cli::AddClientCommands(app, &exit_code);
+  lrkv::cli::AddArtifactCommands(app, &exit_code);
 #endif
   lrkv::cli::AddBenchCommands(app, &exit_code);
   lrkv::cli::AddTokenizeCommands(app, &exit_code);

@@ -126,6 +126,15 @@ int RemoteJob::Run() const {
   if (CLI::Option* h = Find(cmd_, "html"); h != nullptr && h->count() > 0) {
     out.html = h->results()[0];
   }
+  // --out names where the local command would write its checkpoint: the server's is
+  // downloaded there (it used to be ignored).
+  if (CLI::Option* o = Find(cmd_, "out"); o != nullptr && o->count() > 0) {
+    if (detach_) {
+      return UsageError("--out with --detach: nothing waits for the job; fetch its "
+                        "checkpoint later with `lrkv artifacts get JOB --out DIR`");
+    }
+    out.artifact = o->results()[0];
+  }
   v1::JobKind kind;
   ParseJobKind(spec_.kind, &kind);
   return SubmitAndReport(Globals().conn, *stub, kind, checkpoint.id(), params.dump(),

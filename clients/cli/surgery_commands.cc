@@ -217,7 +217,8 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
       ->default_str("5GB");
   conv->add_option("--out", v->job.out_dir,
-                   "Output folder (must not exist; local runs)");
+                   "Output folder (must not exist; parents are made); with --server the "
+                   "job's checkpoint is downloaded there");
   auto remote = RemoteJob::Attach(conv, {"convert", {}, {}, {}});
   conv->callback([v, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunConvert(*v);
