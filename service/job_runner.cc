@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
+#include "model/provenance.h"
 #include "model/safetensors.h"
 #include "model/status_macros.h"
 #include "service/job_params.h"
@@ -446,6 +447,8 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
 absl::Status JobRunner::Execute(const JobRecord& job) {
   ASSIGN_OR_RETURN(CheckpointRecord ckpt,
                    store_->GetCheckpoint(job.checkpoint_id));
+  const auto started = std::chrono::steady_clock::now();
+  const int64_t started_at = Now();
   nlohmann::json report;
   if (job.kind == "convert") {
     ASSIGN_OR_RETURN(
@@ -486,6 +489,24 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
         absl::StrCat("job kind '", job.kind,
                      "' is not served yet (convert, verify, heal, "
                      "bench, pipeline)"));
+  }
+  // Where the report came from: this lrkvd's build and host, the job as submitted, the
+  // checkpoint by content (its id is its sha256), the times.
+  nlohmann::json provenance = Provenance();
+  provenance["job"] = {
+      {"id", job.id},
+      {"kind", job.kind},
+      {"params", nlohmann::json::parse(job.params_json, nullptr, false)},
+      {"checkpoint_sha256", ckpt.id},
+      {"checkpoint_format", ckpt.format},
+      {"attempt", job.attempts + 1},
+      {"created_at", job.created_at},  // unix seconds
+      {"started_at", started_at},
+      {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+                      .count()}};
+  if (report.is_object()) report["provenance"] = provenance;
+  if (job.kind == "compare" && report.is_object() && report.contains("run_config")) {
+    report["run_config"]["provenance"] = provenance;  // shown on the HTML page
   }
   return WriteFileAtomically(ReportPath(job.id), report.dump(2) + "\n");
 }

@@ -185,5 +185,22 @@ auth_port=$(start_server auth --auth-token-file "$work/token")
 expect 3 --stderr "refused the credentials" -- --server "127.0.0.1:$auth_port" jobs list
 expect 0 --json -- --server "127.0.0.1:$auth_port" --token-file "$work/token" jobs list --json
 
+# Provenance in every report, local and from lrkvd: version, commit, host, date, and
+# for a job the parameters and the checkpoint's sha256.
+"$lrkv" --json eval --checkpoint "$model" --text "$text" >"$work/p1.json" 2>/dev/null
+"$lrkv" --server "$server" report "$last" --json >"$work/p2.json" 2>/dev/null
+python3 - "$work/p1.json" "$work/p2.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+local, remote = (json.load(open(p)) for p in sys.argv[1:3])
+for name, r in (("local eval", local), ("lrkvd convert", remote)):
+    p = r.get("provenance", {})
+    missing = [k for k in ("lrkv_version", "git_commit", "host", "cpu", "threads", "date") if k not in p]
+    if missing:
+        sys.exit("FAIL: %s report's provenance lacks %s" % (name, missing))
+job = remote["provenance"]["job"]
+if len(job.get("checkpoint_sha256", "")) != 64 or "params" not in job:
+    sys.exit("FAIL: the job's provenance lacks its parameters or checkpoint sha256")
+PY
+
 echo "cli_contract: $checked cases, $failures failed"
 [ "$failures" -eq 0 ]

@@ -1,10 +1,6 @@
 // What every `lrkv` command shares (commands.h): the global options, the exit-code
 // contract, the version and the provenance block of reports.
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -12,32 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
-#include "lrkv_version.h"
-#include "model/threads.h"
+#include "model/provenance.h"
 
 namespace lrkv::cli {
-namespace {
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown";
-}
-
-std::string UtcNow() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
-
-}  // namespace
 
 const CLI::Validator kNotNegative(
     [](std::string& value) -> std::string {
@@ -89,21 +62,9 @@ void AddGlobalOptions(CLI::App& app) {
       ->group("Global options");
 }
 
-std::string VersionString() {
-  return absl::StrCat("lrkv ", LRKV_VERSION, " (git ", LRKV_GIT_COMMIT,
-                      LRKV_GIT_DIRTY ? "-dirty" : "", ", ", LRKV_GIT_DATE, ")");
-}
+std::string VersionString() { return lrkv::VersionString(); }
 
-nlohmann::json BuildProvenance() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return {{"lrkv_version", LRKV_VERSION},
-          {"git_commit", std::string(LRKV_GIT_COMMIT) + (LRKV_GIT_DIRTY ? "-dirty" : "")},
-          {"host", host},
-          {"cpu", CpuModel()},
-          {"threads", ThreadCount()},
-          {"date", UtcNow()}};
-}
+nlohmann::json BuildProvenance() { return lrkv::Provenance(); }
 
 int ExitCodeFor(absl::StatusCode code) {
   switch (code) {
