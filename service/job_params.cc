@@ -58,6 +58,15 @@ absl::StatusOr<json> ParseObject(const std::string& text,
                                  const std::set<std::string>& known) {
   ASSIGN_OR_RETURN(json j, ParseStrict(text));
   if (!j.is_object()) return Invalid("params_json must be a JSON object");
+  // The configuration file the parameters came from (`lrkv compare -f study.yaml`), kept
+  // with the job as submitted: {"name": ..., "text": ...}; no parameter of its own.
+  if (auto it = j.find(kConfigFileKey); it != j.end()) {
+    if (!it->is_object() || !it->contains("text") || !(*it)["text"].is_string()) {
+      return Invalid(absl::StrCat("params_json: '", kConfigFileKey,
+                                  "' must be {\"name\": ..., \"text\": ...}"));
+    }
+    j.erase(it);
+  }
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (known.count(it.key()) == 0) {
       return Invalid(absl::StrCat("params_json: unknown parameter '", it.key(),
@@ -388,7 +397,9 @@ absl::StatusOr<std::string> ReplaceInputPaths(
       }
       *it = *replaced;
     }
-    for (auto& [k, v] : o.items()) walk(v);
+    for (auto& [k, v] : o.items()) {
+      if (k != kConfigFileKey) walk(v);  // its "text" is the file, not an input path
+    }
   };
   walk(j);
   RETURN_IF_ERROR(status);

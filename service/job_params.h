@@ -49,6 +49,10 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
     const std::string& json, const std::string& checkpoint,
     const std::string& work_dir);
 
+// The parameter carrying the configuration file a job's parameters came from; every
+// kind accepts it and keeps it in the job's params_json.
+inline constexpr char kConfigFileKey[] = "config_file";
+
 // The parameters naming text files a job reads (calibration, evaluation, training text).
 inline const std::vector<std::string> kTextInputKeys = {"calib", "eval", "text", "data"};
 // The parameters naming a checkpoint a job reads besides its own (verify's source).

@@ -101,6 +101,30 @@ expect 2 -- heal --checkpoint "$work/free" --steps 3 --out "$work/h3"
 # compare
 expect 2 --stderr "'foo'" -- compare --checkpoint "$model" --eval "$text" --variants lrkv,foo
 expect 0 --json -- compare --checkpoint "$model" --eval "$text" --eval-range 0.9:1 --budget 0.5 --variants lrkv --rope-mode plane --context 16 --timed-tokens 1 --kl-tokens 50 --work-dir "$work/cmp" --json
+# -f: a YAML file of options, the command line overriding it; unknown keys refused.
+cat >"$work/study.yaml" <<EOF
+checkpoint: $model
+budget: [0.5]
+variants: [lrkv]
+rope_mode: plane
+eval: $text
+eval_range: "0.9:1"
+context: [64]
+timed_tokens: 1
+kl_tokens: 50
+EOF
+expect 0 --json -- compare -f "$work/study.yaml" --context 16 --work-dir "$work/cmp2" --json
+python3 - "$work/out" <<'PY' || failures=$((failures + 1))
+import json, sys
+j = json.load(open(sys.argv[1]))
+if j["run_config"]["contexts"] != [16] or j["run_config"]["budgets"] != [0.5]:
+    sys.exit("FAIL: -f values or the overriding flag were not applied: %s" % j["run_config"])
+if "budget: [0.5]" not in j["provenance"]["config_file"]["text"]:
+    sys.exit("FAIL: the report does not keep the option file")
+PY
+echo "bogus_key: 1" >>"$work/study.yaml"
+expect 2 --stderr "'bogus-key' is not an option" -- compare -f "$work/study.yaml"
+expect 2 -- compare -f "$work/nope.yaml"
 # bench
 expect 0 --json -- bench decode --heads 2 --head-dim 8 --rank 2 --batch 1 --context 32 --iters 1 --threads 1 --json
 expect 2 --stderr "must be cpu or cuda" -- bench decode --device tpu --context 32
@@ -169,6 +193,18 @@ expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$te
 expect 0 --json -- bench decode --checkpoint "$model" --context 32 --iters 1 --json
 expect 0 --json -- pipeline --checkpoint "$model" --convert '{"rank": 2, "rope_mode": "plane"}' --verify '{"prompt_tokens": 8, "decode_tokens": 4}' --bench '{"context": 16, "tokens": 2}' --json
 expect 2 -- pipeline --checkpoint "$model" --convert '{"rank": 2.5}'
+cat >"$work/job.yaml" <<EOF
+checkpoint: $model
+convert: {variant: lrkv, rank: 2, rope_mode: plane}
+verify: {prompt_tokens: 8, decode_tokens: 4}
+bench: {context: 16, tokens: 2}
+EOF
+expect 0 --json -- pipeline -f "$work/job.yaml" --detach --json
+pjob=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' "$work/out")
+expect 0 -- jobs watch "$pjob"
+expect 0 --json -- jobs get "$pjob" --json
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); p=json.loads(j["params_json"]); assert "rope_mode: plane" in p["config_file"]["text"] and j["state"]=="SUCCEEDED", j' "$work/out" ||
+  { echo "FAIL: the pipeline job does not keep its option file or did not succeed" >&2; failures=$((failures + 1)); }
 expect 0 --json -- jobs list --state succeeded --kind convert --json
 expect 2 --stderr "--state 'bogus'" -- jobs list --state bogus
 expect 0 --json -- jobs delete "$job" --json

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/yaml_config.h"
 #include "model/provenance.h"
 
 namespace lrkv::cli {
@@ -64,7 +65,11 @@ void AddGlobalOptions(CLI::App& app) {
 
 std::string VersionString() { return lrkv::VersionString(); }
 
-nlohmann::json BuildProvenance() { return lrkv::Provenance(); }
+nlohmann::json BuildProvenance() {
+  nlohmann::json p = lrkv::Provenance();
+  if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) p["config_file"] = file;
+  return p;
+}
 
 int ExitCodeFor(absl::StatusCode code) {
   switch (code) {

@@ -18,6 +18,7 @@
 
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
+#include "clients/cli/yaml_config.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "nlohmann/json.hpp"
 
@@ -356,6 +357,10 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
       if ((*stages)[i].empty()) continue;
       if (params.size() > 1) params += ", ";
       params += "\"" + std::string(names[i]) + "\": " + (*stages)[i];
+    }
+    if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) {
+      if (params.size() > 1) params += ", ";
+      params += "\"config_file\": " + file.dump();
     }
     pipe->params = params + "}";
     pipe->kind = "pipeline";

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/yaml_config.h"
 #include "nlohmann/json.hpp"
 #include "study/compare_html.h"
 #include "study/compare_job.h"
@@ -79,6 +80,9 @@ int RunCompare(CompareArgs a) {
   });
   if (!report.ok()) return Fail(report.status());
   report->run_config["provenance"] = BuildProvenance();
+  if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) {
+    report->run_config["config_file"] = file["name"];
+  }
   nlohmann::json json = report->ToJson();
   json["provenance"] = BuildProvenance();
   if (Globals().json) {

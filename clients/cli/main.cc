@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "clients/cli/commands.h"
+#include "clients/cli/yaml_config.h"
 #include "model/blas_core.h"
 #include "model/threads.h"
 
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
   lrkv::UseBestOpenBlasCore(argv);
   CLI::App app{"lrkv: LRKV model surgery and verification"};
   lrkv::cli::AddGlobalOptions(app);
+  lrkv::cli::AddConfigFileOption(app);
   app.require_subcommand(1);
   int exit_code = lrkv::cli::kExitOk;
   lrkv::cli::AddModelCommands(app, &exit_code);
@@ -89,6 +91,13 @@ int main(int argc, char** argv) {
   });
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse compare.bogus-key": name the file and the key.
+    const std::string what = e.what();
+    const std::string key = what.substr(what.rfind('.') + 1);
+    std::cerr << "lrkv: error: -f: '" << key << "' is not an option of this command\n";
+    SuggestFor(app, {"--" + key});
+    return lrkv::cli::kExitUsage;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     if (rc == 0) return lrkv::cli::kExitOk;  // --help, --version

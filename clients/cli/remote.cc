@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
+#include "clients/cli/yaml_config.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 
 // Never parameters: output and mode options (the global ones are not the command's).
 const std::set<std::string> kNotParams = {"detach", "checkpoint", "out",  "json-out",
-                                          "junit",  "html",       "help"};
+                                          "junit",  "html",       "help", "file"};
 // Parameters naming files the server reads: sent as absolute paths.
 const std::set<std::string> kPathParams = {"calib", "eval", "text", "data"};
 // Parameters naming another checkpoint: sent as its server id (registered or uploaded).
@@ -110,6 +111,8 @@ int RemoteJob::Run() const {
       params[key] = Value(results[0]);
     }
   }
+  // The option file the values came from is stored with the job.
+  if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) params["config_file"] = file;
   // Uploaded checkpoints are stored under their hash: keep the user's name on
   // reports.
   if (Find(cmd_, "label") != nullptr && !params.contains("label")) {
