@@ -189,6 +189,15 @@ expect 2 --stderr "writes no checkpoint" -- artifacts get "$vjob" --out "$work/d
 expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --json
 expect 1 --json -- verify --checkpoint "$work/free" --rope-mode plane --prompt-tokens 8 --decode-tokens 4 --json
 expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0
+# The remote verify writes the local one's JUnit: the same testcases (classname and
+# name), failures and skipped; and prints the same table.
+expect 1 -- verify --checkpoint "$work/free" --rope-mode reconstruct,plane --prompt-tokens 8 --decode-tokens 4 --junit "$work/rv.xml"
+grep -q "verdict: FAIL" "$work/out" || { echo "FAIL: the remote verify did not print the verify table" >&2; failures=$((failures + 1)); }
+for pattern in '<testcase classname="[^"]*" name="[^"]*"' '<failure' '<skipped'; do
+  if [ "$(grep -o "$pattern" "$work/v.xml")" != "$(grep -o "$pattern" "$work/rv.xml")" ]; then
+    echo "FAIL: local and remote JUnit differ in $pattern" >&2; failures=$((failures + 1))
+  fi
+done
 expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --json
 expect 0 --json -- bench decode --checkpoint "$model" --context 32 --iters 1 --json
 expect 0 --json -- pipeline --checkpoint "$model" --convert '{"rank": 2, "rope_mode": "plane"}' --verify '{"prompt_tokens": 8, "decode_tokens": 4}' --bench '{"context": 16, "tokens": 2}' --json

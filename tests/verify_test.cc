@@ -448,6 +448,14 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
   EXPECT_THAT(junit, ::testing::HasSubstr("failures=\"0\""));
   EXPECT_THAT(junit, ::testing::HasSubstr("skipped=\"2\""));
   EXPECT_EQ(r->ToJson()["passed"], true);
+  // Read back from its JSON (as a remote verify's report arrives), it prints the same
+  // table and JUnit.
+  auto back = VerifyReportFromJson(r->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToTable(), r->ToTable());
+  EXPECT_EQ(back->ToJUnit(), junit);
+  EXPECT_EQ(VerifyReportFromJson(nlohmann::json::object()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
@@ -465,6 +473,17 @@ TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
   EXPECT_TRUE(r->equivalence[0].passed());
   EXPECT_FALSE(r->equivalence[1].passed());
   EXPECT_THAT(r->ToJUnit(), ::testing::HasSubstr("failures=\"1\""));
+  auto back = VerifyReportFromJson(r->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToTable(), r->ToTable());
+  EXPECT_EQ(back->ToJUnit(), r->ToJUnit());
+  // A source without --text: the report says why fidelity is missing.
+  o.source = testing::StoriesModelPath();
+  auto with_source = RunVerifyJob(o);
+  ASSERT_TRUE(with_source.ok()) << with_source.status();
+  EXPECT_FALSE(with_source->fidelity.has_value());
+  EXPECT_THAT(with_source->ToTable(), ::testing::HasSubstr("not measured: no --text given"));
+  o.source.clear();
   o.modes = {"sideways"};
   EXPECT_EQ(RunVerifyJob(o).status().code(),
             absl::StatusCode::kInvalidArgument);

@@ -249,6 +249,14 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     diversity.has_source = true;
     std::tie(diversity.source_centred, diversity.source_uncentred) =
         diversity_of(sc, src_weights);
+    if (o.text.empty()) {
+      report.fidelity_skipped = "no --text given (fidelity is measured on held-out text)";
+    } else if (docs.empty()) {
+      report.fidelity_skipped = absl::StrCat(o.text, " holds no document");
+    } else if (tok == nullptr) {
+      report.fidelity_skipped =
+          absl::StrCat(o.checkpoint, " has no tokenizer to encode ", o.text, " with");
+    }
     if (!docs.empty() && tok != nullptr) {
       ASSIGN_OR_RETURN(auto source_model,
                        Transformer::Create(sc, std::move(src_weights)));

@@ -78,6 +78,7 @@ nlohmann::json VerifyReport::ToJson() const {
                         {"applicable", e.applicable},
                         {"verdict", EquivalenceVerdict(e)},
                         {"expected_equivalent", e.expected_equivalent},
+                        {"required", e.required},
                         {"passed", e.passed()}};
     if (!e.applicable) {
       j["reason"] = e.reason;
@@ -87,6 +88,8 @@ nlohmann::json VerifyReport::ToJson() const {
       j["rule"] = e.rule;
       j["cache_layout"] = e.cache_layout;
       j["worst_site"] = SiteName(e.worst_site);
+      j["worst_site_layer"] = e.worst_site;
+      j["equivalent"] = e.equivalent;
       j["candidate_error"] = e.candidate_error;
       j["reference_error"] = e.reference_error;
       j["bound"] = e.bound;
@@ -120,6 +123,7 @@ nlohmann::json VerifyReport::ToJson() const {
                       {"passed", passed()},       {"equivalence", eq},
                       {"cache", cache_json}};
   if (!source.empty()) j["source"] = source;
+  if (!fidelity_skipped.empty()) j["fidelity_skipped"] = fidelity_skipped;
   if (fidelity) {
     j["fidelity"] = {{"documents", fidelity->documents},
                      {"tokens", fidelity->tokens},
@@ -189,6 +193,93 @@ std::string VerifyReport::ToJUnit() const {
                       skipped, "\">\n", cases, "  </testsuite>\n</testsuites>\n");
 }
 
+absl::StatusOr<VerifyReport> VerifyReportFromJson(const nlohmann::json& j) {
+  VerifyReport r;
+  auto stats = [](const nlohmann::json& s) {
+    return ErrorStats{s.value("max_abs", 0.0), s.value("max_rel", 0.0),
+                      s.value("cos_dist", 0.0)};
+  };
+  try {
+    r.checkpoint = j.at("checkpoint").get<std::string>();
+    r.variant = j.at("variant").get<std::string>();
+    r.source = j.value("source", std::string());
+    r.fidelity_skipped = j.value("fidelity_skipped", std::string());
+    for (const auto& x : j.at("equivalence")) {
+      EquivalenceResult e;
+      e.mode = x.at("mode").get<std::string>();
+      e.dtype = x.at("dtype").get<std::string>();
+      e.applicable = x.at("applicable").get<bool>();
+      e.expected_equivalent = x.at("expected_equivalent").get<bool>();
+      e.required = x.value("required", false);
+      e.reason = x.value("reason", std::string());
+      if (e.applicable) {
+        e.reference = x.value("reference", std::string());
+        e.plain = x.value("plain", std::string());
+        e.rule = x.value("rule", std::string());
+        e.cache_layout = x.value("cache_layout", std::string());
+        e.worst_site = x.value("worst_site_layer", int64_t{-1});
+        e.candidate_error = x.at("candidate_error").get<double>();
+        e.reference_error = x.at("reference_error").get<double>();
+        e.bound = x.at("bound").get<double>();
+        e.ratio = x.at("ratio").get<double>();
+        e.non_finite = x.value("non_finite", false);
+        e.tokens_tied = x.value("greedy_ties", int64_t{0});
+        e.worst_layer = stats(x.value("worst_layer", nlohmann::json::object()));
+        e.worst_logits = stats(x.value("worst_logits", nlohmann::json::object()));
+        e.steps = x.value("steps", int64_t{0});
+        e.decode_tokens = x.value("greedy_tokens", int64_t{0});
+        e.tokens_agreed = x.value("greedy_tokens_agreed", int64_t{0});
+        // Older reports lack "equivalent": the verdict says it.
+        e.equivalent = x.contains("equivalent")
+                           ? x["equivalent"].get<bool>()
+                           : x.at("verdict").get<std::string>().find("NOT EQUIVALENT") ==
+                                 std::string::npos;
+        if (x.contains("first_divergence")) {
+          const auto& d = x["first_divergence"];
+          e.first_bad_step = d.at("step").get<int64_t>();
+          e.first_bad_layer = d.at("layer").get<int64_t>();
+          e.first_bad_error = d.at("error").get<double>();
+        }
+      }
+      r.equivalence.push_back(e);
+    }
+    for (const auto& x : j.at("cache")) {
+      CacheCheck c;
+      c.engine = x.at("engine").get<std::string>();
+      c.variant = x.at("variant").get<std::string>();
+      c.tokens = x.at("tokens").get<int64_t>();
+      c.used_bytes = x.at("used_bytes").get<int64_t>();
+      c.allocated_bytes = x.at("allocated_bytes").get<int64_t>();
+      c.formula_bytes = x.at("formula_bytes").get<int64_t>();
+      r.cache.push_back(c);
+    }
+    if (j.contains("fidelity")) {
+      const auto& f = j["fidelity"];
+      r.fidelity = FidelityResult{f.at("documents").get<int64_t>(),
+                                  f.at("tokens").get<int64_t>(),
+                                  f.at("kl_mean").get<double>(),
+                                  f.at("kl_max").get<double>(),
+                                  f.at("top1_agreement").get<double>(),
+                                  f.at("source_perplexity").get<double>(),
+                                  f.at("converted_perplexity").get<double>()};
+    }
+    if (j.contains("head_diversity")) {
+      const auto& d = j["head_diversity"];
+      DiversityResult div;
+      div.heads = d.at("heads").get<int64_t>();
+      div.converted_centred = d.at("converted_centred").get<double>();
+      div.converted_uncentred = d.at("converted_uncentred").get<double>();
+      div.has_source = d.contains("source_centred");
+      div.source_centred = d.value("source_centred", 0.0);
+      div.source_uncentred = d.value("source_uncentred", 0.0);
+      r.diversity = div;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("not a verification report: ", e.what()));
+  }
+  return r;
+}
+
 std::string VerifyReport::ToTable() const {
   std::string out = absl::StrFormat("checkpoint %s (%s)\n\n", checkpoint, variant);
   absl::StrAppend(&out, "mode         dtype  verdict             error vs f64  ref err     "
@@ -228,6 +319,10 @@ std::string VerifyReport::ToTable() const {
     absl::StrAppendFormat(&out, "%-13s %-14s %6d %12d %9d  %s\n", c.engine, c.variant,
                           c.tokens, c.used_bytes, c.formula_bytes,
                           c.passed() ? "pass" : "FAIL");
+  }
+  if (!fidelity_skipped.empty()) {
+    absl::StrAppendFormat(&out, "\nfidelity vs %s: not measured: %s\n", source,
+                          fidelity_skipped);
   }
   if (fidelity) {
     absl::StrAppendFormat(

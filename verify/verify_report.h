@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {
@@ -130,6 +131,9 @@ struct VerifyReport {
   std::vector<EquivalenceResult> equivalence;
   std::vector<CacheCheck> cache;
   std::optional<FidelityResult> fidelity;
+  // Why fidelity was not measured although a source was given (no --text, a text that
+  // selects no document, a checkpoint without a tokenizer); empty otherwise.
+  std::string fidelity_skipped;
   std::optional<DiversityResult> diversity;
 
   // Every applicable equivalence check and every cache check passed.
@@ -138,6 +142,11 @@ struct VerifyReport {
   std::string ToJUnit() const;
   std::string ToTable() const;
 };
+
+// Reads back VerifyReport::ToJson() (a verify job's report from lrkvd, a pipeline's
+// "verify" section), so that a remote verify prints the same table and JUnit as a local
+// one. InvalidArgument naming what is missing.
+absl::StatusOr<VerifyReport> VerifyReportFromJson(const nlohmann::json& json);
 
 }  // namespace lrkv
 

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -91,10 +92,29 @@ void PrintProgress(const v1::JobProgress& p, bool bar) {
   std::fflush(stderr);
 }
 
-// n/a checks are <skipped> (never a pass); a required n/a one, and every check
-// that did not hold, a <failure> carrying the measured value, bound and rule.
+// The verification report inside a job's JSON report (a verify job's whole report, a
+// pipeline's "verify" stage), read back so that it prints as a local verify does.
+std::optional<VerifyReport> VerificationOf(const v1::Report& r) {
+  const nlohmann::json json = nlohmann::json::parse(r.json(), nullptr, false);
+  if (!json.is_object()) return std::nullopt;
+  const nlohmann::json* v = r.kind() == v1::VERIFY ? &json
+                            : json.contains("verify") ? &json["verify"]
+                                                      : nullptr;
+  if (v == nullptr) return std::nullopt;
+  auto report = VerifyReportFromJson(*v);
+  if (!report.ok()) return std::nullopt;
+  return *report;
+}
+
+// The local verify's JUnit (classnames lrkv.equivalence / lrkv.cache, <skipped> for
+// n/a, failures with value, bound and rule) when the job's report holds a
+// verification; otherwise one testcase per stored check, as close to it as they allow.
 void WriteJUnit(const v1::Report& r, const std::string& path) {
   std::ofstream out(path);
+  if (auto v = VerificationOf(r)) {
+    out << v->ToJUnit();
+    return;
+  }
   int failures = 0, skipped = 0;
   for (const auto& c : r.verification().checks()) {
     if (c.verdict() == "n/a") {
@@ -151,7 +171,10 @@ void PrintSummary(const v1::Report& r) {
                 r.loss_curve_size(), last.kind().c_str(),
                 static_cast<long long>(last.step()), last.loss());
   }
+  const std::optional<VerifyReport> verification = VerificationOf(r);
+  if (verification) std::printf("\n%s", verification->ToTable().c_str());
   for (const auto& c : r.verification().checks()) {
+    if (verification) break;  // the table above says it all
     // One line per check; the whole message (bound, rule) where it failed.
     const bool na = absl::StartsWith(c.verdict(), "n/a");
     const bool equivalence = c.bound() > 0;
@@ -179,7 +202,7 @@ void PrintSummary(const v1::Report& r) {
         CompareReportFromJson(nlohmann::json::parse(r.json(), nullptr, false));
     if (study.ok()) std::printf("\n%s", study->ToTable().c_str());
   }
-  if (r.has_verification()) {
+  if (r.has_verification() && !verification) {
     std::printf("verification: %s\n",
                 r.verification().passed() ? "PASS" : "FAIL");
   }
