@@ -3,7 +3,9 @@
 #ifndef LRKV_MODEL_STOP_CHECK_H_
 #define LRKV_MODEL_STOP_CHECK_H_
 
+#include <cstdint>
 #include <functional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,11 @@ namespace lrkv {
 
 // True: stop now. Empty: never asked to stop.
 using StopCheck = std::function<bool()>;
+
+// Told as each stage of long work begins: what it is ("plane fp32 decoding"), and its
+// place among the stages (step of total, 1-based). Empty: nobody listens.
+using ProgressSink =
+    std::function<void(const std::string& what, int64_t step, int64_t total)>;
 
 // CancelledError naming `where` when `stop` asks to stop, else OK.
 inline absl::Status CheckStop(const StopCheck& stop, absl::string_view where) {

@@ -455,6 +455,9 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
         ConvertJobOptions o,
         ParseConvertParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
     o.should_stop = StopCheck(job.id);
+    o.on_progress = [&](const std::string& what, int64_t i, int64_t n) {
+      (void)Stage(job.id, "convert", i, n, what);
+    };
     ASSIGN_OR_RETURN(ConversionReport r, RunConvertJob(o));
     RETURN_IF_ERROR(StoreConversion(job.id, r));
     report = r.ToJson();
@@ -462,6 +465,9 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     ASSIGN_OR_RETURN(VerifyJobOptions o,
                      ParseVerifyParams(job.params_json, ckpt.path));
     o.should_stop = StopCheck(job.id);
+    o.on_progress = [&](const std::string& what, int64_t i, int64_t n) {
+      (void)Stage(job.id, "verify", i, n, what);
+    };
     ASSIGN_OR_RETURN(VerifyReport r, RunVerifyJob(o));
     RETURN_IF_ERROR(StoreVerification(job.id, r));
     report = r.ToJson();

@@ -95,17 +95,25 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   report.source = o.checkpoint;
   report.output = o.out_dir;
   std::optional<CalibrationStats> calib;
+  const int64_t stages = 2 + (activation ? 1 : 0) + (o.eval_path.empty() ? 0 : 1);
+  int64_t stage = 0;
+  auto progress = [&](const std::string& what) {
+    if (o.on_progress) o.on_progress(what, ++stage, stages);
+  };
   if (activation) {
+    progress(absl::StrCat("calibration on ", o.calib_tokens, " tokens at most"));
     const auto t = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(calib, CollectCalibration(*source, *ckpt->tokenizer(), calib_docs,
                                                o.calib_tokens, o.should_stop));
     report.calibration_seconds = since(t);
   }
+  progress(absl::StrCat("decomposition of ", config.num_layers, " layers"));
   ASSIGN_OR_RETURN(ConvertedModel converted,
                    ConvertModel(config, weights, o.conversion,
                                 calib ? &*calib : nullptr, &report, o.should_stop));
   converted.weights = MatricesIn(converted.config, converted.weights, *matrices);
   if (!eval_docs.empty()) {
+    progress(absl::StrCat("perplexity before and after on ", eval_docs.size(), " documents"));
     const auto t = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(report.perplexity_before,
                      Perplexity(*source, *ckpt->tokenizer(), eval_docs, &report.eval_tokens,
@@ -118,6 +126,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   }
   if (o.expand) converted = ExpandModel(converted.config, converted.weights);
   RETURN_IF_ERROR(CheckStop(o.should_stop, "conversion (before writing)"));
+  progress(absl::StrCat("writing ", o.out_dir));
   {
     std::error_code ec;
     const fs::path parent = fs::absolute(o.out_dir, ec).parent_path();

@@ -62,6 +62,8 @@ struct ConvertJobOptions {
   /// Polled between documents, windows and layers: the job stops with CancelledError
   /// (and writes nothing) once it returns true.
   StopCheck should_stop;
+  /// Told as each stage (calibration, decomposition, evaluation, writing) starts.
+  ProgressSink on_progress;
 };
 
 // The file a GGUF export writes inside the output folder.

@@ -132,6 +132,13 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   report.source = o.source;
   const KvConfig kv = KvConfigOf(config);
   report.variant = kv.ToString();
+  // Stages: each mode x dtype, the cache check, fidelity, head diversity.
+  const int64_t stages = static_cast<int64_t>(dtypes.size() * modes.size()) + 2 +
+                         (o.source.empty() ? 0 : 1);
+  int64_t stage = 0;
+  auto progress = [&](const std::string& what) {
+    if (o.on_progress) o.on_progress(what, ++stage, stages);
+  };
   for (at::ScalarType dtype : dtypes) {
     EquivalenceOptions eo;
     eo.prompt = prompt;
@@ -147,6 +154,9 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
                                               eo.factored_layout));
     eo.references = references.get();
     for (DecodeMode mode : modes) {
+      progress(absl::StrCat(DecodeModeName(mode), " ",
+                            dtype == at::kBFloat16 ? "bf16" : "fp32", " decoding vs the f64 "
+                            "reference"));
       ASSIGN_OR_RETURN(auto r, CheckEquivalence(config, weights, mode, eo));
       r.required = !all;
       // Under "all" naive is the negative control; asked for by name it is the
@@ -194,6 +204,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
         MeasureFootprint(ShapeOf(config), engine_kv, tokens, 1, 4).bytes);
     report.cache.push_back(c);
   };
+  progress("cache bytes against the formula");
   std::optional<CacheBytes> expanded_bytes;
   std::vector<std::pair<DecodeMode, CacheBytes>> factored;
   for (const auto& r : report.equivalence) {
@@ -229,6 +240,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     const auto n = static_cast<double>(w.layers.size());
     return std::pair{centred / n, uncentred / n};
   };
+  progress("head diversity");
   DiversityResult diversity;
   diversity.heads = config.num_heads;
   std::tie(diversity.converted_centred, diversity.converted_uncentred) =
@@ -258,6 +270,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
           absl::StrCat(o.checkpoint, " has no tokenizer to encode ", o.text, " with");
     }
     if (!docs.empty() && tok != nullptr) {
+      progress(absl::StrCat("fidelity to the source on ", o.fidelity_tokens, " positions at most"));
       ASSIGN_OR_RETURN(auto source_model,
                        Transformer::Create(sc, std::move(src_weights)));
       ASSIGN_OR_RETURN(auto converted_model,

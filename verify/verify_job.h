@@ -35,6 +35,8 @@ struct VerifyJobOptions {
   /// Polled between decode steps and before the fidelity pass: the job stops with
   /// CancelledError once it returns true.
   StopCheck should_stop;
+  /// Told as each check (a mode and dtype, the cache, fidelity, head diversity) starts.
+  ProgressSink on_progress;
 };
 
 // InvalidArgument naming the option when one is out of range (checked by RunVerifyJob

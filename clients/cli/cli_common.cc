@@ -1,6 +1,9 @@
 // What every `lrkv` command shares (commands.h): the global options, the exit-code
 // contract, the version and the provenance block of reports.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -106,6 +109,38 @@ int Fail(const absl::Status& status) {
 int UsageError(const std::string& message) {
   std::cerr << "lrkv: error: " << message << "\n";
   return kExitUsage;
+}
+
+StageProgress::StageProgress(std::string command)
+    : command_(std::move(command)),
+      bar_(isatty(STDERR_FILENO) && std::getenv("LRKV_NO_PROGRESS") == nullptr),
+      start_(std::chrono::steady_clock::now()) {}
+
+StageProgress::~StageProgress() { Finish(); }
+
+void StageProgress::Finish() {
+  if (bar_ && drawn_) std::fprintf(stderr, "\n");
+  drawn_ = false;
+}
+
+ProgressSink StageProgress::Sink() {
+  return [this](const std::string& what, int64_t step, int64_t total) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (bar_) {
+      const int width = 20;
+      const int done = total > 0 ? static_cast<int>(width * (step - 1) / total) : 0;
+      std::fprintf(stderr, "\r\033[K[%s%s] %s %lld/%lld %s (%.0f s)",
+                   std::string(done, '#').c_str(), std::string(width - done, '.').c_str(),
+                   command_.c_str(), static_cast<long long>(step),
+                   static_cast<long long>(total), what.c_str(), s);
+      drawn_ = true;
+    } else {
+      std::fprintf(stderr, "%s [%lld/%lld] %s (%.1f s)\n", command_.c_str(),
+                   static_cast<long long>(step), static_cast<long long>(total), what.c_str(), s);
+    }
+    std::fflush(stderr);
+  };
 }
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {

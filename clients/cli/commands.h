@@ -14,10 +14,12 @@
 #ifndef LRKV_CLIENTS_CLI_COMMANDS_H_
 #define LRKV_CLIENTS_CLI_COMMANDS_H_
 
+#include <chrono>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "model/stop_check.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
@@ -65,6 +67,23 @@ int UsageError(const std::string& message);
 // range up to DBL_MAX).
 extern const CLI::Validator kNotNegative;
 extern const CLI::Validator kPositive;
+
+// A local command's stages on stderr (stdout stays the result's): a bar redrawn in
+// place on a TTY, finished with a newline when the command ends; plain lines otherwise
+// or with LRKV_NO_PROGRESS=1. Each line says how long the command has run.
+class StageProgress {
+ public:
+  explicit StageProgress(std::string command);
+  ~StageProgress();
+  ProgressSink Sink();
+  // Ends the bar's line (before the result is printed); the destructor does it too.
+  void Finish();
+
+ private:
+  std::string command_;
+  bool bar_ = false, drawn_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // Writes `text` to `path` (for --json-out, --junit, --html); PermissionDenied naming it.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);

@@ -97,7 +97,10 @@ int RunConvert(ConvertArgs a) {
   a.job.conversion.rope_mode = *mode;
   a.job.calib_range = *calib_range;
   a.job.eval_range = *eval_range;
+  StageProgress progress("convert");
+  a.job.on_progress = progress.Sink();
   auto report = RunConvertJob(a.job);
+  progress.Finish();
   if (!report.ok()) return Fail(report.status());
   if (Globals().json) {
     nlohmann::json j = report->ToJson();

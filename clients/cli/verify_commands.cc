@@ -24,7 +24,10 @@ struct VerifyArgs {
 
 int RunVerify(VerifyArgs a) {
   a.job.modes = absl::StrSplit(a.modes, ',');
+  StageProgress progress("verify");
+  a.job.on_progress = progress.Sink();
   auto report = RunVerifyJob(a.job);
+  progress.Finish();
   if (!report.ok()) return Fail(report.status());
   nlohmann::json json = report->ToJson();
   json["provenance"] = BuildProvenance();
