@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "model/mapped_file.h"
@@ -35,12 +36,23 @@ std::string Sha256OfBytes(const std::string& bytes) {
   return Hex(digest, len);
 }
 
+bool IsModelFile(const std::string& name) {
+  static const std::set<std::string> kNames = {
+      "config.json",          "model.safetensors.index.json", "tokenizer.json",
+      "tokenizer_config.json", "tokenizer.lrkv.json",         "special_tokens_map.json",
+      "generation_config.json", "tokenizer.model"};
+  return kNames.count(name) > 0 || fs::path(name).extension() == ".safetensors" ||
+         fs::path(name).extension() == ".gguf";
+}
+
 absl::StatusOr<std::string> Sha256OfPath(const std::string& path) {
   std::vector<fs::path> files;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     for (const auto& e : fs::directory_iterator(path, ec)) {
-      if (e.is_regular_file()) files.push_back(e.path());
+      if (e.is_regular_file() && IsModelFile(e.path().filename().string())) {
+        files.push_back(e.path());
+      }
     }
     std::sort(files.begin(), files.end());
   } else {

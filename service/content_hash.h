@@ -1,5 +1,8 @@
-// Content addresses of checkpoints: the sha256 (OpenSSL EVP) of a file, or of a
-// directory's regular files' names and contents in name order.
+// Content addresses of checkpoints: the sha256 (OpenSSL EVP) of a file, or of the
+// names and contents, in name order, of the files of a folder that make the model
+// (IsModelFile: weights, config, tokenizer) — not reports or logs beside them, so that a
+// converted folder registered (report.json and all) and the same model uploaded (its
+// weights, config and tokenizer) are one checkpoint id.
 #ifndef LRKV_SERVICE_CONTENT_HASH_H_
 #define LRKV_SERVICE_CONTENT_HASH_H_
 
@@ -8,6 +11,9 @@
 #include "absl/status/statusor.h"
 
 namespace lrkv::service {
+
+// Whether a folder's file `name` is part of the model it holds.
+bool IsModelFile(const std::string& name);
 
 // Lowercase hex.
 absl::StatusOr<std::string> Sha256OfPath(const std::string& path);

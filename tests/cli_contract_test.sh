@@ -150,7 +150,9 @@ start_server() {  # NAME [lrkvd options...]: prints the port
   done
   echo "lrkvd $name did not start" >&2; cat "$work/$name.log" >&2; exit 1
 }
-port=$(start_server plain --allow-dir "$shared")
+mkdir -p "$work/reg"
+cp -r "$work/free" "$work/reg/free"  # a converted folder: weights, config, tokenizer, reports
+port=$(start_server plain --allow-dir "$shared" --allow-dir "$work/reg")
 server="127.0.0.1:$port"
 # Global options before or after the subcommand.
 expect 0 --json -- --server "$server" jobs list --json
@@ -160,6 +162,13 @@ export LRKV_SERVER=$server
 expect 0 --json -- register "$model" --json
 expect 2 --stderr "PERMISSION_DENIED" -- register /etc/passwd
 expect 0 --json -- upload "$model" --json
+# The same folder registered and uploaded is one checkpoint (its reports aside).
+expect 0 --json -- register "$work/reg/free" --json
+reg_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$work/out")
+expect 0 --json -- upload "$work/free" --json
+up_id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$work/out")
+[ "$reg_id" = "$up_id" ] ||
+  { echo "FAIL: register and upload of one folder gave $reg_id and $up_id" >&2; failures=$((failures + 1)); }
 expect 2 --stderr "no such file" -- upload /nope.gguf
 expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode plane --json
 expect 2 --stderr "rank" -- convert --checkpoint "$model" --variant lrkv --rank 99

@@ -82,11 +82,13 @@ inline std::unique_ptr<v1::Lrkv::Stub> Connect(int port) {
                                                grpc::InsecureChannelCredentials()));
 }
 
-// Polls GetJob every 20 ms until `done` holds (at most two minutes).
+// Polls GetJob every 20 ms until `done` holds (at most ten minutes: a loaded CI machine
+// runs jobs several times slower than an idle one).
 inline v1::Job WaitFor(v1::Lrkv::Stub& stub, const std::string& id,
                        bool (*done)(const v1::Job&)) {
   v1::Job job;
-  for (int i = 0; i < 6000; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
     job = GetJob(stub, id);
     if (done(job)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -79,10 +80,19 @@ TEST_F(ServiceTest, ConvertThenVerifyThroughTheService) {
   wreq.set_job_id(verify.id());
   auto reader = stub_->WatchJob(&wctx, wreq);
   v1::JobProgress p;
-  int events = 0;
-  while (reader->Read(&p)) ++events;
+  std::vector<v1::JobProgress> events;
+  while (reader->Read(&p)) events.push_back(p);
   EXPECT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(events, 2);  // started, done
+  // started, each of the verifier's stages (step i of n, in order), done.
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.front().message(), "started");
+  EXPECT_EQ(events.back().message(), "done");
+  for (size_t i = 1; i + 1 < events.size(); ++i) {
+    EXPECT_EQ(events[i].stage(), "verify");
+    EXPECT_EQ(events[i].step(), static_cast<int64_t>(i));
+    EXPECT_EQ(events[i].total(), static_cast<int64_t>(events.size() - 2));
+  }
+  EXPECT_THAT(events[1].message(), ::testing::HasSubstr("decoding vs the f64 reference"));
 
   grpc::ClientContext lctx;
   v1::ListJobsRequest lreq;
