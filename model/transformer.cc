@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/layer_checkpoint.h"
 #include "model/layers.h"
 
 namespace lrkv {
@@ -149,14 +150,17 @@ at::Tensor Transformer::Run(const at::Tensor& tokens, const at::Tensor& position
                             const AttentionInputObserver& observer) const {
   auto x = Embed(weights_.embed, tokens);
   for (size_t i = 0; i < weights_.layers.size(); ++i) {
-    const auto& l = weights_.layers[i];
-    at::Tensor q, k, v;
-    auto normed = AttentionInput(config_, l, x);
-    if (observer) observer(static_cast<int64_t>(i), normed);
-    ProjectQkv(static_cast<int64_t>(i), l, normed, positions, &q, &k, &v);
-    auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), hidden);
-    x = AddAttention(config_, l, x, attn);
-    x = AddFeedForward(config_, l, x);
+    // By value: a checkpointed layer runs again in the backward pass, after this call.
+    auto layer = [this, i, positions, hidden, observer](const at::Tensor& in) {
+      const auto& l = weights_.layers[i];
+      at::Tensor q, k, v;
+      auto normed = AttentionInput(config_, l, in);
+      if (observer) observer(static_cast<int64_t>(i), normed);
+      ProjectQkv(static_cast<int64_t>(i), l, normed, positions, &q, &k, &v);
+      auto attn = Attend(q, k.permute({0, 2, 1, 3}), v.permute({0, 2, 1, 3}), hidden);
+      return AddFeedForward(config_, l, AddAttention(config_, l, in, attn));
+    };
+    x = checkpoint_layers_ && !observer ? CheckpointedLayer(layer, x) : layer(x);
   }
   return Linear(RmsNorm(x, weights_.final_norm), weights_.lm_head);
 }

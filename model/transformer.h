@@ -58,6 +58,11 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
 
+  // With grad mode on, keep only each layer's input for the backward pass and run the
+  // layer again there (model/layer_checkpoint.h): training holds one layer's
+  // activations, not all of them. Off by default.
+  void set_activation_checkpointing(bool on) { checkpoint_layers_ = on; }
+
  private:
   Transformer(ModelConfig config, LlamaWeights weights)
       : config_(std::move(config)), weights_(std::move(weights)), ropes_(LayerRopes(config_)) {}
@@ -84,6 +89,7 @@ class Transformer {
   ModelConfig config_;
   LlamaWeights weights_;
   std::vector<Rope> ropes_;  // one per layer
+  bool checkpoint_layers_ = false;
 };
 
 }  // namespace lrkv

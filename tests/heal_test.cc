@@ -155,6 +155,44 @@ TEST(Healer, ResumedRunRepeatsTheUninterruptedLosses) {
   for (size_t i = 0; i < full.size(); ++i) EXPECT_NEAR(head[i], full[i], 1e-5) << i;
 }
 
+// Activation checkpointing recomputes each layer in the backward pass: the same
+// gradients, so the same losses step for step (the recomputation repeats the forward's
+// arithmetic exactly on the CPU), with K/V parameters trained in every layer (the
+// first layer's input needs no gradient under a frozen embedding, and its parameters
+// must still get theirs).
+TEST(Healer, ActivationCheckpointingTrainsTheSameSteps) {
+  const HealSetup s = Stories();
+  auto data = TokenDataset::FromDocuments(
+      std::vector<std::string>(s.docs.begin(), s.docs.begin() + 40), s.tokenizer, 128);
+  ASSERT_TRUE(data.ok());
+  HealOptions o = SmallRun();
+  o.steps = 12;
+  auto run = [&](bool checkpointing, LlamaWeights* trained) {
+    HealOptions oo = o;
+    oo.activation_checkpointing = checkpointing;
+    auto h = Healer::Create(s.config, Clone(s.config, s.converted),
+                            std::make_pair(s.source_config, s.source), *data, std::nullopt,
+                            oo);
+    EXPECT_TRUE(h.ok()) << h.status();
+    auto losses = Losses(**h);
+    *trained = (*h)->weights();
+    return losses;
+  };
+  LlamaWeights plain_w, ckpt_w;
+  const auto plain = run(false, &plain_w);
+  const auto ckpt = run(true, &ckpt_w);
+  ASSERT_EQ(plain.size(), 12u);
+  ASSERT_EQ(ckpt.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(ckpt[i], plain[i], 1e-6 * plain[i]) << i;
+  for (size_t l = 0; l < plain_w.layers.size(); ++l) {
+    SCOPED_TRACE(l);
+    const at::Tensor before = s.converted.layers[l].k_lr.up;
+    ASSERT_TRUE(before.defined());
+    EXPECT_GT((ckpt_w.layers[l].k_lr.up - before).abs().max().item<double>(), 0.0);
+    EXPECT_LE(testing::MaxRelError(ckpt_w.layers[l].k_lr.up, plain_w.layers[l].k_lr.up), 1e-5);
+  }
+}
+
 TEST(Healer, PlaneModeKeepsItsPlaneSelection) {
   HealSetup s = Stories();
   ConversionOptions o;
@@ -261,6 +299,13 @@ TEST(HealJob, MemoryEstimateAndUpFrontRefusal) {
   }
   EXPECT_EQ(m->weight_bytes, mapped);
   EXPECT_GT(m->machine_bytes, 0);
+  // Checkpointing keeps one layer's activations (plus every layer's input): less.
+  HealJobOptions checkpointed = o;
+  checkpointed.heal.activation_checkpointing = true;
+  auto mc = EstimateHealMemory(checkpointed);
+  ASSERT_TRUE(mc.ok());
+  EXPECT_LT(mc->activation_bytes, m->activation_bytes);
+  EXPECT_EQ(mc->weight_bytes, m->weight_bytes);
   auto report = RunHealJob(o, nullptr);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(m->trainable_parameters, report->trainable_parameters);

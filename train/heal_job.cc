@@ -79,10 +79,14 @@ HealMemoryEstimate Estimate(const HealJobOptions& o, const Checkpoint& student,
   // Per token and layer: the saved inputs of the projections, norms and SwiGLU
   // (~12 d + 4 ff floats), the attention probabilities (H x seq), and the logits with
   // their softmax and gradient (student and teacher: ~4 V floats per token).
+  // With activation checkpointing, each layer's input (d floats a token) and one
+  // layer's activations at a time.
   const int64_t tokens = o.heal.batch * o.seq_len;
+  const int64_t per_layer = 12 * c.hidden_size + 4 * c.intermediate_size + c.num_heads * o.seq_len;
   m.activation_bytes =
       4 * tokens *
-      (c.num_layers * (12 * c.hidden_size + 4 * c.intermediate_size + c.num_heads * o.seq_len) +
+      ((o.heal.activation_checkpointing ? c.num_layers * c.hidden_size + per_layer
+                                        : c.num_layers * per_layer) +
        4 * c.vocab_size);
   m.transient_bytes = 2 * 4 * largest;
   m.total_bytes = m.weight_bytes + m.optimizer_bytes + m.activation_bytes + m.transient_bytes;
@@ -182,6 +186,7 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                      {"temperature", h.temperature},
                      {"eval_every", h.eval_every},
                      {"eval_rows", h.eval_rows},
+                     {"activation_checkpointing", h.activation_checkpointing},
                      {"seed", h.seed},
                      {"data", o.data},
                      {"eval", o.eval},

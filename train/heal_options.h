@@ -48,6 +48,10 @@ struct HealOptions {
   /// Evaluate every N steps (0: only at the end), on at most eval_rows rows.
   int64_t eval_every = 50;
   int64_t eval_rows = 64;
+  /// Keep only each layer's input for the backward pass and recompute the layer there
+  /// (model/layer_checkpoint.h): one layer's activations in memory instead of all of
+  /// them, for about a third more compute. CPU only for now.
+  bool activation_checkpointing = false;
   /// Write a checkpoint to checkpoint_dir every N steps (0: never).
   int64_t checkpoint_every = 0;
   std::string checkpoint_dir;

@@ -286,6 +286,13 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     if (s->params.empty())
       return Invalid("no trainable parameters in this set");
     ASSIGN_OR_RETURN(s->student, Transformer::Create(s->config, s->weights));
+    if (options.activation_checkpointing) {
+      // The recomputation would run outside the forward's bf16 autocast on CUDA.
+      if (!s->device.is_cpu()) {
+        return Invalid("--activation-checkpointing runs on the CPU only for now (--device cpu)");
+      }
+      s->student->set_activation_checkpointing(true);
+    }
     if (teacher) {
       ASSIGN_OR_RETURN(
           s->teacher,

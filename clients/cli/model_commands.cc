@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
 #include "kernels/decode_attention.h"
 #include "model/blas_core.h"
@@ -47,7 +48,10 @@ int RunEval(const EvalArgs& a) {
   if (!docs.ok()) return Fail(docs.status());
   auto model = LanguageModel::Load(a.checkpoint, ModelOptions(a.products));
   if (!model.ok()) return Fail(model.status());
+  StageProgress progress("eval");
+  progress.Sink()(absl::StrCat("perplexity of ", docs->size(), " documents"), 1, 1);
   auto r = (*model)->Perplexity(*docs);
+  progress.Finish();
   if (!r.ok()) return Fail(r.status());
   if (Globals().json) {
     nlohmann::json j = {
