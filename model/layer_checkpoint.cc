@@ -1,8 +1,8 @@
 // Activation checkpointing of one layer (see layer_checkpoint.h).
 #include "model/layer_checkpoint.h"
 
-#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <memory>
 #include <utility>
@@ -13,7 +13,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The layer's function travels to the backward pass in the context, as a capsule.
+// The layer's function travels to the backward pass in the context, as a
+// capsule.
 struct LayerFn : torch::CustomClassHolder {
   std::function<at::Tensor(const at::Tensor&)> fn;
 };
@@ -33,8 +34,8 @@ struct Checkpointed : torch::autograd::Function<Checkpointed> {
       at::AutoGradMode with_grad(true);
       y = fn_of(ctx)->fn(x);
     }
-    // Gradients of the layer's parameters accumulate into their .grad here; the one
-    // of its input flows on to the layer below.
+    // Gradients of the layer's parameters accumulate into their .grad here; the
+    // one of its input flows on to the layer below.
     torch::autograd::backward({y}, {grad_out[0]});
     return {x.grad(), at::Tensor()};
   }
@@ -46,15 +47,18 @@ struct Checkpointed : torch::autograd::Function<Checkpointed> {
 
 }  // namespace
 
-at::Tensor CheckpointedLayer(const std::function<at::Tensor(const at::Tensor&)>& layer,
-                             const at::Tensor& x) {
+at::Tensor CheckpointedLayer(
+    const std::function<at::Tensor(const at::Tensor&)>& layer,
+    const at::Tensor& x) {
   if (!at::GradMode::is_enabled()) return layer(x);
   auto fn = c10::make_intrusive<LayerFn>();
   fn->fn = layer;
-  // An input that needs no gradient (the first layer's, under a frozen embedding)
-  // would leave the output without a grad_fn, and the layer's own parameters without
-  // gradients: it is passed as a fresh leaf that asks for one.
-  return Checkpointed::apply(x.requires_grad() ? x : x.detach().requires_grad_(true), fn);
+  // An input that needs no gradient (the first layer's, under a frozen
+  // embedding) would leave the output without a grad_fn, and the layer's own
+  // parameters without gradients: it is passed as a fresh leaf that asks for
+  // one.
+  return Checkpointed::apply(
+      x.requires_grad() ? x : x.detach().requires_grad_(true), fn);
 }
 
 }  // namespace lrkv

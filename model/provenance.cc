@@ -41,14 +41,19 @@ std::string Commit() {
 }  // namespace
 
 std::string VersionString() {
-  return absl::StrCat("lrkv ", LRKV_VERSION, " (git ", Commit(), ", ", LRKV_GIT_DATE, ")");
+  return absl::StrCat("lrkv ", LRKV_VERSION, " (git ", Commit(), ", ",
+                      LRKV_GIT_DATE, ")");
 }
 
 nlohmann::json Provenance() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
-  return {{"lrkv_version", LRKV_VERSION}, {"git_commit", Commit()}, {"host", host},
-          {"cpu", CpuModel()},            {"threads", ThreadCount()}, {"date", UtcNow()}};
+  return {{"lrkv_version", LRKV_VERSION},
+          {"git_commit", Commit()},
+          {"host", host},
+          {"cpu", CpuModel()},
+          {"threads", ThreadCount()},
+          {"date", UtcNow()}};
 }
 
 }  // namespace lrkv

@@ -1,5 +1,6 @@
-// What every report records about where it came from (as lm-eval's results do): the
-// lrkv version and git commit built, the host, its CPU, the threads used, and the date.
+// What every report records about where it came from (as lm-eval's results do):
+// the lrkv version and git commit built, the host, its CPU, the threads used,
+// and the date.
 #ifndef LRKV_MODEL_PROVENANCE_H_
 #define LRKV_MODEL_PROVENANCE_H_
 
@@ -9,10 +10,12 @@
 
 namespace lrkv {
 
-// "lrkv 0.9.0 (git abc1234, 2026-12-01)" (-dirty when built from uncommitted changes).
+// "lrkv 0.9.0 (git abc1234, 2026-12-01)" (-dirty when built from uncommitted
+// changes).
 std::string VersionString();
 
-// {"lrkv_version", "git_commit", "host", "cpu", "threads", "date" (UTC, ISO 8601)}.
+// {"lrkv_version", "git_commit", "host", "cpu", "threads", "date" (UTC, ISO
+// 8601)}.
 nlohmann::json Provenance();
 
 }  // namespace lrkv

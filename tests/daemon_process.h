@@ -1,8 +1,10 @@
-// lrkvd as a child process for the tests that kill it, restart it or run it on a
-// file system of their own: start (reading the port it prints), connect, wait.
+// lrkvd as a child process for the tests that kill it, restart it or run it on
+// a file system of their own: start (reading the port it prints), connect,
+// wait.
 #ifndef LRKV_TESTS_DAEMON_PROCESS_H_
 #define LRKV_TESTS_DAEMON_PROCESS_H_
 
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "gtest/gtest.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
@@ -28,21 +28,26 @@ struct Daemon {
   int port = 0;  // 0: it never said it was listening
 };
 
-// lrkvd's command line on `data_dir` on any free loopback port: with `token_file` as
-// --auth-token-file when set, else reading the shared models and data and `data_dir`.
+// lrkvd's command line on `data_dir` on any free loopback port: with
+// `token_file` as
+// --auth-token-file when set, else reading the shared models and data and
+// `data_dir`.
 inline std::vector<std::string> LrkvdArgs(const std::string& data_dir,
                                           const std::string& token_file = "") {
-  std::vector<std::string> a = {LRKVD_BIN, "--listen", "127.0.0.1:0", "--data-dir", data_dir};
+  std::vector<std::string> a = {LRKVD_BIN, "--listen", "127.0.0.1:0",
+                                "--data-dir", data_dir};
   if (!token_file.empty()) {
     a.insert(a.end(), {"--auth-token-file", token_file});
   } else {
-    a.insert(a.end(), {"--allow-dir", lrkv::testing::SharedPath("models"), "--allow-dir",
-                       lrkv::testing::SharedPath("data"), "--allow-dir", data_dir});
+    a.insert(a.end(),
+             {"--allow-dir", lrkv::testing::SharedPath("models"), "--allow-dir",
+              lrkv::testing::SharedPath("data"), "--allow-dir", data_dir});
   }
   return a;
 }
 
-// Runs `argv` (lrkvd, or a wrapper that execs it) and reads the port lrkvd prints.
+// Runs `argv` (lrkvd, or a wrapper that execs it) and reads the port lrkvd
+// prints.
 inline Daemon StartDaemon(const std::vector<std::string>& argv) {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
@@ -67,7 +72,8 @@ inline Daemon StartDaemon(const std::vector<std::string>& argv) {
   return d;
 }
 
-inline Daemon StartDaemon(const std::string& data_dir, const std::string& token_file = "") {
+inline Daemon StartDaemon(const std::string& data_dir,
+                          const std::string& token_file = "") {
   return StartDaemon(LrkvdArgs(data_dir, token_file));
 }
 
@@ -78,22 +84,50 @@ inline void StopDaemon(const Daemon& d, int sig = SIGTERM) {
 }
 
 inline std::unique_ptr<v1::Lrkv::Stub> Connect(int port) {
-  return v1::Lrkv::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                               grpc::InsecureChannelCredentials()));
+  return v1::Lrkv::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
 }
 
-// Polls GetJob every 20 ms until `done` holds (at most ten minutes: a loaded CI machine
-// runs jobs several times slower than an idle one).
+// Polls GetJob every 20 ms until `done` holds (at most ten minutes: a loaded CI
+// machine runs jobs several times slower than an idle one).
 inline v1::Job WaitFor(v1::Lrkv::Stub& stub, const std::string& id,
                        bool (*done)(const v1::Job&)) {
   v1::Job job;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::minutes(10);
   while (std::chrono::steady_clock::now() < deadline) {
     job = GetJob(stub, id);
     if (done(job)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return job;
+}
+
+// RegisterCheckpoint of `path`; an EXPECT failure when it fails.
+inline v1::Checkpoint RegisterPath(v1::Lrkv::Stub& stub,
+                                   const std::string& path) {
+  grpc::ClientContext ctx;
+  v1::RegisterCheckpointRequest req;
+  req.set_path(path);
+  v1::Checkpoint out;
+  const grpc::Status st = stub.RegisterCheckpoint(&ctx, req, &out);
+  EXPECT_TRUE(st.ok()) << path << ": " << st.error_message();
+  return out;
+}
+
+// SubmitJob; an EXPECT failure when it is refused.
+inline v1::Job SubmitTo(v1::Lrkv::Stub& stub, v1::JobKind kind,
+                        const std::string& checkpoint,
+                        const std::string& params) {
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  req.set_kind(kind);
+  req.set_checkpoint_id(checkpoint);
+  req.set_params_json(params);
+  v1::Job out;
+  const grpc::Status st = stub.SubmitJob(&ctx, req, &out);
+  EXPECT_TRUE(st.ok()) << params << ": " << st.error_message();
+  return out;
 }
 
 inline bool Ended(const v1::Job& j) {

@@ -1,10 +1,11 @@
-// Disk full: lrkvd runs with its data folder on a small tmpfs of its own (a user and
-// mount namespace, `unshare -rm`, so no privilege is needed), and the tests fill it.
-// Uploads and submissions that cannot be stored are RESOURCE_EXHAUSTED and leave
-// nothing; a job whose output does not fit ends FAILED naming the cause, with no partial
-// artifact or report; the database stays consistent, and once space is back the server
-// works as before. Skipped, saying why, where namespaces or tmpfs mounts are refused.
-// (The database is checked in a copy taken after shutdown: see SetUp.)
+// Disk full: lrkvd runs with its data folder on a small tmpfs of its own (a
+// user and mount namespace, `unshare -rm`, so no privilege is needed), and the
+// tests fill it. Uploads and submissions that cannot be stored are
+// RESOURCE_EXHAUSTED and leave nothing; a job whose output does not fit ends
+// FAILED naming the cause, with no partial artifact or report; the database
+// stays consistent, and once space is back the server works as before. Skipped,
+// saying why, where namespaces or tmpfs mounts are refused. (The database is
+// checked in a copy taken after shutdown: see SetUp.)
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,8 +28,8 @@ namespace fs = std::filesystem;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
-// Appends zeros to `path` until the file system refuses (ENOSPC), then gives `leave`
-// bytes back; returns false when the refusal was anything else.
+// Appends zeros to `path` until the file system refuses (ENOSPC), then gives
+// `leave` bytes back; returns false when the refusal was anything else.
 bool FillLeaving(const fs::path& path, off_t leave) {
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   if (fd < 0) return false;
@@ -55,22 +56,27 @@ class DiskFullTest : public ::testing::Test {
     dir_ = lrkv::testing::FreshTempDir("disk_full");
     data_ = dir_ / "data";
     fs::create_directories(data_);
-    // lrkvd runs as a child of the shell, which on SIGTERM passes it on, waits for it and
-    // copies the data folder out: SQLite resolves /proc/PID/root to "/", so the database
-    // can only be opened from this namespace once copied.
+    // lrkvd runs as a child of the shell, which on SIGTERM passes it on, waits
+    // for it and copies the data folder out: SQLite resolves /proc/PID/root to
+    // "/", so the database can only be opened from this namespace once copied.
     fs::create_directories(dir_ / "after");
-    std::string command = absl::StrCat("mount -t tmpfs -o size=6m tmpfs '", data_.string(),
-                                       "' || exit 97;");
-    for (const auto& a : LrkvdArgs(data_.string())) absl::StrAppend(&command, " '", a, "'");
-    absl::StrAppend(&command, " & p=$!; trap 'kill -TERM $p' TERM; wait $p; wait $p; cp -a '",
-                    data_.string(), "/.' '", (dir_ / "after").string(), "/'");
+    std::string command = absl::StrCat("mount -t tmpfs -o size=6m tmpfs '",
+                                       data_.string(), "' || exit 97;");
+    for (const auto& a : LrkvdArgs(data_.string()))
+      absl::StrAppend(&command, " '", a, "'");
+    absl::StrAppend(
+        &command,
+        " & p=$!; trap 'kill -TERM $p' TERM; wait $p; wait $p; cp -a '",
+        data_.string(), "/.' '", (dir_ / "after").string(), "/'");
     daemon_ = StartDaemon({"unshare", "-rm", "sh", "-c", command});
     if (daemon_.port == 0) {
       waitpid(daemon_.pid, nullptr, 0);
-      GTEST_SKIP() << "no user and mount namespace here (unshare -rm; mount -t tmpfs)";
+      GTEST_SKIP()
+          << "no user and mount namespace here (unshare -rm; mount -t tmpfs)";
     }
     // The daemon's view of its folder: the tmpfs inside its mount namespace.
-    seen_ = fs::path(absl::StrCat("/proc/", daemon_.pid, "/root")) / data_.relative_path();
+    seen_ = fs::path(absl::StrCat("/proc/", daemon_.pid, "/root")) /
+            data_.relative_path();
     stub_ = Connect(daemon_.port);
   }
   void TearDown() override {
@@ -83,7 +89,8 @@ class DiskFullTest : public ::testing::Test {
     req.set_path(path);
     return stub_->RegisterCheckpoint(&ctx, req, out);
   }
-  grpc::Status Submit(const std::string& ckpt, const std::string& params, v1::Job* out) {
+  grpc::Status Submit(const std::string& ckpt, const std::string& params,
+                      v1::Job* out) {
     grpc::ClientContext ctx;
     v1::SubmitJobRequest req;
     req.set_kind(v1::CONVERT);
@@ -111,7 +118,9 @@ class DiskFullTest : public ::testing::Test {
   int64_t FilesUnder(const fs::path& p) {
     std::error_code ec;
     int64_t n = 0;
-    for (auto it = fs::recursive_directory_iterator(p, ec); it != fs::end(it); ++it) ++n;
+    for (auto it = fs::recursive_directory_iterator(p, ec); it != fs::end(it);
+         ++it)
+      ++n;
     return n;
   }
 
@@ -128,25 +137,30 @@ TEST_F(DiskFullTest, FullStorageIsResourceExhaustedAndLosesNothing) {
 
   v1::Checkpoint up;
   const grpc::Status upload = Upload(std::string(3 << 20, 'x'), &up);
-  EXPECT_EQ(upload.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << upload.error_message();
+  EXPECT_EQ(upload.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << upload.error_message();
   EXPECT_THAT(upload.error_message(), HasSubstr("No space left on device"));
-  EXPECT_EQ(FilesUnder(seen_ / "uploads"), 0);  // the partial upload and its space are gone
+  EXPECT_EQ(FilesUnder(seen_ / "uploads"),
+            0);  // the partial upload and its space are gone
 
   v1::Job job;
-  const grpc::Status submit = Submit(source.id(), R"({"variant": "lrkv", "rank": 2})", &job);
-  ASSERT_TRUE(submit.ok()) << submit.error_message();  // a job row fits in 200 kB
+  const grpc::Status submit =
+      Submit(source.id(), R"({"variant": "lrkv", "rank": 2})", &job);
+  ASSERT_TRUE(submit.ok())
+      << submit.error_message();  // a job row fits in 200 kB
   const v1::Job failed = WaitFor(*stub_, job.id(), Ended);
   EXPECT_EQ(failed.state(), v1::FAILED);
   EXPECT_THAT(failed.error(), HasSubstr("No space left on device"));
   EXPECT_FALSE(fs::exists(seen_ / "artifacts" / job.id()));
   EXPECT_FALSE(fs::exists(seen_ / "reports" / (job.id() + ".json")));
 
-  // Nothing at all left: a submission is refused whole, or (when SQLite still has room
-  // in its log) accepted and failed like the one above; never INTERNAL, never left
-  // running.
+  // Nothing at all left: a submission is refused whole, or (when SQLite still
+  // has room in its log) accepted and failed like the one above; never
+  // INTERNAL, never left running.
   ASSERT_TRUE(FillLeaving(seen_ / "filler", 0));
   v1::Job second;
-  const grpc::Status refused = Submit(source.id(), R"({"variant": "lrkv", "rank": 2})", &second);
+  const grpc::Status refused =
+      Submit(source.id(), R"({"variant": "lrkv", "rank": 2})", &second);
   EXPECT_THAT(refused.error_code(),
               AnyOf(grpc::StatusCode::OK, grpc::StatusCode::RESOURCE_EXHAUSTED))
       << refused.error_message();
@@ -159,7 +173,8 @@ TEST_F(DiskFullTest, FullStorageIsResourceExhaustedAndLosesNothing) {
   // Space back: the same server converts, and its database is whole.
   fs::remove(seen_ / "filler");
   v1::Job third;
-  ASSERT_TRUE(Submit(source.id(), R"({"variant": "lrkv", "rank": 2})", &third).ok());
+  ASSERT_TRUE(
+      Submit(source.id(), R"({"variant": "lrkv", "rank": 2})", &third).ok());
   EXPECT_EQ(WaitFor(*stub_, third.id(), Ended).state(), v1::SUCCEEDED);
   EXPECT_EQ(GetJob(*stub_, job.id()).state(), v1::FAILED);
   StopDaemon(daemon_);

@@ -33,43 +33,19 @@ TEST(Recovery, KilledServerResumesItsJobs) {
   Daemon d = StartDaemon(data_dir);
   ASSERT_GT(d.port, 0);
   auto stub = Connect(d.port);
-  v1::Checkpoint source, converted;
-  {
-    grpc::ClientContext ctx;
-    v1::RegisterCheckpointRequest req;
-    req.set_path(lrkv::testing::StoriesModelPath());
-    ASSERT_TRUE(stub->RegisterCheckpoint(&ctx, req, &source).ok());
-  }
-  v1::Job convert;
-  {
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    req.set_kind(v1::CONVERT);
-    req.set_checkpoint_id(source.id());
-    req.set_params_json(R"({"variant": "lrkv", "rank": 2})");
-    ASSERT_TRUE(stub->SubmitJob(&ctx, req, &convert).ok());
-  }
+  const v1::Checkpoint source = RegisterPath(*stub, lrkv::testing::StoriesModelPath());
+  const v1::Job convert =
+      SubmitTo(*stub, v1::CONVERT, source.id(), R"({"variant": "lrkv", "rank": 2})");
   ASSERT_EQ(WaitFor(*stub, convert.id(), [](const v1::Job& j) { return j.state() == v1::SUCCEEDED; })
                 .state(),
             v1::SUCCEEDED);
-  {
-    grpc::ClientContext ctx;
-    v1::RegisterCheckpointRequest req;
-    req.set_path(data_dir + "/artifacts/" + convert.id());
-    ASSERT_TRUE(stub->RegisterCheckpoint(&ctx, req, &converted).ok());
-  }
-  v1::Job heal;
-  {
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    req.set_kind(v1::HEAL);
-    req.set_checkpoint_id(converted.id());
-    req.set_params_json(std::string(R"({"teacher": ")") + source.id() + R"(", "data": ")" +
-                        lrkv::testing::StoriesTextPath() +
-                        R"(", "data_range": "0:0.3", "steps": 60, "batch": 4, "seq_len": 128,
-                            "warmup": 1, "eval_every": 0})");
-    ASSERT_TRUE(stub->SubmitJob(&ctx, req, &heal).ok());
-  }
+  const v1::Checkpoint converted = RegisterPath(*stub, data_dir + "/artifacts/" + convert.id());
+  const v1::Job heal = SubmitTo(
+      *stub, v1::HEAL, converted.id(),
+      std::string(R"({"teacher": ")") + source.id() + R"(", "data": ")" +
+          lrkv::testing::StoriesTextPath() +
+          R"(", "data_range": "0:0.3", "steps": 60, "batch": 4, "seq_len": 128,
+              "warmup": 1, "eval_every": 0})");
   // Kill it once training is under way.
   const v1::Job running = WaitFor(*stub, heal.id(), [](const v1::Job& j) {
     return j.state() == v1::RUNNING && j.progress().message() == "step";
@@ -124,23 +100,8 @@ TEST(Recovery, APipelineKilledInEachStageEndsAsAnUninterruptedOne) {
     Daemon d = StartDaemon(data_dir);
     EXPECT_GT(d.port, 0);
     auto stub = Connect(d.port);
-    v1::Checkpoint source;
-    {
-      grpc::ClientContext ctx;
-      v1::RegisterCheckpointRequest req;
-      req.set_path(lrkv::testing::StoriesModelPath());
-      EXPECT_TRUE(stub->RegisterCheckpoint(&ctx, req, &source).ok());
-    }
-    v1::Job job;
-    {
-      grpc::ClientContext ctx;
-      v1::SubmitJobRequest req;
-      req.set_kind(v1::PIPELINE);
-      req.set_checkpoint_id(source.id());
-      req.set_params_json(params);
-      const grpc::Status st = stub->SubmitJob(&ctx, req, &job);
-      EXPECT_TRUE(st.ok()) << st.error_message();
-    }
+    const v1::Checkpoint source = RegisterPath(*stub, lrkv::testing::StoriesModelPath());
+    const v1::Job job = SubmitTo(*stub, v1::PIPELINE, source.id(), params);
     if (!kill_in.empty()) {
       // Polled every 5 ms for up to 10 minutes: under a loaded machine (ctest -j2) the
       // stages before it take several times their idle time.

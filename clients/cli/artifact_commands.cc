@@ -1,6 +1,7 @@
-// `lrkv artifacts get JOB --out DIR`: a finished convert, heal or pipeline job's
-// checkpoint, streamed from lrkvd (GetArtifact) into DIR with every file's sha256
-// checked; also what `--out` does for those commands run with --server.
+// `lrkv artifacts get JOB --out DIR`: a finished convert, heal or pipeline
+// job's checkpoint, streamed from lrkvd (GetArtifact) into DIR with every
+// file's sha256 checked; also what `--out` does for those commands run with
+// --server.
 #include <grpcpp/grpcpp.h>
 #include <openssl/evp.h>
 #include <unistd.h>
@@ -40,7 +41,8 @@ std::string HexDigest(EVP_MD_CTX* ctx) {
   unsigned int len = 0;
   EVP_DigestFinal_ex(ctx, digest, &len);
   std::string hex;
-  for (unsigned i = 0; i < len; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
+  for (unsigned i = 0; i < len; ++i)
+    absl::StrAppendFormat(&hex, "%02x", digest[i]);
   return hex;
 }
 
@@ -56,22 +58,25 @@ bool SafeRelative(const std::string& p) {
 }  // namespace
 
 grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
-                              const std::string& job_id, const std::string& out_dir,
+                              const std::string& job_id,
+                              const std::string& out_dir,
                               nlohmann::json* files) {
   std::error_code ec;
-  if (fs::exists(out_dir, ec) && !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
+  if (fs::exists(out_dir, ec) &&
+      !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
     return Local(grpc::StatusCode::INVALID_ARGUMENT,
                  out_dir + ": output folder exists and is not empty");
   }
   const fs::path final_dir = fs::absolute(out_dir, ec);
   const fs::path partial =
-      final_dir.parent_path() / absl::StrCat(".", final_dir.filename().string(), ".partial-",
-                                             getpid());
+      final_dir.parent_path() /
+      absl::StrCat(".", final_dir.filename().string(), ".partial-", getpid());
   fs::remove_all(partial, ec);
   fs::create_directories(partial, ec);
   if (ec) {
-    return Local(grpc::StatusCode::INVALID_ARGUMENT,
-                 absl::StrCat(partial.string(), ": cannot create: ", ec.message()));
+    return Local(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat(partial.string(), ": cannot create: ", ec.message()));
   }
   auto fail = [&](const grpc::Status& st) {
     fs::remove_all(partial, ec);
@@ -89,13 +94,15 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
     if (file == nullptr || chunk.path() != file->path) {
       if (file != nullptr) {
         ctx.TryCancel();
-        return fail(Local(grpc::StatusCode::DATA_LOSS,
-                          file->path + ": the stream moved on before the file's end"));
+        return fail(
+            Local(grpc::StatusCode::DATA_LOSS,
+                  file->path + ": the stream moved on before the file's end"));
       }
       if (!SafeRelative(chunk.path()) || chunk.offset() != 0) {
         ctx.TryCancel();
-        return fail(Local(grpc::StatusCode::DATA_LOSS,
-                          "the server sent a bad artifact path or offset: " + chunk.path()));
+        return fail(Local(
+            grpc::StatusCode::DATA_LOSS,
+            "the server sent a bad artifact path or offset: " + chunk.path()));
       }
       file = std::make_unique<IncomingFile>();
       file->path = chunk.path();
@@ -105,17 +112,19 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
       file->out.open(target, std::ios::binary | std::ios::trunc);
       if (!file->out) {
         ctx.TryCancel();
-        return fail(Local(grpc::StatusCode::INVALID_ARGUMENT, target.string() + ": cannot write"));
+        return fail(Local(grpc::StatusCode::INVALID_ARGUMENT,
+                          target.string() + ": cannot write"));
       }
       EVP_DigestInit_ex(file->sha.get(), EVP_sha256(), nullptr);
     }
     if (chunk.offset() != file->received) {
       ctx.TryCancel();
       return fail(Local(grpc::StatusCode::DATA_LOSS,
-                        absl::StrCat(file->path, ": chunk at ", chunk.offset(), ", expected ",
-                                     file->received)));
+                        absl::StrCat(file->path, ": chunk at ", chunk.offset(),
+                                     ", expected ", file->received)));
     }
-    file->out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    file->out.write(chunk.data().data(),
+                    static_cast<std::streamsize>(chunk.data().size()));
     EVP_DigestUpdate(file->sha.get(), chunk.data().data(), chunk.data().size());
     file->received += static_cast<int64_t>(chunk.data().size());
     if (!chunk.sha256().empty()) {
@@ -123,19 +132,22 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
       const std::string got = HexDigest(file->sha.get());
       if (!file->out || file->received != file->size || got != chunk.sha256()) {
         ctx.TryCancel();
-        return fail(Local(grpc::StatusCode::DATA_LOSS,
-                          absl::StrCat(file->path, ": received ", file->received, " of ",
-                                       file->size, " bytes, sha256 ", got, ", the server's ",
-                                       chunk.sha256())));
+        return fail(
+            Local(grpc::StatusCode::DATA_LOSS,
+                  absl::StrCat(file->path, ": received ", file->received,
+                               " of ", file->size, " bytes, sha256 ", got,
+                               ", the server's ", chunk.sha256())));
       }
-      files->push_back({{"path", file->path}, {"bytes", file->size}, {"sha256", got}});
+      files->push_back(
+          {{"path", file->path}, {"bytes", file->size}, {"sha256", got}});
       file.reset();
     }
   }
   const grpc::Status st = reader->Finish();
   if (!st.ok()) return fail(st);
   if (file != nullptr) {
-    return fail(Local(grpc::StatusCode::DATA_LOSS, file->path + ": the stream ended mid-file"));
+    return fail(Local(grpc::StatusCode::DATA_LOSS,
+                      file->path + ": the stream ended mid-file"));
   }
   fs::remove(final_dir, ec);  // an empty folder the user made
   fs::rename(partial, final_dir, ec);
@@ -147,19 +159,23 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
 }
 
 void AddArtifactCommands(CLI::App& app, int* exit_code) {
-  auto* artifacts =
-      app.add_subcommand("artifacts", "Download what a server job wrote (its checkpoint)");
+  auto* artifacts = app.add_subcommand(
+      "artifacts", "Download what a server job wrote (its checkpoint)");
   artifacts->require_subcommand(1);
   auto job = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto* get = artifacts->add_subcommand(
-      "get", "A convert, heal or pipeline job's checkpoint folder, sha256-checked");
+      "get",
+      "A convert, heal or pipeline job's checkpoint folder, sha256-checked");
   get->add_option("job", *job, "Job id")->required();
-  get->add_option("--out", *out, "Folder to write (must not exist, or be empty)")->required();
+  get->add_option("--out", *out,
+                  "Folder to write (must not exist, or be empty)")
+      ->required();
   get->callback([job, out, exit_code] {
     auto stub = Connect(Globals().conn);
     nlohmann::json files;
-    const grpc::Status st = DownloadArtifact(Globals().conn, *stub, *job, *out, &files);
+    const grpc::Status st =
+        DownloadArtifact(Globals().conn, *stub, *job, *out, &files);
     if (!st.ok()) {
       *exit_code = RpcError(st);
       return;
@@ -167,12 +183,15 @@ void AddArtifactCommands(CLI::App& app, int* exit_code) {
     int64_t bytes = 0;
     for (const auto& f : files) bytes += f["bytes"].get<int64_t>();
     if (Globals().json) {
-      std::printf("%s\n", nlohmann::json({{"job_id", *job}, {"out", *out}, {"files", files}})
-                              .dump()
-                              .c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::json({{"job_id", *job}, {"out", *out}, {"files", files}})
+              .dump()
+              .c_str());
     } else {
-      std::printf("%s: %zu files, %lld bytes, sha256-checked, in %s\n", job->c_str(),
-                  files.size(), static_cast<long long>(bytes), out->c_str());
+      std::printf("%s: %zu files, %lld bytes, sha256-checked, in %s\n",
+                  job->c_str(), files.size(), static_cast<long long>(bytes),
+                  out->c_str());
     }
     *exit_code = kExitOk;
   });

@@ -1,5 +1,5 @@
-// What every `lrkv` command shares (commands.h): the global options, the exit-code
-// contract, the version and the provenance block of reports.
+// What every `lrkv` command shares (commands.h): the global options, the
+// exit-code contract, the version and the provenance block of reports.
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,27 +38,35 @@ GlobalOptions& Globals() {
 
 void AddGlobalOptions(CLI::App& app) {
   GlobalOptions& g = Globals();
-  // Subcommands created after this pass options they do not know up to their parent,
-  // so that `lrkv --server A jobs list` and `lrkv jobs list --server A` both work.
+  // Subcommands created after this pass options they do not know up to their
+  // parent, so that `lrkv --server A jobs list` and `lrkv jobs list --server A`
+  // both work.
   app.fallthrough();
   app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", VersionString());
-  // Inherited by every subcommand's --help, which does not list its parents' options.
+  // Inherited by every subcommand's --help, which does not list its parents'
+  // options.
   app.footer(
-      "Global options, before or after the command: --server ADDR, --token-file FILE, "
-      "--tls-ca FILE, --json, --local, -v/--verbose, --version (see lrkv --help).\n"
-      "Exit codes: 0 ok, 1 a check failed, 2 usage or invalid input, 3 server or "
+      "Global options, before or after the command: --server ADDR, "
+      "--token-file FILE, "
+      "--tls-ca FILE, --json, --local, -v/--verbose, --version (see lrkv "
+      "--help).\n"
+      "Exit codes: 0 ok, 1 a check failed, 2 usage or invalid input, 3 server "
+      "or "
       "transport, 4 internal.");
   app.add_option("--server", g.conn.server,
-                 "lrkvd address (default $LRKV_SERVER; with neither, commands run here)")
+                 "lrkvd address (default $LRKV_SERVER; with neither, commands "
+                 "run here)")
       ->group("Global options");
   app.add_option("--token-file", g.conn.token_file,
                  "Bearer token file (default $LRKV_TOKEN_FILE)")
       ->group("Global options");
-  app.add_option("--tls-ca", g.conn.tls_ca, "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)")
+  app.add_option("--tls-ca", g.conn.tls_ca,
+                 "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)")
       ->group("Global options");
-  app.add_flag("--json", g.json,
-               "Print the machine-readable result on stdout, nothing else there")
+  app.add_flag(
+         "--json", g.json,
+         "Print the machine-readable result on stdout, nothing else there")
       ->group("Global options");
   app.add_flag("--local", g.local, "Run here even when $LRKV_SERVER is set")
       ->group("Global options");
@@ -70,7 +78,8 @@ std::string VersionString() { return lrkv::VersionString(); }
 
 nlohmann::json BuildProvenance() {
   nlohmann::json p = lrkv::Provenance();
-  if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) p["config_file"] = file;
+  if (nlohmann::json file = ConfigFileRecord(); !file.is_null())
+    p["config_file"] = file;
   return p;
 }
 
@@ -126,28 +135,48 @@ void StageProgress::Finish() {
 ProgressSink StageProgress::Sink() {
   return [this](const std::string& what, int64_t step, int64_t total) {
     const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count();
     if (bar_) {
       const int width = 20;
-      const int done = total > 0 ? static_cast<int>(width * (step - 1) / total) : 0;
+      const int done =
+          total > 0 ? static_cast<int>(width * (step - 1) / total) : 0;
       std::fprintf(stderr, "\r\033[K[%s%s] %s %lld/%lld %s (%.0f s)",
-                   std::string(done, '#').c_str(), std::string(width - done, '.').c_str(),
-                   command_.c_str(), static_cast<long long>(step),
-                   static_cast<long long>(total), what.c_str(), s);
+                   std::string(done, '#').c_str(),
+                   std::string(width - done, '.').c_str(), command_.c_str(),
+                   static_cast<long long>(step), static_cast<long long>(total),
+                   what.c_str(), s);
       drawn_ = true;
     } else {
       std::fprintf(stderr, "%s [%lld/%lld] %s (%.1f s)\n", command_.c_str(),
-                   static_cast<long long>(step), static_cast<long long>(total), what.c_str(), s);
+                   static_cast<long long>(step), static_cast<long long>(total),
+                   what.c_str(), s);
     }
     std::fflush(stderr);
   };
+}
+
+int EmitLocalReport(nlohmann::json report, const std::string& table,
+                    const std::string& json_out) {
+  report["provenance"] = BuildProvenance();
+  if (Globals().json) {
+    std::cout << report.dump(2) << "\n";
+  } else {
+    std::cout << table;
+  }
+  if (!json_out.empty()) {
+    if (auto st = WriteTextFile(json_out, report.dump(2) + "\n"); !st.ok())
+      return Fail(st);
+  }
+  return kExitOk;
 }
 
 absl::Status WriteTextFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.flush();
-  if (!out) return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
+  if (!out)
+    return absl::PermissionDeniedError(absl::StrCat(path, ": cannot write"));
   return absl::OkStatus();
 }
 

@@ -88,6 +88,11 @@ class StageProgress {
 // Writes `text` to `path` (for --json-out, --junit, --html); PermissionDenied naming it.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
+// A local command's report, with its provenance added: the JSON on stdout under --json,
+// else `table`; and the JSON to `json_out` when given. kExitOk, or Fail's code.
+int EmitLocalReport(nlohmann::json report, const std::string& table,
+                    const std::string& json_out);
+
 // `--products bf16|fp32` on `cmd` (eval, generate, bench generate): how prefill-sized
 // products with bf16-stored weights are computed (model/stored_linear.h).
 void AddProductsOption(CLI::App* cmd, std::string* products);

@@ -83,15 +83,8 @@ int RunCompare(CompareArgs a) {
   if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) {
     report->run_config["config_file"] = file["name"];
   }
-  nlohmann::json json = report->ToJson();
-  json["provenance"] = BuildProvenance();
-  if (Globals().json) {
-    std::cout << json.dump(2) << "\n";
-  } else {
-    std::cout << report->ToTable();
-  }
-  if (!a.json_path.empty()) {
-    if (auto st = WriteTextFile(a.json_path, json.dump(2) + "\n"); !st.ok()) return Fail(st);
+  if (int rc = EmitLocalReport(report->ToJson(), report->ToTable(), a.json_path); rc != kExitOk) {
+    return rc;
   }
   if (!a.html_path.empty()) {
     std::ofstream html(a.html_path);

@@ -1,6 +1,6 @@
 // `lrkv`: the command-line front end. Commands parse arguments and call the
-// core library; errors print one line naming the file and the problem, and the exit
-// code says what kind of failure it was (commands.h).
+// core library; errors print one line naming the file and the problem, and the
+// exit code says what kind of failure it was (commands.h).
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
@@ -22,7 +22,8 @@ size_t EditDistance(const std::string& a, const std::string& b) {
     row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
       const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
       diagonal = up;
     }
   }
@@ -35,9 +36,9 @@ CLI::App* Selected(CLI::App* app) {
   return app;
 }
 
-// "did you mean" for each word of the command line that no command or option took:
-// the closest option or subcommand name of the selected command (or the global
-// options), within an edit distance of a third of its length.
+// "did you mean" for each word of the command line that no command or option
+// took: the closest option or subcommand name of the selected command (or the
+// global options), within an edit distance of a third of its length.
 void SuggestFor(CLI::App& root, const std::vector<std::string>& args) {
   CLI::App* cmd = Selected(&root);
   std::vector<std::string> names;
@@ -46,10 +47,13 @@ void SuggestFor(CLI::App& root, const std::vector<std::string>& args) {
       for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
     }
   }
-  for (const CLI::App* sub : cmd->get_subcommands({})) names.push_back(sub->get_name());
+  for (const CLI::App* sub : cmd->get_subcommands({}))
+    names.push_back(sub->get_name());
   for (const std::string& raw : args) {
     const std::string word = raw.substr(0, raw.find('='));
-    if (word.empty() || std::find(names.begin(), names.end(), word) != names.end()) continue;
+    if (word.empty() ||
+        std::find(names.begin(), names.end(), word) != names.end())
+      continue;
     std::string best;
     size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
     for (const std::string& n : names) {
@@ -59,7 +63,8 @@ void SuggestFor(CLI::App& root, const std::vector<std::string>& args) {
         best = n;
       }
     }
-    if (!best.empty()) std::cerr << "lrkv: '" << word << "': did you mean '" << best << "'?\n";
+    if (!best.empty())
+      std::cerr << "lrkv: '" << word << "': did you mean '" << best << "'?\n";
   }
 }
 
@@ -84,18 +89,21 @@ int main(int argc, char** argv) {
   lrkv::cli::AddBenchCommands(app, &exit_code);
   lrkv::cli::AddTokenizeCommands(app, &exit_code);
   lrkv::ConfigureThreads();
-  // gRPC core logs (a bad certificate, a refused connection) go to stderr by default;
-  // the commands say what went wrong in one line instead, unless -v asks for them.
+  // gRPC core logs (a bad certificate, a refused connection) go to stderr by
+  // default; the commands say what went wrong in one line instead, unless -v
+  // asks for them.
   app.parse_complete_callback([] {
     if (!lrkv::cli::Globals().verbose) setenv("GRPC_VERBOSITY", "NONE", 0);
   });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
-    // CLI11 says "INI was not able to parse compare.bogus-key": name the file and the key.
+    // CLI11 says "INI was not able to parse compare.bogus-key": name the file
+    // and the key.
     const std::string what = e.what();
     const std::string key = what.substr(what.rfind('.') + 1);
-    std::cerr << "lrkv: error: -f: '" << key << "' is not an option of this command\n";
+    std::cerr << "lrkv: error: -f: '" << key
+              << "' is not an option of this command\n";
     SuggestFor(app, {"--" + key});
     return lrkv::cli::kExitUsage;
   } catch (const CLI::ParseError& e) {

@@ -29,15 +29,8 @@ int RunVerify(VerifyArgs a) {
   auto report = RunVerifyJob(a.job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());
-  nlohmann::json json = report->ToJson();
-  json["provenance"] = BuildProvenance();
-  if (Globals().json) {
-    std::cout << json.dump(2) << "\n";
-  } else {
-    std::cout << report->ToTable();
-  }
-  if (!a.json_path.empty()) {
-    if (auto st = WriteTextFile(a.json_path, json.dump(2) + "\n"); !st.ok()) return Fail(st);
+  if (int rc = EmitLocalReport(report->ToJson(), report->ToTable(), a.json_path); rc != kExitOk) {
+    return rc;
   }
   if (!a.junit_path.empty()) {
     if (auto st = WriteTextFile(a.junit_path, report->ToJUnit()); !st.ok()) return Fail(st);

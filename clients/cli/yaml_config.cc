@@ -27,12 +27,14 @@ nlohmann::json ToJson(const YAML::Node& n) {
     }
     case YAML::NodeType::Map: {
       nlohmann::json o = nlohmann::json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = ToJson(kv.second);
+      for (const auto& kv : n)
+        o[kv.first.as<std::string>()] = ToJson(kv.second);
       return o;
     }
     case YAML::NodeType::Scalar: {
       const std::string s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted: a string even when it looks like a number
+      if (n.Tag() == "!")
+        return s;  // quoted: a string even when it looks like a number
       if (s == "true" || s == "false") return s == "true";
       int64_t i;
       double d;
@@ -62,7 +64,8 @@ std::string AsOption(const YAML::Node& n) {
   return ToJson(n).dump();
 }
 
-// The subcommands the command line selected, outermost first ("bench", "generate").
+// The subcommands the command line selected, outermost first ("bench",
+// "generate").
 std::vector<std::string> SelectedPath(const CLI::App* app) {
   std::vector<std::string> path;
   for (const CLI::App* a = app; a != nullptr;) {
@@ -74,13 +77,16 @@ std::vector<std::string> SelectedPath(const CLI::App* app) {
   return path;
 }
 
-// CLI11 (2.1) reads option files on the root app only: the items are addressed to the
-// subcommand the command line chose.
+// CLI11 (2.1) reads option files on the root app only: the items are addressed
+// to the subcommand the command line chose.
 class YamlConfig : public CLI::Config {
  public:
   explicit YamlConfig(const CLI::App* root) : root_(root) {}
 
-  std::string to_config(const CLI::App*, bool, bool, std::string) const override { return ""; }
+  std::string to_config(const CLI::App*, bool, bool,
+                        std::string) const override {
+    return "";
+  }
 
   std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
     const std::string text(std::istreambuf_iterator<char>(in), {});
@@ -88,10 +94,12 @@ class YamlConfig : public CLI::Config {
     try {
       root = YAML::Load(text);
     } catch (const YAML::Exception& e) {
-      throw CLI::ConversionError("-f: not valid YAML: " + std::string(e.what()));
+      throw CLI::ConversionError("-f: not valid YAML: " +
+                                 std::string(e.what()));
     }
     if (!root.IsMap()) {
-      throw CLI::ConversionError("-f: the file must be a YAML mapping of option names");
+      throw CLI::ConversionError(
+          "-f: the file must be a YAML mapping of option names");
     }
     Record() = {{"text", text}};
     std::vector<CLI::ConfigItem> items;
@@ -122,13 +130,14 @@ std::vector<CLI::Option*>& FileOptions() {
 
 void AddConfigFileOption(CLI::App& root) {
   root.config_formatter(std::make_shared<YamlConfig>(&root));
-  // A key no option of the command has is an error, not silently dropped (inherited
-  // by the subcommands added after this).
+  // A key no option of the command has is an error, not silently dropped
+  // (inherited by the subcommands added after this).
   root.allow_config_extras(CLI::config_extras_mode::error);
-  FileOptions().push_back(root.set_config(
-      "-f,--file", "",
-      "YAML file of the command's options, e.g. `lrkv compare -f study.yaml` (flags given "
-      "on the command line override it)"));
+  FileOptions().push_back(
+      root.set_config("-f,--file", "",
+                      "YAML file of the command's options, e.g. `lrkv compare "
+                      "-f study.yaml` (flags given "
+                      "on the command line override it)"));
   FileOptions().back()->group("Global options");
 }
 
