@@ -131,6 +131,8 @@ expect 2 --stderr "must be cpu or cuda" -- bench decode --device tpu --context 3
 expect 0 --json -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --json
 expect 2 --stderr "unknown decode mode" -- bench generate --checkpoint "$work/free" --mode bogus --context 16 --tokens 2
 expect 0 --json -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --rank 2 --iters 1 --json
+expect 2 --stderr "unknown variant 'foo'" -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --variant foo
+expect 2 -- bench tokenize --checkpoint "$model"
 expect 0 --json -- bench tokenize --checkpoint "$model" --text "$text" --repeats 1 --json
 # init
 expect 0 --json -- init --tokenizer-from "$model" --layers 1 --hidden 32 --heads 4 --out "$work/init" --json
@@ -189,6 +191,14 @@ job=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])
 expect 0 --json -- jobs get "$job" --json
 expect 0 -- jobs watch "$job"
 expect 2 --stderr "NOT_FOUND" -- jobs get job-nope
+expect 2 --stderr "NOT_FOUND" -- jobs cancel job-nope
+expect 2 --stderr "NOT_FOUND" -- jobs watch job-nope
+expect 0 --json -- submit convert --checkpoint "$model" --params '{"rank": 2}' --detach --json
+expect 2 --stderr "job kind 'bogus'" -- submit bogus --checkpoint "$model"
+expect 2 --stderr "give --checkpoint-id or --checkpoint" -- submit convert
+expect 2 --stderr "rank" -- submit convert --checkpoint "$model" --params '{"rank": 99}'
+expect 2 --stderr "'foo'" -- compare --checkpoint "$model" --eval "$text" --variants lrkv,foo
+expect 2 --stderr "--checkpoint is required" -- bench decode --context 32
 expect 0 --json -- report "$job" --json
 expect 2 --stderr "NOT_FOUND" -- report job-nope
 expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --detach --json

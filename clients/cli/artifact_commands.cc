@@ -4,7 +4,6 @@
 // --server.
 #include <grpcpp/grpcpp.h>
 #include <openssl/evp.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
+#include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
@@ -55,33 +55,12 @@ bool SafeRelative(const std::string& p) {
   return true;
 }
 
-}  // namespace
-
-grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
-                              const std::string& job_id,
-                              const std::string& out_dir,
-                              nlohmann::json* files) {
+// Streams the artifact's files into `dir` (created here), checking each one.
+grpc::Status Receive(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                     const std::string& job_id, const std::string& dir,
+                     nlohmann::json* files) {
   std::error_code ec;
-  if (fs::exists(out_dir, ec) &&
-      !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
-    return Local(grpc::StatusCode::INVALID_ARGUMENT,
-                 out_dir + ": output folder exists and is not empty");
-  }
-  const fs::path final_dir = fs::absolute(out_dir, ec);
-  const fs::path partial =
-      final_dir.parent_path() /
-      absl::StrCat(".", final_dir.filename().string(), ".partial-", getpid());
-  fs::remove_all(partial, ec);
-  fs::create_directories(partial, ec);
-  if (ec) {
-    return Local(
-        grpc::StatusCode::INVALID_ARGUMENT,
-        absl::StrCat(partial.string(), ": cannot create: ", ec.message()));
-  }
-  auto fail = [&](const grpc::Status& st) {
-    fs::remove_all(partial, ec);
-    return st;
-  };
+  fs::create_directories(dir, ec);
   grpc::ClientContext ctx;
   Authorize(a, &ctx);
   v1::GetArtifactRequest req;
@@ -94,32 +73,32 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
     if (file == nullptr || chunk.path() != file->path) {
       if (file != nullptr) {
         ctx.TryCancel();
-        return fail(
+        return (
             Local(grpc::StatusCode::DATA_LOSS,
                   file->path + ": the stream moved on before the file's end"));
       }
       if (!SafeRelative(chunk.path()) || chunk.offset() != 0) {
         ctx.TryCancel();
-        return fail(Local(
+        return (Local(
             grpc::StatusCode::DATA_LOSS,
             "the server sent a bad artifact path or offset: " + chunk.path()));
       }
       file = std::make_unique<IncomingFile>();
       file->path = chunk.path();
       file->size = chunk.file_bytes();
-      const fs::path target = partial / chunk.path();
+      const fs::path target = fs::path(dir) / chunk.path();
       fs::create_directories(target.parent_path(), ec);
       file->out.open(target, std::ios::binary | std::ios::trunc);
       if (!file->out) {
         ctx.TryCancel();
-        return fail(Local(grpc::StatusCode::INVALID_ARGUMENT,
+        return (Local(grpc::StatusCode::INVALID_ARGUMENT,
                           target.string() + ": cannot write"));
       }
       EVP_DigestInit_ex(file->sha.get(), EVP_sha256(), nullptr);
     }
     if (chunk.offset() != file->received) {
       ctx.TryCancel();
-      return fail(Local(grpc::StatusCode::DATA_LOSS,
+      return (Local(grpc::StatusCode::DATA_LOSS,
                         absl::StrCat(file->path, ": chunk at ", chunk.offset(),
                                      ", expected ", file->received)));
     }
@@ -132,7 +111,7 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
       const std::string got = HexDigest(file->sha.get());
       if (!file->out || file->received != file->size || got != chunk.sha256()) {
         ctx.TryCancel();
-        return fail(
+        return (
             Local(grpc::StatusCode::DATA_LOSS,
                   absl::StrCat(file->path, ": received ", file->received,
                                " of ", file->size, " bytes, sha256 ", got,
@@ -144,16 +123,39 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
     }
   }
   const grpc::Status st = reader->Finish();
-  if (!st.ok()) return fail(st);
+  if (!st.ok()) return (st);
   if (file != nullptr) {
-    return fail(Local(grpc::StatusCode::DATA_LOSS,
+    return (Local(grpc::StatusCode::DATA_LOSS,
                       file->path + ": the stream ended mid-file"));
   }
-  fs::remove(final_dir, ec);  // an empty folder the user made
-  fs::rename(partial, final_dir, ec);
-  if (ec) {
-    return fail(Local(grpc::StatusCode::INVALID_ARGUMENT,
-                      absl::StrCat(final_dir.string(), ": ", ec.message())));
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
+                              const std::string& job_id,
+                              const std::string& out_dir,
+                              nlohmann::json* files) {
+  std::error_code ec;
+  if (fs::exists(out_dir, ec) &&
+      !(fs::is_directory(out_dir, ec) && fs::is_empty(out_dir, ec))) {
+    return Local(grpc::StatusCode::INVALID_ARGUMENT,
+                 out_dir + ": output folder exists and is not empty");
+  }
+  fs::create_directories(fs::absolute(out_dir, ec).parent_path(), ec);
+  // Received into a partial sibling, renamed only once every file checked out.
+  grpc::Status received;
+  const absl::Status written =
+      WriteDirectoryAtomically(out_dir, [&](const std::string& dir) {
+        received = Receive(a, stub, job_id, dir, files);
+        return received.ok() ? absl::OkStatus()
+                             : absl::AbortedError(received.error_message());
+      });
+  if (!received.ok()) return received;
+  if (!written.ok()) {
+    return Local(grpc::StatusCode::INVALID_ARGUMENT,
+                 std::string(written.message()));
   }
   return grpc::Status::OK;
 }

@@ -16,20 +16,36 @@
 
 namespace lrkv::cli {
 
-const CLI::Validator kNotNegative(
-    [](std::string& value) -> std::string {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v)) return value + " is not a number";
-      return v < 0 ? value + " must be 0 or more" : "";
-    },
-    ">= 0");
-const CLI::Validator kPositive(
-    [](std::string& value) -> std::string {
-      double v = 0;
-      if (!absl::SimpleAtod(value, &v)) return value + " is not a number";
-      return v <= 0 ? value + " must be more than 0" : "";
-    },
-    "> 0");
+namespace {
+
+// A number at least (or, `strict`, above) zero.
+CLI::Validator NotBelowZero(bool strict) {
+  return CLI::Validator(
+      [strict](std::string& value) -> std::string {
+        double v = 0;
+        if (!absl::SimpleAtod(value, &v)) return value + " is not a number";
+        if (strict ? v <= 0 : v < 0) {
+          return value + (strict ? " must be more than 0" : " must be 0 or more");
+        }
+        return "";
+      },
+      strict ? "> 0" : ">= 0");
+}
+
+}  // namespace
+
+const CLI::Validator kNotNegative = NotBelowZero(false);
+const CLI::Validator kPositive = NotBelowZero(true);
+
+nlohmann::json JsonScalar(const std::string& s) {
+  int64_t i;
+  double d;
+  if (absl::SimpleAtoi(s, &i)) return i;
+  if (absl::SimpleAtod(s, &d)) return d;
+  if (s == "true") return true;
+  if (s == "false") return false;
+  return s;
+}
 
 GlobalOptions& Globals() {
   static GlobalOptions options;

@@ -85,6 +85,10 @@ class StageProgress {
   std::chrono::steady_clock::time_point start_;
 };
 
+// An option's text as the JSON value a job parameter takes: an integer, a number,
+// true/false, else the string itself.
+nlohmann::json JsonScalar(const std::string& text);
+
 // Writes `text` to `path` (for --json-out, --junit, --html); PermissionDenied naming it.
 absl::Status WriteTextFile(const std::string& path, const std::string& text);
 

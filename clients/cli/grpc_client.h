@@ -46,7 +46,7 @@ grpc::Status FollowJob(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
                        const std::string& job_id, v1::Job* job, int64_t after_seq = 0);
 
 // Streams job `job_id`'s artifact into `out_dir` (which must not exist, or be empty),
-// checking each file's sha256, through a hidden partial folder renamed at the end;
+// checking each file's sha256, through WriteDirectoryAtomically's partial folder;
 // `files` lists what was written (path, bytes, sha256). INVALID_ARGUMENT for a local
 // folder problem, DATA_LOSS for a stream that does not check out.
 grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,

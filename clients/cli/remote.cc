@@ -26,16 +26,6 @@ const std::set<std::string> kPathParams = {"calib", "eval", "text", "data"};
 // Parameters naming another checkpoint: sent as its server id (registered or uploaded).
 const std::set<std::string> kCheckpointParams = {"teacher", "source"};
 
-nlohmann::json Value(const std::string& s) {
-  int64_t i;
-  double d;
-  if (absl::SimpleAtoi(s, &i)) return i;
-  if (absl::SimpleAtod(s, &d)) return d;
-  if (s == "true") return true;
-  if (s == "false") return false;
-  return s;
-}
-
 std::string Underscored(std::string name) {
   for (char& c : name) {
     if (c == '-') c = '_';
@@ -51,20 +41,6 @@ CLI::Option* Find(CLI::App* cmd, const std::string& name) {
 }
 
 }  // namespace
-
-std::shared_ptr<RemoteJob> RemoteJob::Attach(CLI::App* cmd, RemoteSpec spec) {
-  auto job = std::shared_ptr<RemoteJob>(new RemoteJob());
-  job->cmd_ = cmd;
-  job->spec_ = std::move(spec);
-  cmd->add_flag("--detach", job->detach_, "With a server: print the job id and return");
-  return job;
-}
-
-bool RemoteJob::Requested() const {
-  if (Globals().local) return false;
-  const char* env = std::getenv("LRKV_SERVER");
-  return !Globals().conn.server.empty() || (env != nullptr && *env != '\0');
-}
 
 int RemoteJob::Run() const {
   auto stub = Connect(Globals().conn);
@@ -103,12 +79,12 @@ int RemoteJob::Run() const {
       for (const auto& r : results) {
         for (absl::string_view part :
              absl::StrSplit(r, ',', absl::SkipEmpty())) {
-          list.push_back(Value(std::string(part)));
+          list.push_back(JsonScalar(std::string(part)));
         }
       }
       params[key] = list;
     } else {
-      params[key] = Value(results[0]);
+      params[key] = JsonScalar(results[0]);
     }
   }
   // The option file the values came from is stored with the job.

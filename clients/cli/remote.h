@@ -7,6 +7,7 @@
 #ifndef LRKV_CLIENTS_CLI_REMOTE_H_
 #define LRKV_CLIENTS_CLI_REMOTE_H_
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -45,6 +46,21 @@ class RemoteJob {
   RemoteSpec spec_;
   bool detach_ = false;
 };
+
+// Shared by remote.cc and, in builds without the gRPC client, remote_stub.cc.
+inline std::shared_ptr<RemoteJob> RemoteJob::Attach(CLI::App* cmd, RemoteSpec spec) {
+  auto job = std::shared_ptr<RemoteJob>(new RemoteJob());
+  job->cmd_ = cmd;
+  job->spec_ = std::move(spec);
+  cmd->add_flag("--detach", job->detach_, "With a server: print the job id and return");
+  return job;
+}
+
+inline bool RemoteJob::Requested() const {
+  if (Globals().local) return false;
+  const char* env = std::getenv("LRKV_SERVER");
+  return !Globals().conn.server.empty() || (env != nullptr && *env != '\0');
+}
 
 }  // namespace lrkv::cli
 

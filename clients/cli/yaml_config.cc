@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "clients/cli/commands.h"
+
 namespace lrkv::cli {
 namespace {
 
@@ -32,18 +34,8 @@ nlohmann::json ToJson(const YAML::Node& n) {
       return o;
     }
     case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
-      if (n.Tag() == "!")
-        return s;  // quoted: a string even when it looks like a number
-      if (s == "true" || s == "false") return s == "true";
-      int64_t i;
-      double d;
-      char* end = nullptr;
-      i = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && *end == '\0') return i;
-      d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && *end == '\0') return d;
-      return s;
+      // Quoted: a string even when it looks like a number.
+      return n.Tag() == "!" ? nlohmann::json(n.Scalar()) : JsonScalar(n.Scalar());
     }
     default:
       return nullptr;
