@@ -334,13 +334,13 @@ TEST_F(ServiceTest, BearerTokenGuardsEveryRpc) {
             grpc::StatusCode::NOT_FOUND);
 }
 
-// Bounded loopback load: 32 clients x 50 RPCs mixing submit, get, list and
-// watch; no unexpected error and no lost job; GetJob latency percentiles are
+// Bounded loopback load: 32 clients x 250 RPCs (8,000, the probe's count)
+// mixing submit, get, list and watch; no unexpected error and no lost job; GetJob latency percentiles are
 // printed.
 TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
   v1::Checkpoint ck;
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
-  constexpr int kClients = 32, kCalls = 50;
+  constexpr int kClients = 32, kCalls = 250;
   std::mutex mu;
   std::vector<std::string> submitted;
   std::vector<double> get_ms;
