@@ -335,8 +335,8 @@ TEST_F(ServiceTest, BearerTokenGuardsEveryRpc) {
 }
 
 // Bounded loopback load: 32 clients x 250 RPCs (8,000, the probe's count)
-// mixing submit, get, list and watch; no unexpected error and no lost job; GetJob latency percentiles are
-// printed.
+// mixing submit, get, list and watch; no unexpected error and no lost job;
+// GetJob latency percentiles are printed.
 TEST_F(ServiceTest, ConcurrentClientsLoseNothing) {
   v1::Checkpoint ck;
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &ck).ok());
