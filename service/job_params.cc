@@ -120,7 +120,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
       json j,
       ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
                          "metric", "rope_mode", "rope_planes", "iters",
-                         "damping", "calib", "calib_range", "calib_tokens",
+                         "tol", "damping", "calib", "calib_range", "calib_tokens",
                          "eval", "eval_range", "expand", "weight_dtype", "max_shard_size"}));
   ConvertJobOptions o;
   o.checkpoint = checkpoint;
@@ -137,6 +137,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
   RETURN_IF_ERROR(Read(j, "rope_mode", &mode));
   RETURN_IF_ERROR(Read(j, "rope_planes", &c.rope_planes_kept));
   RETURN_IF_ERROR(Read(j, "iters", &c.max_iters));
+  RETURN_IF_ERROR(Read(j, "tol", &c.tol));
   RETURN_IF_ERROR(Read(j, "damping", &c.damping));
   RETURN_IF_ERROR(Read(j, "calib", &o.calib_path));
   RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));

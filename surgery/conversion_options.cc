@@ -93,8 +93,12 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
                                   c.rope_dim / 2, "] (the RoPE planes of a head)"));
     }
   }
-  if (o.max_iters < 1 || o.max_iters > 1000) {
-    return Invalid(absl::StrCat("iterations ", o.max_iters, " must lie in [1, 1000]"));
+  if (o.max_iters < 1 || o.max_iters > kMaxSolverIterations) {
+    return Invalid(absl::StrCat("iterations ", o.max_iters, " must lie in [1, ",
+                                kMaxSolverIterations, "]"));
+  }
+  if (!(o.tol >= 0) || o.tol >= 1) {
+    return Invalid(absl::StrCat("tolerance ", o.tol, " must lie in [0, 1)"));
   }
   if (!(o.damping > 0) || o.damping > 1) {
     return Invalid(absl::StrCat("damping ", o.damping, " must lie in (0, 1]"));

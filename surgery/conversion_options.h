@@ -16,6 +16,9 @@ enum class SurgeryMetric { kWeight, kActivation };
 const char* SurgeryMetricName(SurgeryMetric m);
 absl::StatusOr<SurgeryMetric> ParseSurgeryMetric(const std::string& name);
 
+// The most iterations a conversion may ask of the LRKV solver.
+inline constexpr int kMaxSolverIterations = 100000;
+
 struct ConversionOptions {
   /// Target variant: lrkv, gqa, mqa or mla.
   KvVariant variant = KvVariant::kLrkv;
@@ -36,8 +39,10 @@ struct ConversionOptions {
   RopeMode rope_mode = RopeMode::kReconstruct;
   /// Partial mode: planes that stay rotated; -1 = a quarter of the planes (at least 1).
   int64_t rope_planes_kept = -1;
-  /// Alternating-minimisation iterations at most, and the relative stopping tolerance.
-  int max_iters = 10;
+  /// LRKV solver: iterations at most. The solver stops earlier, converged, once an
+  /// iteration lowers the objective by less than `tol` times its value.
+  int max_iters = 1000;
+  /// LRKV solver: the relative stopping tolerance.
   double tol = 1e-6;
   /// Whitening damping: λ = damping · trace(XᵀX/n) / d.
   double damping = 1e-3;

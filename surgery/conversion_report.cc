@@ -14,6 +14,11 @@ nlohmann::json ProjectionJson(const ProjectionReport& p) {
                       {"head_rel_error", p.head_rel_error},
                       {"rel_error", p.rel_error}};
   if (!p.planes.empty()) j["planes"] = p.planes;
+  if (p.objective.size() > 1) {
+    j["iterations"] = p.objective.size() - 1;
+    j["final_objective"] = p.objective.back();
+    j["converged"] = p.converged;
+  }
   return j;
 }
 
@@ -49,6 +54,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"kv_param_ratio_to_source", footprint.param_ratio_to_source},
       {"calibration_tokens", calibration_tokens},
       {"damping", damping},
+      {"solver", {{"max_iters", solver_max_iters}, {"tol", solver_tol}}},
       {"wall_seconds", wall_seconds},
       {"calibration_seconds", calibration_seconds},
       {"evaluation_seconds", evaluation_seconds},
@@ -92,15 +98,30 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
                           num("perplexity_before"), num("perplexity_after"),
                           j.value("eval_tokens", int64_t{0}));
   }
-  absl::StrAppend(&out, "\nlayer  K rel.err  K worst head  K iters   V rel.err  V worst head\n");
+  absl::StrAppend(&out,
+                  "\nlayer  K rel.err  K worst head  K iters   V rel.err  V worst head  V iters\n");
+  bool capped = false;
+  // Iterations of the LRKV solver, '*' where it hit its cap before its tolerance.
+  auto iters = [&](const nlohmann::json& p) {
+    const int n = static_cast<int>(std::max<size_t>(p["objective"].size(), 1) - 1);
+    const bool converged = p.value("converged", true);
+    capped = capped || !converged;
+    return absl::StrCat(n, converged ? " " : "*");
+  };
   for (const auto& l : j.value("layers", nlohmann::json::array())) {
     const nlohmann::json& k = l["k"];
     const nlohmann::json& v = l["v"];
-    absl::StrAppendFormat(&out, "%5d  %9.5f  %12.5f  %7d   %9.5f  %12.5f\n",
+    absl::StrAppendFormat(&out, "%5d  %9.5f  %12.5f  %8s   %9.5f  %12.5f  %8s\n",
                           l.value("layer", int64_t{0}), k.value("rel_error", 0.0),
-                          max_of(k["head_rel_error"]),
-                          static_cast<int>(std::max<size_t>(k["objective"].size(), 1) - 1),
-                          v.value("rel_error", 0.0), max_of(v["head_rel_error"]));
+                          max_of(k["head_rel_error"]), iters(k), v.value("rel_error", 0.0),
+                          max_of(v["head_rel_error"]), iters(v));
+  }
+  if (capped) {
+    const nlohmann::json solver = j.value("solver", nlohmann::json::object());
+    absl::StrAppendFormat(&out,
+                          "* stopped at --iters %d before the objective settled to --tol %g; "
+                          "raise --iters for the converged decomposition\n",
+                          solver.value("max_iters", 0), solver.value("tol", 0.0));
   }
   return out;
 }

@@ -20,6 +20,8 @@ struct ProjectionReport {
   // ‖M(W_h − Ŵ_h)‖ / ‖M W_h‖ per source KV head.
   std::vector<double> head_rel_error;
   double rel_error = 0;
+  // LRKV: whether the solver stopped on its tolerance (false: on its iteration cap).
+  bool converged = true;
   // Plane mode: the RoPE planes each head's residual keeps.
   std::vector<std::vector<int64_t>> planes;
 };
@@ -41,6 +43,8 @@ struct ConversionReport {
   CacheFootprint footprint;         // per token per layer, ratios
   int64_t calibration_tokens = 0;
   double damping = 0;
+  int solver_max_iters = 0;         // LRKV solver settings
+  double solver_tol = 0;
   double wall_seconds = 0;          // the decomposition itself
   double calibration_seconds = 0;   // collecting activation statistics
   double evaluation_seconds = 0;    // perplexity before and after

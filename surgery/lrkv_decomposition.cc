@@ -10,33 +10,48 @@ namespace lrkv {
 namespace {
 
 struct Fit {
-  at::Tensor u;  // Ũ [H, d, r] (whitened coordinates)
+  at::Tensor u;  // Ũ [H, k, r] (whitened coordinates, in the reduced basis if any)
   at::Tensor b;  // B [H, dh, r]
 };
 
-// Best rank-r fit of each R_h [d, dh] through the eigenvectors of R_hᵀR_h: the top-r
-// right singular subspace V_r gives Ũ = R V_r, B = V_r (d_h is small, so the d_h × d_h
-// eigenproblem is much cheaper than an SVD of the tall d × d_h matrix).
-Fit FitFree(const at::Tensor& r_mat, int64_t rank, const at::Tensor& mask) {
-  at::Tensor res = mask.defined() ? r_mat * mask : r_mat;
-  auto gram = at::matmul(res.transpose(1, 2), res);
-  auto [evals, evecs] = at::linalg_eigh(gram);  // ascending
-  const int64_t dh = r_mat.size(2);
-  auto b = evecs.narrow(2, dh - rank, rank).flip({2});
+// Directions that all heads' residual subspaces (nearly) hold, where S is left at zero
+// (see SharedGivenSubspaces): eigenvalues of Σ_h Q_h below this fraction of H.
+constexpr double kSharedCutoff = 1e-6;
+// Extrapolation of S between alternations (see DecomposeLrkv): the first β, its growth
+// after an improving step, the cut after a failed one, and the bound on β.
+constexpr double kExtrapolationStart = 0.5, kExtrapolationGrowth = 1.1;
+constexpr double kExtrapolationCut = 2.0, kExtrapolationMax = 4.0;
+constexpr double kExtrapolationCapGrowth = 1.05;
+// Accepted steps over which the stopping tolerance is judged (see DecomposeLrkv).
+constexpr size_t kConvergenceWindow = 5;
+
+// The residual subspaces B_h [H, dh, r] (orthonormal columns) for a given S, chosen
+// from the residual Grams G_h = (W̃_h − S)ᵀ(W̃_h − S) [H, dh, dh].
+
+// Free support: the top-r eigenvectors of G_h, the best rank-r right singular subspace
+// of W̃_h − S (d_h is small, so the d_h × d_h eigenproblem is much cheaper than an SVD
+// of the tall d × d_h matrix). `mask` zeroes the coordinates the residual must avoid.
+at::Tensor FreeSubspaces(const at::Tensor& gram, int64_t rank, const at::Tensor& mask) {
+  const at::Tensor g = mask.defined() ? gram * mask.view({1, -1, 1}) * mask.view({1, 1, -1})
+                                      : gram;
+  auto [evals, evecs] = at::linalg_eigh(g);  // ascending
+  const int64_t dh = gram.size(2);
+  at::Tensor b = evecs.narrow(2, dh - rank, rank).flip({2});
   if (mask.defined()) b = b * mask.view({1, -1, 1});
-  return {at::matmul(res, b), b};
+  return b;
 }
 
 // Plane mode: B_h selects the coordinates of the r/2 planes with the most residual
-// energy; Ũ_h is then R_h restricted to those coordinates (exact least squares).
-Fit FitPlanes(const at::Tensor& r_mat, int64_t rank,
-              const std::vector<std::pair<int64_t, int64_t>>& planes,
-              std::vector<std::vector<int64_t>>* chosen) {
-  const int64_t h = r_mat.size(0), dh = r_mat.size(2), n_planes = rank / 2;
-  auto col_energy = r_mat.pow(2).sum(1);  // [H, dh]
+// energy (the diagonal of G_h); U_h is then W̃_h − S restricted to them, the exact
+// least-squares fit on that support.
+at::Tensor PlaneSubspaces(const at::Tensor& gram, int64_t rank,
+                          const std::vector<std::pair<int64_t, int64_t>>& planes,
+                          std::vector<std::vector<int64_t>>* chosen) {
+  const int64_t h = gram.size(0), dh = gram.size(2), n_planes = rank / 2;
+  const at::Tensor col_energy = gram.diagonal(0, 1, 2).contiguous();  // [H, dh]
   auto acc = col_energy.accessor<double, 2>();
-  auto b = at::zeros({h, dh, rank}, at::kDouble);
-  std::vector<at::Tensor> us;
+  at::Tensor b = at::zeros({h, dh, rank}, at::kDouble);
+  auto b_acc = b.accessor<double, 3>();
   chosen->assign(h, {});
   for (int64_t head = 0; head < h; ++head) {
     std::vector<int64_t> order(planes.size());
@@ -48,16 +63,34 @@ Fit FitPlanes(const at::Tensor& r_mat, int64_t rank,
                      [&](int64_t a, int64_t c) { return energy(a) > energy(c); });
     std::vector<int64_t> keep(order.begin(), order.begin() + n_planes);
     std::sort(keep.begin(), keep.end());
-    std::vector<int64_t> coords;
-    for (int64_t p : keep) {
-      coords.push_back(planes[p].first);
-      coords.push_back(planes[p].second);
+    for (int64_t j = 0; j < n_planes; ++j) {
+      b_acc[head][planes[keep[j]].first][2 * j] = 1.0;
+      b_acc[head][planes[keep[j]].second][2 * j + 1] = 1.0;
     }
-    for (int64_t j = 0; j < rank; ++j) b[head][coords[j]][j] = 1.0;
-    us.push_back(r_mat[head].index_select(1, at::tensor(coords, at::kLong)));
     (*chosen)[head] = keep;
   }
-  return {at::stack(us), b};
+  return b;
+}
+
+// The best S for fixed residual subspaces, with U_h = (W̃_h − S)B_h eliminated:
+// Σ_h ‖(W̃_h − S)Q_h‖², Q_h = I − B_hB_hᵀ, is least at S·ΣQ_h = Σ W̃_hQ_h. Where every head's
+// subspace holds a direction, S is free along it (U_h absorbs it): the minimum-norm
+// solution keeps S there at zero instead of a large value the residual cancels, which
+// fp32 or bf16 storage would round badly. `wb` = W̃_h B_h [H, k, r].
+at::Tensor SharedGivenSubspaces(const at::Tensor& wt_sum, const at::Tensor& wb,
+                                const at::Tensor& b) {
+  const int64_t h = b.size(0), dh = b.size(1), r = b.size(2), k = wb.size(1);
+  const at::Tensor b_rows = b.transpose(1, 2).reshape({h * r, dh});  // [B_1ᵀ; …; B_Hᵀ]
+  // Σ_h Q_h = H·I − Σ_h B_hB_hᵀ; Σ_h W̃_hQ_h = ΣW̃_h − Σ_h (W̃_hB_h)B_hᵀ, one GEMM each.
+  const at::Tensor lhs = static_cast<double>(h) * at::eye(dh, at::kDouble) -
+                         at::matmul(b_rows.t(), b_rows);
+  const at::Tensor rhs = wt_sum - at::matmul(wb.permute({1, 0, 2}).reshape({k, h * r}), b_rows);
+  // lhs is symmetric with eigenvalues in [0, H]: its pseudo-inverse, eigenvalues below
+  // kSharedCutoff·H taken as zero.
+  auto [evals, evecs] = at::linalg_eigh(lhs);
+  const at::Tensor inv = at::where(evals > kSharedCutoff * static_cast<double>(h),
+                                   1.0 / evals, at::zeros_like(evals));
+  return at::matmul(at::matmul(rhs, evecs) * inv, evecs.t());
 }
 
 }  // namespace
@@ -91,23 +124,106 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
   }
   at::Tensor w = weights.to(at::kDouble);
   at::Tensor wt = whitening.defined() ? at::matmul(whitening.t(), w) : w;  // Lᵀ W_h
+  // S and every U_h lie in the span of the columns of all W̃_h (the optimum's S is a
+  // combination of them, U_h = (W̃_h − S)B_h too): where that span is smaller than d
+  // (GQA: H_kv·d_h < d), solve in an orthonormal basis Q of it, W̃_h = Q R_h, exactly.
+  at::Tensor basis;
+  if (h * dh < d && r > 0) {
+    basis = std::get<0>(at::linalg_qr(wt.permute({1, 0, 2}).reshape({d, h * dh}), "reduced"));
+    wt = at::matmul(basis.t(), wt);  // [H, k, dh]
+  }
 
   LrkvDecomposition out;
+  const int64_t k = wt.size(1);
+  const at::Tensor wt_sum = wt.sum(0);
+  const at::Tensor wt_cols = wt.permute({1, 0, 2}).reshape({k, h * dh});  // [W̃_1 … W̃_H]
+  const at::Tensor wt_gram = at::matmul(wt.transpose(1, 2), wt);          // W̃_hᵀW̃_h
   at::Tensor s = wt.mean(0);
-  Fit fit{at::zeros({h, d, r}, at::kDouble), at::zeros({h, dh, r}, at::kDouble)};
-  auto residual_error = [&]() { return wt - s - at::matmul(fit.u, fit.b.transpose(1, 2)); };
-  out.objective.push_back(residual_error().pow(2).sum().item<double>());
-  for (int it = 0; it < opt.max_iters && r > 0; ++it) {
-    const at::Tensor rm = wt - s;
-    fit = opt.support == ResidualSupport::kRopePlanes
-              ? FitPlanes(rm, r, opt.planes, &out.planes_chosen)
-              : FitFree(rm, r, mask);
-    s = (wt - at::matmul(fit.u, fit.b.transpose(1, 2))).mean(0);
-    const double obj = residual_error().pow(2).sum().item<double>();
-    const double prev = out.objective.back();
-    out.objective.push_back(obj);
-    if (prev - obj <= opt.tol * prev) break;
+  if (opt.initial_shared.defined()) {
+    at::Tensor s0 = opt.initial_shared.to(at::kDouble);
+    if (whitening.defined()) s0 = at::matmul(whitening.t(), s0);
+    s = basis.defined() ? at::matmul(basis.t(), s0) : s0;
   }
+  at::Tensor b = at::zeros({h, dh, r}, at::kDouble), u = at::zeros({h, k, r}, at::kDouble);
+  out.objective.push_back((wt - s).pow(2).sum().item<double>());
+  // One alternation from `from`: the best subspaces for that S, then the best S (and U)
+  // for those subspaces. Each half minimises exactly, so from an accepted point the
+  // objective never rises.
+  struct Point {
+    at::Tensor s, b, u;
+    double objective = 0;
+    std::vector<std::vector<int64_t>> chosen;
+  };
+  auto step = [&](const at::Tensor& from) {
+    Point p;
+    // G_h = W̃_hᵀW̃_h − X_h − X_hᵀ + SᵀS with X_h = W̃_hᵀS: one GEMM for all heads.
+    const at::Tensor x = at::matmul(wt_cols.t(), from).view({h, dh, dh});
+    const at::Tensor gram = wt_gram - x - x.transpose(1, 2) + at::matmul(from.t(), from);
+    p.b = opt.support == ResidualSupport::kRopePlanes
+              ? PlaneSubspaces(gram, r, opt.planes, &p.chosen)
+              : FreeSubspaces(gram, r, mask);
+    const at::Tensor wb = at::matmul(wt, p.b);
+    p.s = SharedGivenSubspaces(wt_sum, wb, p.b);
+    p.u = wb - at::matmul(p.s, p.b);
+    // B_h has orthonormal columns: ‖R_hQ_h‖² = ‖R_h‖² − ‖R_hB_h‖², R_h = W̃_h − S.
+    // (Clamped: near an exact fit the difference rounds to a tiny negative.)
+    p.objective = std::max(0.0, ((wt - p.s).pow(2).sum() - p.u.pow(2).sum()).item<double>());
+    return p;
+  };
+  // The alternation alone converges linearly and slowly (thousands of steps where the
+  // whitened heads are ill-conditioned). Each step therefore starts from S extrapolated
+  // along the last accepted move, S + β(S − S_prev), with β grown while that pays and
+  // cut, restarting from the best point, when a step would raise the objective
+  // (Ang & Gillis, "Accelerating nonnegative matrix factorization algorithms using
+  // extrapolation", Neural Computation 2019). Accepted points only ever improve.
+  at::Tensor s_prev = s, from = s;
+  bool extrapolated = false;
+  double beta = kExtrapolationStart, beta_cap = 1.0;
+  // Only accepted steps count towards max_iters: a rejected try is always followed by a
+  // plain step from the best point, which is accepted, so tries stay below 2·max_iters.
+  while (static_cast<int>(out.objective.size()) - 1 < opt.max_iters && r > 0) {
+    Point next = step(from);
+    const double prev = out.objective.back();
+    if (!(next.objective < prev) && extrapolated) {
+      ++out.rejected_steps;
+      // The extrapolated start did worse: shrink β and restart from the best point.
+      beta_cap = beta;
+      beta /= kExtrapolationCut;
+      from = s;
+      extrapolated = false;
+      continue;
+    }
+    if (next.objective > prev) {  // only the cutoff could do this: keep the better point
+      out.converged = true;
+      break;
+    }
+    s_prev = s;
+    s = next.s;
+    b = next.b;
+    u = next.u;
+    out.planes_chosen = std::move(next.chosen);
+    out.objective.push_back(next.objective);
+    // Converged once the last kConvergenceWindow steps together gained less than tol
+    // each: one slow step (a plain one after a rejected try, or a swamp the
+    // alternation crosses slowly) does not stop it.
+    const size_t n = out.objective.size() - 1;
+    const size_t window = std::min<size_t>(n, kConvergenceWindow);
+    const double before = out.objective[n - window];
+    if (next.objective == 0 ||
+        (window == kConvergenceWindow &&
+         before - next.objective <= static_cast<double>(window) * opt.tol * before)) {
+      out.converged = true;
+      break;
+    }
+    beta = std::min(beta_cap, beta * kExtrapolationGrowth);
+    beta_cap = std::min(kExtrapolationMax, beta_cap * kExtrapolationCapGrowth);
+    from = s + beta * (s - s_prev);
+    extrapolated = true;
+  }
+  out.iterations = static_cast<int>(out.objective.size()) - 1;
+  if (r == 0 || out.objective.back() == 0) out.converged = true;
+  Fit fit{u, b};
+  auto residual_error = [&]() { return wt - s - at::matmul(fit.u, fit.b.transpose(1, 2)); };
   const at::Tensor err = residual_error();
   const auto head_err = err.pow(2).sum({1, 2}).sqrt();
   const auto head_norm = wt.pow(2).sum({1, 2}).sqrt();
@@ -116,7 +232,13 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
     out.head_rel_error.push_back(n > 0 ? head_err[i].item<double>() / n : 0.0);
   }
   const double energy = wt.pow(2).sum().item<double>();
-  out.rel_error = energy > 0 ? std::sqrt(out.objective.back() / energy) : 0.0;
+  // From the residual itself, not the trace's difference of norms.
+  const double final_objective = err.pow(2).sum().item<double>();
+  out.rel_error = energy > 0 ? std::sqrt(final_objective / energy) : 0.0;
+  if (basis.defined()) {
+    s = at::matmul(basis, s);
+    fit.u = at::matmul(basis, fit.u);
+  }
   if (whitening.defined()) {
     // Back to original coordinates: S = L⁻ᵀ S̃, U_h = L⁻ᵀ Ũ_h.
     const at::Tensor lt = whitening.t();

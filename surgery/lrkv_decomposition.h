@@ -35,6 +35,9 @@ struct LrkvDecompositionOptions {
   std::vector<std::pair<int64_t, int64_t>> planes;
   /// kExcludeCoords: coordinates the residual must not touch.
   std::vector<int64_t> excluded;
+  /// Warm start: S [d, d_h] of an earlier decomposition of the same weights (another
+  /// rank), original coordinates; undefined starts from the mean of the heads.
+  at::Tensor initial_shared;
 };
 
 struct LrkvDecomposition {
@@ -46,6 +49,14 @@ struct LrkvDecomposition {
   std::vector<double> objective;
   // ‖M(W_h − S − U_h B_hᵀ)‖ / ‖M W_h‖ per head, at the end.
   std::vector<double> head_rel_error;
+  // Accepted alternations (objective.size() − 1; extrapolated tries that failed are
+  // not counted).
+  int iterations = 0;
+  // Extrapolated steps that would have raised the objective (discarded; each cost one
+  // alternation, not counted in `iterations` or against max_iters).
+  int rejected_steps = 0;
+  // Stopped on the tolerance (or exact); false when max_iters ran out first.
+  bool converged = false;
   // sqrt(final objective / Σ_h ‖M W_h‖²).
   double rel_error = 0;
   // kRopePlanes: the planes each head keeps (indices into options.planes, ascending).

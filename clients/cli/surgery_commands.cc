@@ -198,7 +198,13 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
                    "reconstruct | plane | partial");
   conv->add_option("--rope-planes", o.rope_planes_kept,
                    "Partial mode: RoPE planes kept (default a quarter)");
-  conv->add_option("--iters", o.max_iters, "Alternating iterations at most");
+  conv->add_option("--iters", o.max_iters,
+                   "LRKV: alternating iterations at most (the solver stops earlier on --tol)")
+      ->capture_default_str();
+  conv->add_option("--tol", o.tol,
+                   "LRKV: stop once an iteration lowers the objective by less than this "
+                   "fraction of it")
+      ->capture_default_str();
   conv->add_option("--damping", o.damping, "Whitening damping (relative)");
   conv->add_option("--eval", v->job.eval_path,
                    "Text for perplexity before/after");
@@ -247,7 +253,10 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   bconv->add_option("--rope-mode", b->rope_mode,
                     "reconstruct | plane | partial");
   bconv->add_option("--iters", b->bench.conversion.max_iters,
-                    "Iterations at most");
+                    "Iterations at most")
+      ->capture_default_str();
+  bconv->add_option("--tol", b->bench.conversion.tol, "Relative stopping tolerance")
+      ->capture_default_str();
   bconv->add_option("--seed", b->bench.seed, "Random seed");
   bconv->callback([b, exit_code] { *exit_code = RunBenchConvert(*b); });
 }
