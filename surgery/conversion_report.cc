@@ -16,7 +16,7 @@ nlohmann::json ProjectionJson(const ProjectionReport& p) {
   if (!p.planes.empty()) j["planes"] = p.planes;
   if (p.objective.size() > 1) {
     j["iterations"] = p.objective.size() - 1;
-    j["final_objective"] = p.objective.back();
+    j["final_objective"] = p.final_objective;
     j["converged"] = p.converged;
   }
   return j;
@@ -106,7 +106,7 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
     const int n = static_cast<int>(std::max<size_t>(p["objective"].size(), 1) - 1);
     const bool converged = p.value("converged", true);
     capped = capped || !converged;
-    return absl::StrCat(n, converged ? " " : "*");
+    return absl::StrCat(n, converged ? "" : "*");
   };
   for (const auto& l : j.value("layers", nlohmann::json::array())) {
     const nlohmann::json& k = l["k"];

@@ -15,8 +15,11 @@
 namespace lrkv {
 
 struct ProjectionReport {
-  // Objective Σ_h‖M(W_h − Ŵ_h)‖² after initialisation and each iteration (LRKV only).
+  // LRKV: the solver's objective Σ_h‖M(W_h − Ŵ_h)‖² + ε·Σ_h‖MU_h‖² (its gauge term, see
+  // lrkv_decomposition.h) after initialisation and each iteration; it never increases.
   std::vector<double> objective;
+  // LRKV: Σ_h‖M(W_h − Ŵ_h)‖² at the end, without the gauge term.
+  double final_objective = 0;
   // ‖M(W_h − Ŵ_h)‖ / ‖M W_h‖ per source KV head.
   std::vector<double> head_rel_error;
   double rel_error = 0;

@@ -32,7 +32,9 @@ at::Tensor HeadsOf(const at::Tensor& w, int64_t hkv, int64_t dh) {
 
 ProjectionReport ReportOf(const LrkvDecomposition& dec) {
   ProjectionReport p;
-  p.objective = dec.objective;
+  // The solver's own objective (with its gauge term), which never increases.
+  p.objective = dec.gauged_objective;
+  p.final_objective = dec.objective.back();
   p.head_rel_error = dec.head_rel_error;
   p.rel_error = dec.rel_error;
   p.planes = dec.planes_chosen;

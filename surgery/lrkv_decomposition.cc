@@ -14,9 +14,6 @@ struct Fit {
   at::Tensor b;  // B [H, dh, r]
 };
 
-// Directions that all heads' residual subspaces (nearly) hold, where S is left at zero
-// (see SharedGivenSubspaces): eigenvalues of Σ_h Q_h below this fraction of H.
-constexpr double kSharedCutoff = 1e-6;
 // Extrapolation of S between alternations (see DecomposeLrkv): the first β, its growth
 // after an improving step, the cut after a failed one, and the bound on β.
 constexpr double kExtrapolationStart = 0.5, kExtrapolationGrowth = 1.1;
@@ -72,25 +69,22 @@ at::Tensor PlaneSubspaces(const at::Tensor& gram, int64_t rank,
   return b;
 }
 
-// The best S for fixed residual subspaces, with U_h = (W̃_h − S)B_h eliminated:
-// Σ_h ‖(W̃_h − S)Q_h‖², Q_h = I − B_hB_hᵀ, is least at S·ΣQ_h = Σ W̃_hQ_h. Where every head's
-// subspace holds a direction, S is free along it (U_h absorbs it): the minimum-norm
-// solution keeps S there at zero instead of a large value the residual cancels, which
-// fp32 or bf16 storage would round badly. `wb` = W̃_h B_h [H, k, r].
+// The best S for fixed residual subspaces, with U_h = (W̃_h − S)B_h eliminated, of the
+// gauged objective Σ_h ‖(W̃_h − S)Q_h‖² + ε‖(W̃_h − S)B_h‖² (Q_h = I − B_hB_hᵀ; the second
+// term is ε‖U_h‖²): S·Σ(Q_h + εB_hB_hᵀ) = Σ W̃_h(Q_h + εB_hB_hᵀ). See DecomposeLrkv for
+// why ε. `wb` = W̃_h B_h [H, k, r].
 at::Tensor SharedGivenSubspaces(const at::Tensor& wt_sum, const at::Tensor& wb,
-                                const at::Tensor& b) {
+                                const at::Tensor& b, double eps) {
   const int64_t h = b.size(0), dh = b.size(1), r = b.size(2), k = wb.size(1);
   const at::Tensor b_rows = b.transpose(1, 2).reshape({h * r, dh});  // [B_1ᵀ; …; B_Hᵀ]
-  // Σ_h Q_h = H·I − Σ_h B_hB_hᵀ; Σ_h W̃_hQ_h = ΣW̃_h − Σ_h (W̃_hB_h)B_hᵀ, one GEMM each.
+  // Σ_h (Q_h + εB_hB_hᵀ) = H·I − (1 − ε)Σ_h B_hB_hᵀ, and the same for the right-hand side:
+  // one GEMM each. Its eigenvalues lie in [εH, H], so it is positive definite.
   const at::Tensor lhs = static_cast<double>(h) * at::eye(dh, at::kDouble) -
-                         at::matmul(b_rows.t(), b_rows);
-  const at::Tensor rhs = wt_sum - at::matmul(wb.permute({1, 0, 2}).reshape({k, h * r}), b_rows);
-  // lhs is symmetric with eigenvalues in [0, H]: its pseudo-inverse, eigenvalues below
-  // kSharedCutoff·H taken as zero.
-  auto [evals, evecs] = at::linalg_eigh(lhs);
-  const at::Tensor inv = at::where(evals > kSharedCutoff * static_cast<double>(h),
-                                   1.0 / evals, at::zeros_like(evals));
-  return at::matmul(at::matmul(rhs, evecs) * inv, evecs.t());
+                         (1 - eps) * at::matmul(b_rows.t(), b_rows);
+  const at::Tensor rhs =
+      wt_sum - (1 - eps) * at::matmul(wb.permute({1, 0, 2}).reshape({k, h * r}), b_rows);
+  // S·lhs = rhs: Sᵀ = lhs⁻¹ rhsᵀ.
+  return at::cholesky_solve(rhs.t(), at::linalg_cholesky(lhs)).t();
 }
 
 }  // namespace
@@ -146,12 +140,13 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
   }
   at::Tensor b = at::zeros({h, dh, r}, at::kDouble), u = at::zeros({h, k, r}, at::kDouble);
   out.objective.push_back((wt - s).pow(2).sum().item<double>());
+  out.gauged_objective.push_back(out.objective.back());
   // One alternation from `from`: the best subspaces for that S, then the best S (and U)
   // for those subspaces. Each half minimises exactly, so from an accepted point the
   // objective never rises.
   struct Point {
     at::Tensor s, b, u;
-    double objective = 0;
+    double objective = 0, gauged = 0;
     std::vector<std::vector<int64_t>> chosen;
   };
   auto step = [&](const at::Tensor& from) {
@@ -163,13 +158,21 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
               ? PlaneSubspaces(gram, r, opt.planes, &p.chosen)
               : FreeSubspaces(gram, r, mask);
     const at::Tensor wb = at::matmul(wt, p.b);
-    p.s = SharedGivenSubspaces(wt_sum, wb, p.b);
+    p.s = SharedGivenSubspaces(wt_sum, wb, p.b, opt.gauge);
     p.u = wb - at::matmul(p.s, p.b);
     // B_h has orthonormal columns: ‖R_hQ_h‖² = ‖R_h‖² − ‖R_hB_h‖², R_h = W̃_h − S.
     // (Clamped: near an exact fit the difference rounds to a tiny negative.)
-    p.objective = std::max(0.0, ((wt - p.s).pow(2).sum() - p.u.pow(2).sum()).item<double>());
+    const double u_energy = p.u.pow(2).sum().item<double>();
+    p.objective = std::max(0.0, (wt - p.s).pow(2).sum().item<double>() - u_energy);
+    p.gauged = p.objective + opt.gauge * u_energy;
     return p;
   };
+  // Why the gauge term: where the heads' residual subspaces (nearly) share a direction,
+  // the objective hardly depends on S along it (U_h absorbs the difference), and the
+  // exact minimiser there is huge, S and U_hB_hᵀ cancelling (measured: |S| 140× |W| on a
+  // two-head layer) — a decomposition fp32 and bf16 storage round badly. ε·Σ‖U_h‖²
+  // picks, among such near-equal points, the one where S carries what the heads share
+  // (the mean) and U_h only their differences; the objective pays at most ε·Σ‖U_h‖².
   // The alternation alone converges linearly and slowly (thousands of steps where the
   // whitened heads are ill-conditioned). Each step therefore starts from S extrapolated
   // along the last accepted move, S + β(S − S_prev), with β grown while that pays and
@@ -183,8 +186,8 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
   // plain step from the best point, which is accepted, so tries stay below 2·max_iters.
   while (static_cast<int>(out.objective.size()) - 1 < opt.max_iters && r > 0) {
     Point next = step(from);
-    const double prev = out.objective.back();
-    if (!(next.objective < prev) && extrapolated) {
+    const double prev = out.gauged_objective.back();
+    if (!(next.gauged < prev) && extrapolated) {
       ++out.rejected_steps;
       // The extrapolated start did worse: shrink β and restart from the best point.
       beta_cap = beta;
@@ -193,7 +196,9 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
       extrapolated = false;
       continue;
     }
-    if (next.objective > prev) {  // only the cutoff could do this: keep the better point
+    // Rounding only could raise it; the first step is always taken, so that B_h is a
+    // valid support even where the heads were equal to begin with.
+    if (next.gauged > prev && out.objective.size() > 1) {  // keep the better point
       out.converged = true;
       break;
     }
@@ -203,15 +208,16 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
     u = next.u;
     out.planes_chosen = std::move(next.chosen);
     out.objective.push_back(next.objective);
+    out.gauged_objective.push_back(next.gauged);
     // Converged once the last kConvergenceWindow steps together gained less than tol
     // each: one slow step (a plain one after a rejected try, or a swamp the
     // alternation crosses slowly) does not stop it.
-    const size_t n = out.objective.size() - 1;
+    const size_t n = out.gauged_objective.size() - 1;
     const size_t window = std::min<size_t>(n, kConvergenceWindow);
-    const double before = out.objective[n - window];
-    if (next.objective == 0 ||
+    const double before = out.gauged_objective[n - window];
+    if (next.gauged == 0 ||
         (window == kConvergenceWindow &&
-         before - next.objective <= static_cast<double>(window) * opt.tol * before)) {
+         before - next.gauged <= static_cast<double>(window) * opt.tol * before)) {
       out.converged = true;
       break;
     }

@@ -1,8 +1,9 @@
 // The LRKV decomposition of one projection (K or V) of one layer:
 //   min Σ_h ‖M (W_h − S − U_h B_hᵀ)‖²_F
-// over the H_kv heads, by alternating S ← mean_h(W̃_h − Ũ_h B_hᵀ) and
-// (Ũ_h, B_h) ← best rank-r fit of W̃_h − S, in whitened coordinates W̃ = MW
-// (M = Lᵀ for the activation metric, I for the weight metric). DESIGN.md §3.
+// over the H_kv heads, in whitened coordinates W̃ = MW (M = Lᵀ for the activation
+// metric, I for the weight metric), by alternating the best residual subspaces B_h for
+// S (top-r right singular vectors of W̃_h − S) with the best S and U_h for those
+// subspaces (closed form), extrapolating S between steps. DESIGN.md §3.
 #ifndef LRKV_SURGERY_LRKV_DECOMPOSITION_H_
 #define LRKV_SURGERY_LRKV_DECOMPOSITION_H_
 
@@ -35,6 +36,9 @@ struct LrkvDecompositionOptions {
   std::vector<std::pair<int64_t, int64_t>> planes;
   /// kExcludeCoords: coordinates the residual must not touch.
   std::vector<int64_t> excluded;
+  /// Gauge weight ε: the solver minimises the objective + ε·Σ_h‖U_h‖² (see
+  /// DecomposeLrkv), which keeps S and U_h from growing large and cancelling.
+  double gauge = 1e-3;
   /// Warm start: S [d, d_h] of an earlier decomposition of the same weights (another
   /// rank), original coordinates; undefined starts from the mean of the heads.
   at::Tensor initial_shared;
@@ -45,8 +49,10 @@ struct LrkvDecomposition {
   at::Tensor down;    // U   [H_kv, d, r]    float64, original coordinates
   at::Tensor up;      // B   [H_kv, d_h, r]  float64
   // Σ_h ‖M(W_h − S − U_h B_hᵀ)‖²: after initialisation (S = mean, U = 0) and after
-  // each iteration. Never increases.
+  // each iteration.
   std::vector<double> objective;
+  // objective + ε·Σ_h‖Ũ_h‖², what the solver minimises: never increases.
+  std::vector<double> gauged_objective;
   // ‖M(W_h − S − U_h B_hᵀ)‖ / ‖M W_h‖ per head, at the end.
   std::vector<double> head_rel_error;
   // Accepted alternations (objective.size() − 1; extrapolated tries that failed are

@@ -298,7 +298,7 @@ TEST_P(HfFamilies, ConvertThenVerifyPassesForEveryVariant) {
     }
     auto report = RunVerifyJob(vo);
     ASSERT_TRUE(report.ok()) << report.status();
-    EXPECT_TRUE(report->passed());
+    EXPECT_TRUE(report->passed()) << report->ToJson().dump(1);
     for (const auto& e : report->equivalence) {
       if (e.applicable && e.expected_equivalent) {
         EXPECT_TRUE(e.equivalent) << e.mode << " " << e.dtype << " first bad step "
