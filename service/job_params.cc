@@ -24,7 +24,8 @@ absl::Status Invalid(const std::string& m) {
 const std::set<std::string> kHealParams = {
     "teacher",   "data",  "data_range",  "eval",       "eval_range", "steps",
     "batch",     "accum", "seq_len",     "lr",         "warmup",     "clip",
-    "trainable", "loss",  "temperature", "eval_every", "seed",      "activation_checkpointing"};
+    "trainable", "loss",  "temperature", "eval_every", "seed",      "activation_checkpointing",
+    "keep_best"};
 
 // Parses params_json strictly: one JSON value and nothing after it, no key twice in an
 // object (nlohmann keeps the last silently; a client meant one of them).
@@ -198,6 +199,7 @@ absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
   RETURN_IF_ERROR(Read(j, "loss", &loss));
   RETURN_IF_ERROR(Read(j, "temperature", &h.temperature));
   RETURN_IF_ERROR(Read(j, "eval_every", &h.eval_every));
+  RETURN_IF_ERROR(Read(j, "keep_best", &h.keep_best));
   RETURN_IF_ERROR(Read(j, "activation_checkpointing", &h.activation_checkpointing));
   RETURN_IF_ERROR(Read(j, "seed", &h.seed));
   if (o.data.empty())

@@ -97,6 +97,8 @@ absl::StatusOr<CompareReport> CompareReportFromJson(const nlohmann::json& j) {
       if (x.contains("ppl_after_healing"))
         row.ppl_after = x["ppl_after_healing"].get<double>();
       if (x.contains("kl_mean")) row.kl_mean = x["kl_mean"].get<double>();
+      if (x.contains("heal_kept_step"))
+        row.heal_kept_step = x["heal_kept_step"].get<int64_t>();
       row.verdict = x.at("verdict").get<std::string>();
       row.verify_error = x.value("verify_error", 0.0);
       row.verify_bound = x.value("verify_bound", 0.0);
@@ -258,7 +260,7 @@ std::string CompareReportHtml(const CompareReport& r,
       &html,
       "<h2>Rows</h2>\n<table id=\"rows\"><tr><th>budget</th><th class=\"l\">config</th>"
       "<th class=\"l\">RoPE</th><th>cache vs source</th><th>K/V params/layer</th>"
-      "<th>ppl converted</th><th>ppl healed</th><th>KL to source</th>"
+      "<th>ppl converted</th><th>ppl healed (kept step)</th><th>KL to source</th>"
       "<th class=\"l\">verification (fp32 error vs bound)</th><th>step vs MHA at L = %d</th>"
       "<th>attention MACs/step/layer</th></tr>\n",
       context);
@@ -276,7 +278,13 @@ std::string CompareReportHtml(const CompareReport& r,
         "<td>%.2f&times;</td><td>%d</td></tr>\n",
         bad ? " class=\"bad\"" : "", row.budget, EscapeXml(row.config),
         EscapeXml(row.rope_mode), 100 * row.cache_ratio, row.kv_params, row.ppl_before,
-        row.ppl_after ? absl::StrFormat("%.3f", *row.ppl_after) : "&ndash;",
+        row.ppl_after
+            ? absl::StrCat(absl::StrFormat("%.3f", *row.ppl_after),
+                           row.heal_kept_step
+                               ? absl::StrCat(" <span class=\"small\">(step ",
+                                              *row.heal_kept_step, ")</span>")
+                               : "")
+            : "&ndash;",
         row.kl_mean ? absl::StrFormat("%.3f", *row.kl_mean) : "&ndash;", bad ? " bad" : "",
         verdict, row.step_ratio_to_mha, row.madds_per_step);
   }

@@ -329,12 +329,16 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
       ho.heal.batch = o.heal_batch;
       ho.heal.lr = o.heal_lr;
       ho.heal.warmup = std::min(o.heal_warmup, o.heal_steps);
-      ho.heal.eval_every = 0;
+      // Healing never hurts: the best of the unhealed model and ten evaluations along
+      // the run is kept (judged on rows held out from --data, not on --eval).
+      ho.heal.eval_every = std::max<int64_t>(1, o.heal_steps / 10);
+      ho.heal.keep_best = true;
       ho.heal.trainable = TrainableSet::kKv;
       ho.heal.loss = HealLoss::kKd;
       ho.out_dir = dir + "/healed";
       ho.heal.should_stop = o.should_stop;
       ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, nullptr));
+      row.heal_kept_step = hr.kept_step;
       model = ho.out_dir;
       ASSIGN_OR_RETURN(double after, Perplexity(model, eval_docs, nullptr));
       row.ppl_after = after;
@@ -396,6 +400,7 @@ nlohmann::json CompareReport::ToJson() const {
                         {"step_context", r.step_context},
                         {"attention_madds_per_step_layer", r.madds_per_step}};
     if (r.ppl_after) j["ppl_after_healing"] = *r.ppl_after;
+    if (r.heal_kept_step) j["heal_kept_step"] = *r.heal_kept_step;
     if (r.kl_mean) j["kl_mean"] = *r.kl_mean;
     rows_json.push_back(j);
   }
@@ -421,7 +426,7 @@ nlohmann::json CompareReport::ToJson() const {
 std::string CompareReport::ToTable() const {
   std::string out = absl::StrFormat(
       "model %s: source perplexity %.4f on %d held-out tokens\n\n"
-      "| budget | config | RoPE | cache | K/V params | ppl before | ppl after "
+      "| budget | config | RoPE | cache | K/V params | ppl before | ppl after (kept step) "
       "| KL | verdict | "
       "step vs MHA (at L) | MACs/step/layer |\n"
       "|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n",
@@ -431,7 +436,12 @@ std::string CompareReport::ToTable() const {
         &out,
         "| %.2f | %s | %s | %.1f%% | %d | %.3f | %s | %s | %s | %.2fx (%d) | %d |\n",
         r.budget, r.config, r.rope_mode, 100 * r.cache_ratio, r.kv_params,
-        r.ppl_before, r.ppl_after ? absl::StrFormat("%.3f", *r.ppl_after) : "-",
+        r.ppl_before,
+        r.ppl_after ? absl::StrCat(absl::StrFormat("%.3f", *r.ppl_after),
+                                   r.heal_kept_step
+                                       ? absl::StrCat(" (step ", *r.heal_kept_step, ")")
+                                       : "")
+                    : "-",
         r.kl_mean ? absl::StrFormat("%.3f", *r.kl_mean) : "-", r.verdict,
         r.step_ratio_to_mha, r.step_context, r.madds_per_step);
   }

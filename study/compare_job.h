@@ -73,6 +73,8 @@ struct CompareRow {
   int64_t kv_params = 0;
   double ppl_before = 0;
   std::optional<double> ppl_after, kl_mean;
+  // The healing step whose parameters were kept (0: the unhealed model), of heal_steps.
+  std::optional<int64_t> heal_kept_step;
   std::string verdict;
   // The verdict's numbers: the fp32 factored engine's error against the float64
   // reference, and the error model's bound for it (0 when not applicable).

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <chrono>
+#include <cmath>
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -75,7 +76,8 @@ HealMemoryEstimate Estimate(const HealJobOptions& o, const Checkpoint& student,
   if (teacher != nullptr) {
     for (const TensorView& t : teacher->tensors()) m.weight_bytes += static_cast<int64_t>(t.nbytes);
   }
-  m.optimizer_bytes = 16 * m.trainable_parameters;
+  // fp32 copy, gradient, two AdamW moments; keep_best's copy of the best parameters.
+  m.optimizer_bytes = (o.heal.keep_best ? 20 : 16) * m.trainable_parameters;
   // Per token and layer: the saved inputs of the projections, norms and SwiGLU
   // (~12 d + 4 ff floats), the attention probabilities (H x seq), and the logits with
   // their softmax and gradient (student and teacher: ~4 V floats per token).
@@ -160,6 +162,20 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   if (!o.eval.empty()) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.eval));
     eval_docs = o.eval_range.Slice(docs);
+  }
+  int64_t validation_rows = 0;
+  if (o.heal.keep_best) {
+    // Selecting the step on the text the final perplexity is measured on would make that
+    // figure optimistic: the candidates are judged on the last rows of --data instead,
+    // held out from training.
+    validation_rows = std::min(o.heal.eval_rows, train.rows() / 10);
+    if (validation_rows < 1) {
+      return Invalid(absl::StrCat("--data packs into ", train.rows(), " rows of ", o.seq_len,
+                                  " tokens: too few to hold a tenth out for choosing the best "
+                                  "step (keep-best); give more data or --no-keep-best"));
+    }
+    eval = train.HoldOut(validation_rows);
+  } else if (!o.eval.empty()) {
     ASSIGN_OR_RETURN(eval, LoadData(o.eval, o.eval_range, tok, config.vocab_size, o.seq_len,
                                     "--eval"));
   }
@@ -187,6 +203,8 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
                      {"eval_every", h.eval_every},
                      {"eval_rows", h.eval_rows},
                      {"activation_checkpointing", h.activation_checkpointing},
+                     {"keep_best", h.keep_best},
+                     {"validation_rows", validation_rows},
                      {"seed", h.seed},
                      {"data", o.data},
                      {"eval", o.eval},
@@ -226,6 +244,13 @@ absl::StatusOr<HealReport> Run(const HealJobOptions& o,
   report.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report.steps = healer->step();
+  if (healer->kept_step() >= 0) {
+    report.kept_step = healer->kept_step();
+    report.kept_validation_loss = healer->kept_eval_loss();
+    if (!std::isnan(healer->unhealed_eval_loss())) {
+      report.unhealed_validation_loss = healer->unhealed_eval_loss();
+    }
+  }
   // Measured and written from the CPU, whichever device trained.
   // In the source's storage dtype, rounded before the evaluation so that the reported
   // perplexity is the written model's.
@@ -289,6 +314,11 @@ nlohmann::json HealReport::ToJson() const {
   if (perplexity_after) j["perplexity_after"] = *perplexity_after;
   if (teacher_perplexity) j["teacher_perplexity"] = *teacher_perplexity;
   if (!resume_note.empty()) j["resume_note"] = resume_note;
+  if (kept_step) {
+    j["kept_step"] = *kept_step;
+    j["kept_validation_loss"] = kept_validation_loss;
+    if (unhealed_validation_loss) j["unhealed_validation_loss"] = *unhealed_validation_loss;
+  }
   return j;
 }
 

@@ -22,7 +22,9 @@ struct HealJobOptions {
   /// of them) or a pre-tokenized .u16 / .u32 token file.
   std::string data;
   DocumentRange data_range;
-  /// Held-out text for periodic evaluation and the before/after perplexity.
+  /// Held-out text for the before/after perplexity (and the periodic evaluations when
+  /// heal.keep_best is off; with it they run on a tenth of --data's rows, at most
+  /// heal.eval_rows, held out from training).
   std::string eval;
   DocumentRange eval_range;
   int64_t seq_len = 256;
@@ -74,6 +76,12 @@ struct HealReport {
   // The options the run used (lr, batch, seq-len, trainable set, loss, warmup, ...).
   nlohmann::json settings;
   std::string resume_note;  // what resuming changed (another --steps), or empty
+  // keep_best: the step whose parameters were written (0: the unhealed model, when every
+  // evaluation was worse), its loss on the validation rows held out from --data, and the
+  // unhealed model's loss there.
+  std::optional<int64_t> kept_step;
+  double kept_validation_loss = 0;
+  std::optional<double> unhealed_validation_loss;
   // Perplexity on whole --eval documents (rolling windows of the model's context),
   // before and after; the periodic step evaluations are the loss on the first
   // eval_rows seq-len windows, a cheaper and different measure.

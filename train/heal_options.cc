@@ -84,6 +84,7 @@ nlohmann::json HealEvent::ToJson() const {
   } else {
     j["eval_loss"] = eval_loss;
     j["eval_perplexity"] = eval_perplexity;
+    if (best) j["best"] = true;
   }
   return j;
 }

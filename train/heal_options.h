@@ -48,6 +48,11 @@ struct HealOptions {
   /// Evaluate every N steps (0: only at the end), on at most eval_rows rows.
   int64_t eval_every = 50;
   int64_t eval_rows = 64;
+  /// Healing that never hurts: evaluate the unhealed model too, and end with the
+  /// parameters of the lowest evaluation loss among the unhealed model and every
+  /// evaluation (the report says which step). The heal job then evaluates on rows held
+  /// out from the training data, not on the --eval text the final perplexity uses.
+  bool keep_best = true;
   /// Keep only each layer's input for the backward pass and recompute the layer there
   /// (model/layer_checkpoint.h): one layer's activations in memory instead of all of
   /// them, for about a third more compute. CPU only for now.
@@ -90,6 +95,8 @@ struct HealEvent {
   double loss = 0, kd_loss = 0, lm_loss = 0;
   double lr = 0, grad_norm = 0;
   double eval_loss = 0, eval_perplexity = 0;
+  /// "eval" events under keep_best: the lowest evaluation loss so far is this one.
+  bool best = false;
   double wall_seconds = 0;
   nlohmann::json ToJson() const;
 };

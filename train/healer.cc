@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -146,6 +147,13 @@ struct Healer::State {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   int64_t step = 0;
   int64_t position = 0;  // rows consumed
+  // keep_best: the lowest evaluation loss so far, its step and its parameters (copies,
+  // only of the trained set), and the unhealed model's loss.
+  int64_t best_step = -1;
+  double best_loss = std::numeric_limits<double>::quiet_NaN();
+  double unhealed_loss = std::numeric_limits<double>::quiet_NaN();
+  std::vector<at::Tensor> best_params;
+  bool kept = false;  // Run restored (or confirmed) best_params at the last step
   int64_t tokens_seen = 0;
   DistributedOptions distributed;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;  // null in a single process
@@ -341,7 +349,35 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
         .count();
   };
+  // keep_best: records an evaluation at the current step, the new best if it is lower.
+  auto consider = [&](double eval_loss) {
+    const bool better = s.best_step < 0 || eval_loss < s.best_loss;
+    if (!o.keep_best || !better) return false;
+    s.best_step = s.step;
+    s.best_loss = eval_loss;
+    s.best_params.clear();
+    for (const auto& p : s.params) s.best_params.push_back(p.detach().clone());
+    return true;
+  };
+  auto evaluate = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(double eval_loss, EvalLoss(*s.eval));
+    HealEvent e;
+    e.kind = "eval";
+    e.step = s.step;
+    e.tokens_seen = s.tokens_seen;
+    e.eval_loss = eval_loss;
+    e.eval_perplexity = std::exp(eval_loss);
+    e.best = consider(eval_loss);
+    if (s.step == 0) s.unhealed_loss = eval_loss;
+    e.wall_seconds = wall();
+    if (on_event) on_event(e);
+    return absl::OkStatus();
+  };
   try {
+    // The unhealed model is the first candidate of keep_best.
+    if (o.keep_best && s.eval && s.step == 0 && s.best_step < 0 && s.step < last) {
+      RETURN_IF_ERROR(evaluate());
+    }
     while (s.step < last) {
       if (o.should_stop && o.should_stop()) {
         return absl::CancelledError(absl::StrCat("training stopped at step ",
@@ -445,20 +481,19 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
       if (on_event) on_event(ev);
       if (s.eval && ((o.eval_every > 0 && s.step % o.eval_every == 0) ||
                      s.step == o.steps)) {
-        ASSIGN_OR_RETURN(double eval_loss, EvalLoss(*s.eval));
-        HealEvent e;
-        e.kind = "eval";
-        e.step = s.step;
-        e.tokens_seen = s.tokens_seen;
-        e.eval_loss = eval_loss;
-        e.eval_perplexity = std::exp(eval_loss);
-        e.wall_seconds = wall();
-        if (on_event) on_event(e);
+        RETURN_IF_ERROR(evaluate());
       }
       if (o.checkpoint_every > 0 && s.step % o.checkpoint_every == 0 &&
           s.distributed.rank == 0) {
         RETURN_IF_ERROR(SaveCheckpoint(o.checkpoint_dir));
       }
+    }
+    if (o.keep_best && s.step == o.steps && s.best_step >= 0 && !s.kept) {
+      // The run is over: end with the best parameters (those of an earlier step, or of
+      // the unhealed model, when later steps only raised the evaluation loss).
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < s.params.size(); ++i) s.params[i].copy_(s.best_params[i]);
+      s.kept = true;
     }
   } catch (const c10::Error& e) {
     return absl::InternalError(
@@ -466,6 +501,12 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
   }
   return absl::OkStatus();
 }
+
+int64_t Healer::kept_step() const { return s_->kept ? s_->best_step : -1; }
+double Healer::kept_eval_loss() const {
+  return s_->kept ? s_->best_loss : std::numeric_limits<double>::quiet_NaN();
+}
+double Healer::unhealed_eval_loss() const { return s_->unhealed_loss; }
 
 absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
   std::error_code ec;
@@ -480,6 +521,13 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
       params.write(absl::StrCat("p", i), s_->params[i].detach());
     }
     params.save_to((fs::path(dir) / "params.pt.tmp").string());
+    // keep_best's candidate travels with the checkpoint, so a resumed run still ends
+    // with the best parameters of the whole run.
+    torch::serialize::OutputArchive best;
+    for (size_t i = 0; i < s_->best_params.size(); ++i) {
+      best.write(absl::StrCat("p", i), s_->best_params[i]);
+    }
+    best.save_to((fs::path(dir) / "best.pt.tmp").string());
     torch::save(*s_->optimizer, (fs::path(dir) / "optimizer.pt.tmp").string());
   } catch (const c10::Error& e) {
     return absl::InternalError(
@@ -491,10 +539,15 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
                           {"seed", s_->options.seed},
                           {"steps", s_->options.steps},
                           {"world_size", s_->distributed.world_size},
-                          {"parameters", s_->params.size()}};
+                          {"parameters", s_->params.size()},
+                          {"best_step", s_->best_step},
+                          {"best_loss", s_->best_step >= 0 ? s_->best_loss : 0.0},
+                          {"unhealed_loss", std::isnan(s_->unhealed_loss)
+                                                ? nlohmann::json()
+                                                : nlohmann::json(s_->unhealed_loss)}};
   RETURN_IF_ERROR(WriteFileAtomically(
       (fs::path(dir) / "state.json").string() + ".tmp", state.dump(2) + "\n"));
-  for (const char* f : {"params.pt", "optimizer.pt", "state.json"}) {
+  for (const char* f : {"params.pt", "best.pt", "optimizer.pt", "state.json"}) {
     fs::rename(fs::path(dir) / (std::string(f) + ".tmp"), fs::path(dir) / f,
                ec);
     if (ec) return absl::InternalError(absl::StrCat(dir, ": ", ec.message()));
@@ -532,6 +585,24 @@ absl::StatusOr<std::string> Healer::LoadCheckpoint(const std::string& dir) {
       s_->params[i].copy_(t);
     }
     torch::load(*s_->optimizer, (fs::path(dir) / "optimizer.pt").string());
+    s_->best_step = state.value("best_step", int64_t{-1});
+    s_->best_params.clear();
+    if (s_->best_step >= 0) {
+      s_->best_loss = state.at("best_loss").get<double>();
+      torch::serialize::InputArchive best;
+      best.load_from((fs::path(dir) / "best.pt").string());
+      for (size_t i = 0; i < s_->params.size(); ++i) {
+        at::Tensor t;
+        best.read(absl::StrCat("p", i), t);
+        if (!t.sizes().equals(s_->params[i].sizes())) {
+          return Invalid(absl::StrCat(dir, ": best parameter ", i, " has the wrong shape"));
+        }
+        s_->best_params.push_back(t.to(s_->params[i].options()));
+      }
+    }
+    if (state.contains("unhealed_loss") && state["unhealed_loss"].is_number()) {
+      s_->unhealed_loss = state["unhealed_loss"].get<double>();
+    }
     s_->step = state.at("step").get<int64_t>();
     s_->position = state.at("position").get<int64_t>();
     s_->tokens_seen = state.at("tokens_seen").get<int64_t>();

@@ -43,6 +43,15 @@ class Healer {
   // Mean next-token loss on the evaluation data (or `data`).
   absl::StatusOr<double> EvalLoss(const TokenDataset& data) const;
 
+  // keep_best: the step whose parameters the model holds after Run reached the last
+  // step (0: the unhealed model), and its evaluation loss; -1 / NaN before any
+  // evaluation or without keep_best.
+  int64_t kept_step() const;
+  double kept_eval_loss() const;
+  // keep_best: the evaluation loss of the unhealed model (NaN if not measured, e.g. a
+  // run resumed from a checkpoint written without it).
+  double unhealed_eval_loss() const;
+
   int64_t step() const;
   const LlamaWeights& weights() const;
   const ModelConfig& config() const;

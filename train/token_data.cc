@@ -10,6 +10,25 @@
 
 namespace lrkv {
 
+int64_t TokenDataset::Predicted(const PackedRow& row) {
+  int64_t n = 0;
+  for (size_t i = 1; i < row.segments.size(); ++i) {
+    if (row.segments[i] >= 0 && row.segments[i] == row.segments[i - 1]) ++n;
+  }
+  return n;
+}
+
+TokenDataset TokenDataset::HoldOut(int64_t rows) {
+  TokenDataset held;
+  held.seq_len_ = seq_len_;
+  const auto first = rows_.end() - rows;
+  held.rows_.assign(std::make_move_iterator(first), std::make_move_iterator(rows_.end()));
+  rows_.erase(first, rows_.end());
+  for (const PackedRow& row : held.rows_) held.predicted_ += Predicted(row);
+  predicted_ -= held.predicted_;
+  return held;
+}
+
 absl::StatusOr<TokenDataset> TokenDataset::Pack(const std::vector<std::vector<int32_t>>& docs,
                                                 int64_t seq_len) {
   if (seq_len < 2) {
@@ -27,9 +46,7 @@ absl::StatusOr<TokenDataset> TokenDataset::Pack(const std::vector<std::vector<in
       row.positions.push_back(0);
       row.segments.push_back(-1);
     }
-    for (int64_t i = 1; i < width; ++i) {
-      if (row.segments[i] >= 0 && row.segments[i] == row.segments[i - 1]) ++data.predicted_;
-    }
+    data.predicted_ += Predicted(row);
     data.rows_.push_back(std::move(row));
     row = PackedRow();
     segment = 0;

@@ -38,10 +38,14 @@ class TokenDataset {
   const PackedRow& row(int64_t i) const { return rows_[i]; }
   // Target tokens predicted over the whole dataset.
   int64_t predicted_tokens() const { return predicted_; }
+  // Moves the last `rows` rows (the last documents packed) into a dataset of their own,
+  // for validation data that training never sees. 0 < rows < this->rows().
+  TokenDataset HoldOut(int64_t rows);
 
  private:
   static absl::StatusOr<TokenDataset> Pack(const std::vector<std::vector<int32_t>>& docs,
                                            int64_t seq_len);
+  static int64_t Predicted(const PackedRow& row);
   std::vector<PackedRow> rows_;
   int64_t seq_len_ = 0;
   int64_t predicted_ = 0;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "nlohmann/json.hpp"
 #include "clients/cli/remote.h"
@@ -140,9 +141,12 @@ int RunHeal(HealArgs a) {
     if (events.is_open()) events << e.ToJson().dump() << "\n";
     if (!lead) return;
     if (e.kind == "eval") {
-      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f (first --eval windows)\n",
-                   tty ? "\r\033[K" : "", static_cast<long long>(e.step),
-                   e.eval_loss, e.eval_perplexity);
+      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f (%s)%s\n",
+                   tty ? "\r\033[K" : "", static_cast<long long>(e.step), e.eval_loss,
+                   e.eval_perplexity,
+                   a.job.heal.keep_best ? "validation rows held out from --data"
+                                        : "first --eval windows",
+                   e.best ? "  best so far" : "");
     } else if (tty) {
       const int width = 30, done = static_cast<int>(
                                 width * e.step / std::max<int64_t>(1, total));
@@ -186,6 +190,15 @@ int RunHeal(HealArgs a) {
         TrainableSetName(a.job.heal.trainable), a.job.heal.lr,
         static_cast<long long>(a.job.heal.batch * a.job.heal.grad_accum),
         static_cast<long long>(a.job.seq_len), report->total_seconds, report->wall_seconds);
+    if (report->kept_step) {
+      std::printf("kept step %lld of %lld: validation loss %.4f%s\n",
+                  static_cast<long long>(*report->kept_step),
+                  static_cast<long long>(report->steps), report->kept_validation_loss,
+                  report->unhealed_validation_loss
+                      ? absl::StrFormat(" (unhealed %.4f)", *report->unhealed_validation_loss)
+                            .c_str()
+                      : "");
+    }
     if (report->perplexity_before && report->perplexity_after) {
       std::printf("perplexity on whole --eval documents: %.4f -> %.4f",
                   *report->perplexity_before, *report->perplexity_after);
@@ -292,6 +305,10 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--loss", h->loss, "kd | lm | kd+lm");
   cmd->add_option("--temperature", o.temperature, "Distillation temperature");
   cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps");
+  cmd->add_flag("--keep-best,!--no-keep-best", o.keep_best,
+                "End with the parameters of the best evaluation (the unhealed model "
+                "included), judged on a tenth of --data's rows held out from training")
+      ->capture_default_str();
   cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
                 "Keep one layer's activations, recompute the rest in the backward pass "
                 "(less memory, ~1/3 more compute; CPU)");
