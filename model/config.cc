@@ -266,6 +266,28 @@ absl::Status ModelConfig::Validate() const {
     return Invalid(absl::StrCat("mla latent ", kv.latent, " must lie in [1, ",
                                 2 * num_kv_heads * head_dim, "]"));
   }
+  if (!kv.layer_sizes.empty()) {
+    if (kv.layout == KvLayout::kDense ||
+        static_cast<int64_t>(kv.layer_sizes.size()) != num_layers) {
+      return Invalid(absl::StrCat("layer_sizes has ", kv.layer_sizes.size(),
+                                  " entries; it needs one per layer (", num_layers,
+                                  ") of an lrkv or mla model"));
+    }
+    const bool lrkv = kv.layout == KvLayout::kLrkv;
+    const int64_t lo = lrkv ? 0 : 1, hi = lrkv ? head_dim : 2 * num_kv_heads * head_dim;
+    int64_t largest = 0;
+    for (size_t i = 0; i < kv.layer_sizes.size(); ++i) {
+      if (kv.layer_sizes[i] < lo || kv.layer_sizes[i] > hi) {
+        return Invalid(absl::StrCat("layer ", i, ": ", lrkv ? "lrkv rank " : "mla latent ",
+                                    kv.layer_sizes[i], " must lie in [", lo, ", ", hi, "]"));
+      }
+      largest = std::max(largest, kv.layer_sizes[i]);
+    }
+    if (largest != (lrkv ? kv.rank : kv.latent)) {
+      return Invalid(absl::StrCat(lrkv ? "rank " : "latent ", lrkv ? kv.rank : kv.latent,
+                                  " must be the largest of layer_sizes (", largest, ")"));
+    }
+  }
   if (kv.rope_mode == RopeMode::kPartial &&
       (kv.rope_planes_kept < 0 || kv.rope_planes_kept > rope_dim / 2)) {
     return Invalid(absl::StrCat("rope_planes_kept ", kv.rope_planes_kept,
@@ -413,6 +435,18 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
     ASSIGN_OR_RETURN(c.kv.rank, IntField(*kv, "rank", source, 0));
     ASSIGN_OR_RETURN(c.kv.latent, IntField(*kv, "latent", source, 0));
     ASSIGN_OR_RETURN(c.kv.rope_planes_kept, IntField(*kv, "rope_planes_kept", source, 0));
+    if (auto sizes = kv->find("layer_sizes"); sizes != kv->end()) {
+      if (!sizes->is_array()) {
+        return Invalid(absl::StrCat(source, ": field 'lrkv_kv.layer_sizes' is not an array"));
+      }
+      for (const auto& x : *sizes) {
+        if (!x.is_number_integer()) {
+          return Invalid(absl::StrCat(source, ": field 'lrkv_kv.layer_sizes' holds ", x.dump(),
+                                      ", not an integer"));
+        }
+        c.kv.layer_sizes.push_back(x.get<int64_t>());
+      }
+    }
     auto mode = ParseRopeMode(kv->value("rope_mode", std::string("reconstruct")));
     if (!mode.ok()) return Invalid(absl::StrCat(source, ": ", mode.status().message()));
     c.kv.rope_mode = *mode;
@@ -621,6 +655,7 @@ std::string ConfigToHfJson(const ModelConfig& c, const std::string& torch_dtype)
                     {"latent", c.kv.latent},
                     {"rope_mode", RopeModeName(c.kv.rope_mode)},
                     {"rope_planes_kept", c.kv.rope_planes_kept}};
+    if (!c.kv.layer_sizes.empty()) j["lrkv_kv"]["layer_sizes"] = c.kv.layer_sizes;
   }
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (!c.nope_layers.empty()) {

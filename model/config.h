@@ -78,6 +78,16 @@ struct KvCompression {
   RopeMode rope_mode = RopeMode::kReconstruct;
   /// kPartial: RoPE planes 0..rope_planes_kept-1 stay rotated; the rest are position-free.
   int64_t rope_planes_kept = 0;
+  /// A budget allocated across layers: layer i's LRKV rank (K and V alike) or MLA latent.
+  /// Empty: every layer has `rank` / `latent`. When set, `rank` / `latent` hold the
+  /// largest entry.
+  std::vector<int64_t> layer_sizes;
+  int64_t RankAt(int64_t layer) const {
+    return layer_sizes.empty() ? rank : layer_sizes[static_cast<size_t>(layer)];
+  }
+  int64_t LatentAt(int64_t layer) const {
+    return layer_sizes.empty() ? latent : layer_sizes[static_cast<size_t>(layer)];
+  }
 };
 
 struct ModelConfig {

@@ -45,7 +45,7 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
         }
         break;
       case KvLayout::kLrkv: {
-        const int64_t r = c.kv.rank, hkv = c.num_kv_heads, dh = c.head_dim;
+        const int64_t r = c.kv.RankAt(i), hkv = c.num_kv_heads, dh = c.head_dim;
         for (auto [p, lr] : {std::pair{"k", &l.k_lr}, {"v", &l.v_lr}}) {
           const std::string base = absl::StrCat("self_attn.", p);
           fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared,
@@ -65,9 +65,9 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
       }
       case KvLayout::kMla:
         fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down,
-           {c.kv.latent, d});
-        fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.latent});
-        fn(LayerName(i, "self_attn.v_up.weight"), &l.v_up, {kv, c.kv.latent});
+           {c.kv.LatentAt(i), d});
+        fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.LatentAt(i)});
+        fn(LayerName(i, "self_attn.v_up.weight"), &l.v_up, {kv, c.kv.LatentAt(i)});
         if (c.qkv_bias) {
           fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
           fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});

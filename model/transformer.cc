@@ -20,7 +20,9 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
         "weights do not match the config (", weights.layers.size(), " layers for ",
         config.num_layers, ")"));
   }
-  for (const auto& l : weights.layers) {
+  for (size_t i = 0; i < weights.layers.size(); ++i) {
+    const LayerWeights& l = weights.layers[i];
+    const int64_t layer = static_cast<int64_t>(i);
     bool kv_ok = false;
     switch (config.kv.layout) {
       case KvLayout::kDense:
@@ -28,10 +30,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
         break;
       case KvLayout::kLrkv:
         kv_ok = l.k_lr.up.defined() && l.v_lr.up.defined() &&
-                l.k_lr.up.size(2) == config.kv.rank;
+                l.k_lr.up.size(2) == config.kv.RankAt(layer) &&
+                l.v_lr.up.size(2) == config.kv.RankAt(layer);
         break;
       case KvLayout::kMla:
-        kv_ok = l.kv_down.defined() && l.kv_down.size(0) == config.kv.latent;
+        kv_ok = l.kv_down.defined() && l.kv_down.size(0) == config.kv.LatentAt(layer);
         break;
     }
     if (!kv_ok || l.wq.size(0) != config.num_heads * config.head_dim ||
@@ -69,7 +72,7 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
       break;
     case KvLayout::kLrkv: {
       // Expanded from the factors (differentiable in S, U, B): k_h = x S + (x U_h) B_hᵀ.
-      const int64_t r = config_.kv.rank;
+      const int64_t r = config_.kv.RankAt(layer);
       auto project = [&](const LowRankProjection& p) {
         auto shared = linear(x, p.shared, p.shared_bias).unsqueeze(2);  // [B,T,1,dh]
         auto z = Linear(x, p.down).view({b, t, hkv, r});

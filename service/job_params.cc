@@ -121,7 +121,7 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
       json j,
       ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
                          "metric", "rope_mode", "rope_planes", "iters",
-                         "tol", "damping", "calib", "calib_range", "calib_tokens",
+                         "tol", "damping", "allocation", "calib", "calib_range", "calib_tokens",
                          "eval", "eval_range", "expand", "weight_dtype", "max_shard_size"}));
   ConvertJobOptions o;
   o.checkpoint = checkpoint;
@@ -139,6 +139,9 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
   RETURN_IF_ERROR(Read(j, "rope_planes", &c.rope_planes_kept));
   RETURN_IF_ERROR(Read(j, "iters", &c.max_iters));
   RETURN_IF_ERROR(Read(j, "tol", &c.tol));
+  std::string allocation = "uniform";
+  RETURN_IF_ERROR(Read(j, "allocation", &allocation));
+  ASSIGN_OR_RETURN(c.allocation, ParseSizeAllocation(allocation));
   RETURN_IF_ERROR(Read(j, "damping", &c.damping));
   RETURN_IF_ERROR(Read(j, "calib", &o.calib_path));
   RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));
@@ -317,7 +320,7 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
                                  "calib", "calib_range", "heal_steps", "data",
                                  "data_range", "heal_batch", "heal_seq_len",
                                  "heal_lr", "heal_warmup", "eval", "eval_range",
-                                 "kl_tokens", "context", "timed_tokens"}));
+                                 "kl_tokens", "context", "timed_tokens", "allocation"}));
   CompareJobOptions o;
   o.checkpoint = checkpoint;
   o.work_dir = work_dir;
@@ -340,6 +343,8 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
   RETURN_IF_ERROR(Read(j, "kl_tokens", &o.kl_tokens));
   RETURN_IF_ERROR(Read(j, "context", &o.contexts));
   RETURN_IF_ERROR(Read(j, "timed_tokens", &o.timed_tokens));
+  RETURN_IF_ERROR(Read(j, "allocation", &o.allocation));
+  RETURN_IF_ERROR(ParseSizeAllocation(o.allocation).status());
   ASSIGN_OR_RETURN(o.calib_range, ParseDocumentRange(calib_range));
   ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
   ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));

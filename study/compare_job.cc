@@ -41,6 +41,7 @@ absl::Status Validate(const CompareJobOptions& o) {
   if (o.work_dir.empty())
     return Invalid("a work folder is required (--work-dir)");
   if (o.budgets.empty()) return Invalid("--budget needs at least one value");
+  RETURN_IF_ERROR(ParseSizeAllocation(o.allocation).status());
   for (double b : o.budgets) {
     if (!(b > 0 && b <= 1))
       return Invalid(absl::StrCat("--budget ", b, " must lie in (0, 1]"));
@@ -234,6 +235,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
                        {"budgets", o.budgets},
                        {"variants", o.variants},
                        {"rope_modes", o.rope_modes},
+                       {"allocation", o.allocation},
                        {"metric", o.calib.empty() ? "weight" : "activation"},
                        {"calib", o.calib},
                        {"calib_range", range(o.calib_range)},
@@ -301,6 +303,9 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     co.checkpoint = o.checkpoint;
     co.out_dir = dir + "/converted";
     co.conversion.variant = p.variant;
+    if (p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) {
+      ASSIGN_OR_RETURN(co.conversion.allocation, ParseSizeAllocation(o.allocation));
+    }
     co.conversion.budget = p.budget;
     co.conversion.rope_mode =
         p.rope_mode == "plane" ? RopeMode::kPlane : RopeMode::kReconstruct;
@@ -310,6 +315,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
       co.calib_range = o.calib_range;
     }
     ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
+    row.config = cr.target.ToString();  // per-layer sizes when allocated
     row.cache_ratio = cr.footprint.ratio_to_source;
     row.kv_params = cr.footprint.kv_params_per_layer;
     ASSIGN_OR_RETURN(row.ppl_before,

@@ -31,6 +31,19 @@ double RelativeError(const at::Tensor& a, const at::Tensor& b,
   return n > 0 ? diff.norm().item<double>() / n : 0.0;
 }
 
+std::vector<double> MlaErrorCurve(const at::Tensor& wk, const at::Tensor& wv,
+                                  const at::Tensor& whitening) {
+  auto joint = at::cat({wk, wv}, 0).to(at::kDouble).t();  // [d, 2*kv]
+  auto wt = whitening.defined() ? at::matmul(whitening.t(), joint) : joint;
+  const at::Tensor sv = at::linalg_svdvals(wt).pow(2).contiguous();
+  auto acc = sv.accessor<double, 1>();
+  std::vector<double> curve(joint.size(1) + 1, 0.0);
+  for (int64_t i = sv.size(0) - 1; i >= 0; --i) {
+    curve[i] = curve[i + 1] + acc[i];  // curve[k] = Σ_{j >= k} σ_j²
+  }
+  return curve;
+}
+
 MlaFactors FactorizeMla(const at::Tensor& wk, const at::Tensor& wv,
                         const at::Tensor& whitening, int64_t latent) {
   const int64_t kv = wk.size(0);

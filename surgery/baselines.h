@@ -31,6 +31,11 @@ struct MlaFactors {
 MlaFactors FactorizeMla(const at::Tensor& wk, const at::Tensor& wv,
                         const at::Tensor& whitening, int64_t latent);
 
+// The MLA error ‖M([W_K|W_V] − down·up)‖² at every latent d_c = 0..2·H_kv·d_h (the
+// energy of the singular values past d_c: exact, as FactorizeMla's fit is the SVD's).
+std::vector<double> MlaErrorCurve(const at::Tensor& wk, const at::Tensor& wv,
+                                  const at::Tensor& whitening);
+
 // ‖M(a − b)‖ / ‖M a‖ for [out, d] weights, M = Lᵀ (or I when `whitening` is undefined).
 double RelativeError(const at::Tensor& a, const at::Tensor& b, const at::Tensor& whitening);
 

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace lrkv {
 namespace {
@@ -40,7 +41,25 @@ absl::Status AttentionShape::Validate() const {
   return absl::OkStatus();
 }
 
+KvConfig KvConfig::AtLayer(int64_t layer) const {
+  KvConfig c = *this;
+  c.layer_sizes.clear();
+  if (!layer_sizes.empty()) {
+    const int64_t size = layer_sizes[static_cast<size_t>(layer)];
+    if (variant == KvVariant::kLrkv) c.rank = size;
+    if (variant == KvVariant::kMla) c.latent = size;
+  }
+  return c;
+}
+
 std::string KvConfig::ToString() const {
+  if (!layer_sizes.empty() && (variant == KvVariant::kLrkv || variant == KvVariant::kMla)) {
+    return absl::StrCat(variant == KvVariant::kLrkv ? "lrkv r=[" : "mla d_c=[",
+                        absl::StrJoin(layer_sizes, ","), "]",
+                        variant == KvVariant::kMla && rope_dim > 0
+                            ? absl::StrCat(" d_rope=", rope_dim)
+                            : "");
+  }
   switch (variant) {
     case KvVariant::kMha: return "mha";
     case KvVariant::kGqa: return absl::StrCat("gqa n_kv=", kv_heads);
@@ -57,7 +76,19 @@ int64_t SourceCacheElements(const AttentionShape& s) {
   return 2 * s.source_kv_heads() * s.head_dim;
 }
 
+int64_t CacheElementsAllLayers(const AttentionShape& s, const KvConfig& c) {
+  if (c.layer_sizes.empty()) return s.layers * CacheElementsPerToken(s, c);
+  int64_t total = 0;
+  for (size_t l = 0; l < c.layer_sizes.size(); ++l) {
+    total += CacheElementsPerToken(s, c.AtLayer(static_cast<int64_t>(l)));
+  }
+  return total;
+}
+
 int64_t CacheElementsPerToken(const AttentionShape& s, const KvConfig& c) {
+  if (!c.layer_sizes.empty()) {
+    return CacheElementsAllLayers(s, c) / static_cast<int64_t>(c.layer_sizes.size());
+  }
   switch (c.variant) {
     case KvVariant::kMha: return 2 * s.heads * s.head_dim;
     case KvVariant::kGqa: return 2 * c.kv_heads * s.head_dim;
@@ -74,6 +105,13 @@ int64_t CacheElementsPerToken(const AttentionShape& s, const KvConfig& c) {
 }
 
 int64_t KvParameterCount(const AttentionShape& s, const KvConfig& c) {
+  if (!c.layer_sizes.empty()) {
+    int64_t total = 0;
+    for (size_t l = 0; l < c.layer_sizes.size(); ++l) {
+      total += KvParameterCount(s, c.AtLayer(static_cast<int64_t>(l)));
+    }
+    return total / static_cast<int64_t>(c.layer_sizes.size());
+  }
   const int64_t d = s.d(), dh = s.head_dim, hkv = s.source_kv_heads();
   switch (c.variant) {
     case KvVariant::kMha: return 2 * s.heads * d * dh;
@@ -94,12 +132,11 @@ CacheFootprint MeasureFootprint(const AttentionShape& s, const KvConfig& c,
   CacheFootprint f;
   f.config = c;
   f.elements_per_token_layer = CacheElementsPerToken(s, c);
-  f.bytes = static_cast<double>(bytes_per_element) * s.layers * batch * context *
-            f.elements_per_token_layer;
-  f.ratio_to_source =
-      static_cast<double>(f.elements_per_token_layer) / SourceCacheElements(s);
-  f.ratio_to_mha = static_cast<double>(f.elements_per_token_layer) /
-                   (2.0 * s.heads * s.head_dim);
+  f.elements_per_token = CacheElementsAllLayers(s, c);
+  const double per_layer = static_cast<double>(f.elements_per_token) / s.layers;
+  f.bytes = static_cast<double>(bytes_per_element) * batch * context * f.elements_per_token;
+  f.ratio_to_source = per_layer / SourceCacheElements(s);
+  f.ratio_to_mha = per_layer / (2.0 * s.heads * s.head_dim);
   f.kv_params_per_layer = KvParameterCount(s, c);
   KvConfig source;
   source.variant = s.source_kv_heads() == s.heads ? KvVariant::kMha : KvVariant::kGqa;

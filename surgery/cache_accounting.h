@@ -44,13 +44,22 @@ struct KvConfig {
   int64_t rank = 0;      // LRKV: r
   // LRKV plane mode needs an even rank (r/2 rotation planes).
   bool even_rank = false;
+  // A budget allocated across layers (LRKV: rank, MLA: latent, per layer); `rank` /
+  // `latent` then hold the largest. Empty: uniform.
+  std::vector<int64_t> layer_sizes;
 
-  std::string ToString() const;  // "lrkv r=51", "gqa n_kv=4", "mla d_c=512"
+  // This configuration as layer `layer` has it (uniform).
+  KvConfig AtLayer(int64_t layer) const;
+  // "lrkv r=51", "gqa n_kv=4", "mla d_c=512", "lrkv r=[4,2,2,0]" (per layer)
+  std::string ToString() const;
 };
 
 // Elements cached per token per layer (DESIGN.md §2); LRKV counts the QK-norm scales
-// when shape.qk_norm.
+// when shape.qk_norm. Per-layer sizes: the mean over the layers, rounded down (see
+// CacheElementsAllLayers for the exact total).
 int64_t CacheElementsPerToken(const AttentionShape& shape, const KvConfig& config);
+// Elements cached per token by all shape.layers layers.
+int64_t CacheElementsAllLayers(const AttentionShape& shape, const KvConfig& config);
 // Elements of the source model's own cache (2 * H_kv * d_h).
 int64_t SourceCacheElements(const AttentionShape& shape);
 // K/V projection parameters per layer (weights only).
@@ -58,11 +67,12 @@ int64_t KvParameterCount(const AttentionShape& shape, const KvConfig& config);
 
 struct CacheFootprint {
   KvConfig config;
-  int64_t elements_per_token_layer = 0;
+  int64_t elements_per_token_layer = 0;  // the mean over layers when sizes differ
+  int64_t elements_per_token = 0;        // all layers
   double bytes = 0;            // s * N * b * L * elements
   double ratio_to_source = 0;  // elements / source elements
   double ratio_to_mha = 0;     // elements / (2 * H * d_h)
-  int64_t kv_params_per_layer = 0;
+  int64_t kv_params_per_layer = 0;  // the mean over layers when sizes differ
   double param_ratio_to_source = 0;
 };
 

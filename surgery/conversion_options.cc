@@ -86,6 +86,12 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
     }
     RETURN_IF_ERROR(ValidateKvConfig(shape, target));
   }
+  if (o.allocation == SizeAllocation::kLayers && target.variant != KvVariant::kLrkv &&
+      target.variant != KvVariant::kMla) {
+    return Invalid(absl::StrCat("--allocation layers sizes LRKV ranks or MLA latents per "
+                                "layer; ", KvVariantName(target.variant),
+                                " has one size for every layer (use --allocation uniform)"));
+  }
   if (o.rope_mode == RopeMode::kPartial) {
     const int64_t kept = o.rope_planes_kept;
     if (kept > c.rope_dim / 2 || kept < -1) {

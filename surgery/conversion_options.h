@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "surgery/budget_allocation.h"
 #include "surgery/cache_accounting.h"
 
 namespace lrkv {
@@ -46,6 +47,10 @@ struct ConversionOptions {
   double tol = 1e-6;
   /// Whitening damping: λ = damping · trace(XᵀX/n) / d.
   double damping = 1e-3;
+  /// LRKV and MLA: one size for every layer, or per-layer sizes from each layer's
+  /// error curve within the same total cache (budget × the source's, or the explicit
+  /// size's total).
+  SizeAllocation allocation = SizeAllocation::kUniform;
 };
 
 // The shape of `config` as the accounting sees it.

@@ -27,8 +27,9 @@ nlohmann::json ProjectionJson(const ProjectionReport& p) {
 nlohmann::json ConversionReport::ToJson() const {
   nlohmann::json layers_json = nlohmann::json::array();
   for (const auto& l : layers) {
-    layers_json.push_back(
-        {{"layer", l.layer}, {"k", ProjectionJson(l.k)}, {"v", ProjectionJson(l.v)}});
+    nlohmann::json lj = {{"layer", l.layer}, {"k", ProjectionJson(l.k)}, {"v", ProjectionJson(l.v)}};
+    if (l.size > 0 || target.variant == KvVariant::kLrkv) lj["size"] = l.size;
+    layers_json.push_back(std::move(lj));
   }
   nlohmann::json j = {
       {"source", source},
@@ -48,6 +49,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"rope_planes_kept", rope_planes_kept},
       {"budget", budget},
       {"cache_elements_per_token_layer", footprint.elements_per_token_layer},
+      {"cache_elements_per_token", footprint.elements_per_token},
       {"cache_ratio_to_source", footprint.ratio_to_source},
       {"cache_ratio_to_mha", footprint.ratio_to_mha},
       {"kv_params_per_layer", footprint.kv_params_per_layer},
@@ -55,6 +57,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"calibration_tokens", calibration_tokens},
       {"damping", damping},
       {"solver", {{"max_iters", solver_max_iters}, {"tol", solver_tol}}},
+      {"allocation", {{"method", allocation}}},
       {"wall_seconds", wall_seconds},
       {"calibration_seconds", calibration_seconds},
       {"evaluation_seconds", evaluation_seconds},
@@ -65,6 +68,13 @@ nlohmann::json ConversionReport::ToJson() const {
   if (perplexity_before) j["perplexity_before"] = *perplexity_before;
   if (perplexity_after) j["perplexity_after"] = *perplexity_after;
   if (eval_tokens > 0) j["eval_tokens"] = eval_tokens;
+  if (allocation == "layers") {
+    j["allocation"]["estimated_error"] = allocation_estimated_error;
+    j["allocation"]["uniform_estimated_error"] = allocation_uniform_error;
+    j["allocation"]["budget_elements_per_token"] = allocation_budget_elements;
+    j["allocation"]["kept_uniform"] = allocation_kept_uniform;
+    j["allocation"]["sizes"] = target.layer_sizes;
+  }
   return j;
 }
 
@@ -98,8 +108,19 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
                           num("perplexity_before"), num("perplexity_after"),
                           j.value("eval_tokens", int64_t{0}));
   }
-  absl::StrAppend(&out,
-                  "\nlayer  K rel.err  K worst head  K iters   V rel.err  V worst head  V iters\n");
+  if (const auto a = j.value("allocation", nlohmann::json::object());
+      a.value("method", std::string()) == "layers") {
+    absl::StrAppendFormat(
+        &out,
+        "allocation   per layer within %d cache elements/token: estimated error %.5g "
+        "(uniform %.5g)%s\n",
+        a.value("budget_elements_per_token", int64_t{0}), a.value("estimated_error", 0.0),
+        a.value("uniform_estimated_error", 0.0),
+        a.value("kept_uniform", false) ? ", so the uniform plan is kept" : "");
+  }
+  absl::StrAppend(
+      &out,
+      "\nlayer  size  K rel.err  K worst head  K iters   V rel.err  V worst head  V iters\n");
   bool capped = false;
   // Iterations of the LRKV solver, '*' where it hit its cap before its tolerance.
   auto iters = [&](const nlohmann::json& p) {
@@ -111,8 +132,10 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
   for (const auto& l : j.value("layers", nlohmann::json::array())) {
     const nlohmann::json& k = l["k"];
     const nlohmann::json& v = l["v"];
-    absl::StrAppendFormat(&out, "%5d  %9.5f  %12.5f  %8s   %9.5f  %12.5f  %8s\n",
-                          l.value("layer", int64_t{0}), k.value("rel_error", 0.0),
+    absl::StrAppendFormat(&out, "%5d  %4s  %9.5f  %12.5f  %8s   %9.5f  %12.5f  %8s\n",
+                          l.value("layer", int64_t{0}),
+                          l.contains("size") ? absl::StrCat(l["size"].get<int64_t>()) : "-",
+                          k.value("rel_error", 0.0),
                           max_of(k["head_rel_error"]), iters(k), v.value("rel_error", 0.0),
                           max_of(v["head_rel_error"]), iters(v));
   }

@@ -31,6 +31,7 @@ struct ProjectionReport {
 
 struct LayerReport {
   int64_t layer = 0;
+  int64_t size = 0;  // LRKV rank / MLA latent of this layer (0 for GQA/MQA)
   ProjectionReport k, v;
 };
 
@@ -56,6 +57,13 @@ struct ConversionReport {
   double total_seconds = 0;
   int threads = 0;                  // intra-op threads LibTorch used
   std::vector<LayerReport> layers;
+  // "uniform" or "layers"; for "layers", the curves' estimate of the summed error of the
+  // plan and of the uniform one, the cache elements (all layers, per token) allowed, and
+  // whether the uniform plan was kept (rated no worse).
+  std::string allocation = "uniform";
+  double allocation_estimated_error = 0, allocation_uniform_error = 0;
+  int64_t allocation_budget_elements = 0;
+  bool allocation_kept_uniform = false;
   std::optional<double> perplexity_before;
   std::optional<double> perplexity_after;
   int64_t eval_tokens = 0;

@@ -3,12 +3,17 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "model/rope.h"
 #include "model/status_macros.h"
 #include "surgery/baselines.h"
+#include "surgery/budget_allocation.h"
 #include "surgery/lrkv_decomposition.h"
 
 namespace lrkv {
@@ -140,30 +145,141 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
   k_opt.rank = v_opt.rank = target.rank;
   k_opt.max_iters = v_opt.max_iters = o.max_iters;
   k_opt.tol = v_opt.tol = o.tol;
-  std::vector<LayerReport> layer_reports;
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    RETURN_IF_ERROR(CheckStop(stop, absl::StrCat("conversion (layer ", i, ")")));
-    // The planes of this layer (a NoPE layer's are all position-free pairs).
+  // The K residual's support in layer i (a NoPE layer's planes are all position-free).
+  auto set_k_support = [&](int64_t i, std::vector<std::pair<int64_t, int64_t>>* planes) {
     const Rope rope(config, i);
-    const auto planes = HeadPlanes(rope);
+    *planes = HeadPlanes(rope);
     if (o.rope_mode == RopeMode::kPlane) {
       k_opt.support = ResidualSupport::kRopePlanes;
-      k_opt.planes = planes;
+      k_opt.planes = *planes;
     } else if (o.rope_mode == RopeMode::kPartial) {
       k_opt.support = ResidualSupport::kExcludeCoords;
       k_opt.excluded.clear();
       for (int64_t p = 0; p < std::min(kept, rope.planes()); ++p) {
-        k_opt.excluded.push_back(planes[p].first);
-        k_opt.excluded.push_back(planes[p].second);
+        k_opt.excluded.push_back((*planes)[p].first);
+        k_opt.excluded.push_back((*planes)[p].second);
       }
     }
+  };
+  auto whitening_of = [&](int64_t i) -> absl::StatusOr<at::Tensor> {
+    if (o.metric != SurgeryMetric::kActivation) return at::Tensor();
+    return WhiteningFactor(calibration->gram[i], calibration->tokens, o.damping);
+  };
+  // K and V side by side, one thread each: the solver's operations are too small to use
+  // two threads well (measured: one thread per step is as fast as two).
+  using KvDecomposition = std::pair<LrkvDecomposition, LrkvDecomposition>;
+  // LRKV error curves: ranks uniform ± k·step, k up to this.
+  constexpr int64_t kCurveSteps = 4;
+  auto decompose_kv = [&](const LayerWeights& src, const at::Tensor& whitening,
+                          int64_t rank, const KvDecomposition* warm)
+      -> absl::StatusOr<KvDecomposition> {
+    LrkvDecompositionOptions ko = k_opt, vo = v_opt;
+    ko.rank = vo.rank = rank;
+    if (warm != nullptr) {
+      ko.initial_shared = warm->first.shared;
+      vo.initial_shared = warm->second.shared;
+    }
+    absl::StatusOr<LrkvDecomposition> kv_dec[2];
+    at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t j = begin; j < end; ++j) {
+        kv_dec[j] = j == 0 ? DecomposeLrkv(HeadsOf(src.wk, hkv, dh), whitening, ko)
+                           : DecomposeLrkv(HeadsOf(src.wv, hkv, dh), whitening, vo);
+      }
+    });
+    RETURN_IF_ERROR(kv_dec[0].status());
+    RETURN_IF_ERROR(kv_dec[1].status());
+    return KvDecomposition{std::move(*kv_dec[0]), std::move(*kv_dec[1])};
+  };
+
+  // Per-layer sizes: the uniform target, or a budget allocation from each layer's error
+  // curve (LRKV: measured around its uniform decomposition, kept for reuse and warm
+  // starts; MLA: the exact SVD tail).
+  const bool sized = target.variant == KvVariant::kLrkv || target.variant == KvVariant::kMla;
+  const int64_t uniform_size = target.variant == KvVariant::kLrkv ? target.rank : target.latent;
+  std::vector<int64_t> sizes(config.num_layers, uniform_size);
+  std::vector<std::optional<KvDecomposition>> uniform_dec(config.num_layers);
+  std::optional<BudgetAllocation> allocation;
+  if (sized && o.allocation == SizeAllocation::kLayers) {
+    std::vector<LayerErrorCurve> curves;
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+      RETURN_IF_ERROR(CheckStop(stop, absl::StrCat("error curves (layer ", i, ")")));
+      std::vector<std::pair<int64_t, int64_t>> planes;
+      set_k_support(i, &planes);
+      const LayerWeights src = KvInFloat32(weights.layers[i]);
+      ASSIGN_OR_RETURN(at::Tensor whitening, whitening_of(i));
+      LayerErrorCurve curve;
+      if (target.variant == KvVariant::kMla) {
+        const std::vector<double> e = MlaErrorCurve(src.wk, src.wv, whitening);
+        for (int64_t s = 1; s < static_cast<int64_t>(e.size()); ++s) {
+          curve.sizes.push_back(s);
+          curve.errors.push_back(e[s]);
+        }
+      } else {
+        // Converged decompositions on a grid of ranks around the uniform one (every rank
+        // for small heads), each warm-started from its neighbour towards the uniform.
+        const int64_t top = dh - static_cast<int64_t>(k_opt.excluded.size());
+        const int64_t unit = o.rope_mode == RopeMode::kPlane ? 2 : 1;
+        const int64_t step = std::max<int64_t>(unit, (uniform_size / 8) / unit * unit);
+        std::vector<int64_t> grid;
+        for (int64_t k = -kCurveSteps; k <= kCurveSteps; ++k) {
+          const int64_t r = uniform_size + k * step;
+          if (r >= 0 && r <= top) grid.push_back(r);
+        }
+        std::vector<double> errors(grid.size());
+        const size_t mid = std::find(grid.begin(), grid.end(), uniform_size) - grid.begin();
+        for (int dir : {+1, -1}) {
+          std::optional<KvDecomposition> prev;
+          for (size_t g = mid; g < grid.size(); g += dir) {
+            if (dir < 0 && g == mid) {
+              prev = *uniform_dec[i];
+              continue;
+            }
+            ASSIGN_OR_RETURN(KvDecomposition kv,
+                             decompose_kv(src, whitening, grid[g], prev ? &*prev : nullptr));
+            errors[g] = kv.first.objective.back() + kv.second.objective.back();
+            if (g == mid) uniform_dec[i] = kv;
+            prev = std::move(kv);
+            if (dir < 0 && g == 0) break;
+          }
+        }
+        curve.sizes = grid;
+        curve.errors = errors;
+      }
+      curves.push_back(std::move(curve));
+    }
+    const AttentionShape shape = ShapeOf(config);
+    const int64_t budget_elements =
+        o.budget > 0 ? static_cast<int64_t>(std::floor(o.budget * config.num_layers *
+                                                       SourceCacheElements(shape) + 1e-9))
+                     : CacheElementsAllLayers(shape, target);
+    auto cost = [&](int64_t size) {
+      KvConfig k = target;
+      (target.variant == KvVariant::kLrkv ? k.rank : k.latent) = size;
+      return CacheElementsPerToken(shape, k);
+    };
+    ASSIGN_OR_RETURN(allocation, AllocateBudget(curves, cost, budget_elements, uniform_size));
+    sizes = allocation->sizes;
+    if (!allocation->uniform) {
+      target.layer_sizes = sizes;
+      (target.variant == KvVariant::kLrkv ? target.rank : target.latent) =
+          *std::max_element(sizes.begin(), sizes.end());
+      c.kv.layer_sizes = sizes;
+      if (target.variant == KvVariant::kLrkv) {
+        c.kv.rank = target.rank;
+      } else {
+        c.kv.latent = target.latent;
+      }
+    }
+  }
+
+  std::vector<LayerReport> layer_reports;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    RETURN_IF_ERROR(CheckStop(stop, absl::StrCat("conversion (layer ", i, ")")));
+    std::vector<std::pair<int64_t, int64_t>> planes;
+    set_k_support(i, &planes);
     LayerWeights& l = out.weights.layers[i];
     const LayerWeights src = KvInFloat32(weights.layers[i]);
-    at::Tensor whitening;
-    if (o.metric == SurgeryMetric::kActivation) {
-      ASSIGN_OR_RETURN(whitening, WhiteningFactor(calibration->gram[i],
-                                                  calibration->tokens, o.damping));
-    }
+    ASSIGN_OR_RETURN(at::Tensor whitening, whitening_of(i));
     LayerReport lr;
     lr.layer = i;
     switch (target.variant) {
@@ -183,31 +299,31 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
         break;
       }
       case KvVariant::kMla: {
-        MlaFactors f = FactorizeMla(src.wk, src.wv, whitening, target.latent);
+        MlaFactors f = FactorizeMla(src.wk, src.wv, whitening, sizes[i]);
         l.wk = l.wv = at::Tensor();
         l.kv_down = f.kv_down;
         l.k_up = f.k_up;
         l.v_up = f.v_up;
         lr.k.rel_error = f.k_rel_error;
         lr.v.rel_error = f.v_rel_error;
+        lr.size = sizes[i];
         break;
       }
       case KvVariant::kLrkv: {
-        // K and V side by side, one thread each: the solver's operations are too small
-        // to use two threads well (measured: one thread per step is as fast as two).
-        absl::StatusOr<LrkvDecomposition> kv_dec[2];
-        at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
-          for (int64_t j = begin; j < end; ++j) {
-            kv_dec[j] = j == 0 ? DecomposeLrkv(HeadsOf(src.wk, hkv, dh), whitening, k_opt)
-                               : DecomposeLrkv(HeadsOf(src.wv, hkv, dh), whitening, v_opt);
-          }
-        });
-        RETURN_IF_ERROR(kv_dec[0].status());
-        RETURN_IF_ERROR(kv_dec[1].status());
-        LrkvDecomposition& kd = *kv_dec[0];
-        LrkvDecomposition& vd = *kv_dec[1];
-        l.k_lr = ToProjection(kd, hkv, target.rank);
-        l.v_lr = ToProjection(vd, hkv, target.rank);
+        // The uniform decomposition of the curves pass is reused at the uniform size and
+        // warm-starts the others.
+        const KvDecomposition* warm = uniform_dec[i] ? &*uniform_dec[i] : nullptr;
+        KvDecomposition kv;
+        if (warm != nullptr && sizes[i] == uniform_size) {
+          kv = std::move(*uniform_dec[i]);
+        } else {
+          ASSIGN_OR_RETURN(kv, decompose_kv(src, whitening, sizes[i], warm));
+        }
+        uniform_dec[i].reset();
+        LrkvDecomposition& kd = kv.first;
+        LrkvDecomposition& vd = kv.second;
+        l.k_lr = ToProjection(kd, hkv, sizes[i]);
+        l.v_lr = ToProjection(vd, hkv, sizes[i]);
         SplitBias(src.bk, hkv, dh, &l.k_lr);
         SplitBias(src.bv, hkv, dh, &l.v_lr);
         if (l.k_lr.head_bias.defined() && o.rope_mode != RopeMode::kReconstruct) {
@@ -232,6 +348,7 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
         l.wk = l.wv = l.bk = l.bv = at::Tensor();
         lr.k = ReportOf(kd);
         lr.v = ReportOf(vd);
+        lr.size = sizes[i];
         break;
       }
       case KvVariant::kMha:
@@ -253,6 +370,13 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
     report->solver_max_iters = o.max_iters;
     report->solver_tol = o.tol;
     report->layers = std::move(layer_reports);
+    report->allocation = SizeAllocationName(o.allocation);
+    if (allocation) {
+      report->allocation_estimated_error = allocation->estimated_error;
+      report->allocation_uniform_error = allocation->uniform_estimated_error;
+      report->allocation_budget_elements = allocation->budget_elements;
+      report->allocation_kept_uniform = allocation->uniform;
+    }
     report->threads = at::get_num_threads();
     report->wall_seconds = std::chrono::duration<double>(
                                std::chrono::steady_clock::now() - t0).count();
@@ -275,6 +399,7 @@ ConvertedModel ExpandModel(const ModelConfig& config, const LlamaWeights& weight
   // Partial RoPE changes the function; the expanded model keeps that setting.
   out.config.kv.layout = KvLayout::kDense;
   out.config.kv.rank = out.config.kv.latent = 0;
+  out.config.kv.layer_sizes.clear();
   if (out.config.kv.rope_mode != RopeMode::kPartial) {
     out.config.kv.rope_mode = RopeMode::kReconstruct;
   }

@@ -101,6 +101,10 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
     return absl::InvalidArgumentError(
         absl::StrCat("LRKV rank r=", r, " must lie in [0, ", dh, "] (the head dim)"));
   }
+  if (!(opt.gauge > 0 && opt.gauge < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LRKV gauge weight ", opt.gauge, " must lie in (0, 1)"));
+  }
   if (opt.support == ResidualSupport::kRopePlanes &&
       (r % 2 != 0 || r / 2 > static_cast<int64_t>(opt.planes.size()))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -256,6 +260,56 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
   }
   out.up = fit.b;
   return out;
+}
+
+std::vector<double> ErrorCurveAt(const at::Tensor& weights, const at::Tensor& whitening,
+                                 const LrkvDecompositionOptions& opt,
+                                 const at::Tensor& shared) {
+  const at::Tensor w = weights.to(at::kDouble);
+  at::Tensor wt = w, s = shared.to(at::kDouble);
+  if (whitening.defined()) {
+    wt = at::matmul(whitening.t(), w);
+    s = at::matmul(whitening.t(), s);
+  }
+  const at::Tensor res = wt - s;
+  const int64_t h = w.size(0), dh = w.size(2);
+  const double total = res.pow(2).sum().item<double>();
+  at::Tensor gram = at::matmul(res.transpose(1, 2), res);  // [H, dh, dh]
+  std::vector<double> captured(dh + 1, 0.0);               // Σ_h energy the rank-r B holds
+  if (opt.support == ResidualSupport::kRopePlanes) {
+    const at::Tensor diag = gram.diagonal(0, 1, 2).contiguous();
+    auto acc = diag.accessor<double, 2>();
+    for (int64_t head = 0; head < h; ++head) {
+      std::vector<double> energy;
+      for (const auto& [a, b] : opt.planes) energy.push_back(acc[head][a] + acc[head][b]);
+      std::sort(energy.rbegin(), energy.rend());
+      double sum = 0;
+      for (int64_t r = 0; r <= dh; ++r) {
+        if (r % 2 == 0 && r > 0 && static_cast<size_t>(r / 2) <= energy.size()) {
+          sum += energy[r / 2 - 1];
+        }
+        captured[r] += sum;
+      }
+    }
+  } else {
+    if (opt.support == ResidualSupport::kExcludeCoords) {
+      at::Tensor mask = at::ones({dh}, at::kDouble);
+      for (int64_t c : opt.excluded) mask[c] = 0.0;
+      gram = gram * mask.view({1, -1, 1}) * mask.view({1, 1, -1});
+    }
+    const at::Tensor evals = at::linalg_eigvalsh(gram).flip({1}).contiguous();  // descending
+    auto acc = evals.accessor<double, 2>();
+    for (int64_t head = 0; head < h; ++head) {
+      double sum = 0;
+      for (int64_t r = 0; r <= dh; ++r) {
+        if (r > 0) sum += std::max(0.0, acc[head][r - 1]);  // masked coordinates give 0
+        captured[r] += sum;
+      }
+    }
+  }
+  std::vector<double> curve;
+  for (int64_t r = 0; r <= dh; ++r) curve.push_back(std::max(0.0, total - captured[r]));
+  return curve;
 }
 
 }  // namespace lrkv

@@ -27,9 +27,10 @@ enum class ResidualSupport {
 struct LrkvDecompositionOptions {
   /// Residual rank r per head, 0 <= r <= d_h.
   int64_t rank = 0;
-  /// Alternating iterations at most.
-  int max_iters = 10;
-  /// Stop once an iteration lowers the objective by less than tol × its value.
+  /// Accepted alternations at most (ConversionOptions sets it).
+  int max_iters = 1000;
+  /// Converged once the last 5 accepted steps together lowered the objective by less
+  /// than 5·tol × its value.
   double tol = 1e-6;
   ResidualSupport support = ResidualSupport::kFree;
   /// kRopePlanes: the head's rotation planes as coordinate pairs.
@@ -74,6 +75,15 @@ struct LrkvDecomposition {
 absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
                                                 const at::Tensor& whitening,
                                                 const LrkvDecompositionOptions& options);
+
+// The error Σ_h ‖M(W_h − S − U_h B_hᵀ)‖² at every rank r = 0..d_h for a fixed S (e.g. a
+// decomposition's `shared`), with the best residual subspaces for that S: exact at the
+// rank S was converged for, an upper bound of the optimum at the others (S stays).
+// Ranks the support cannot take repeat the error below them (plane mode: odd ranks;
+// partial: ranks past the position-free coordinates).
+std::vector<double> ErrorCurveAt(const at::Tensor& weights, const at::Tensor& whitening,
+                                 const LrkvDecompositionOptions& options,
+                                 const at::Tensor& shared);
 
 }  // namespace lrkv
 

@@ -62,7 +62,7 @@ echo "== 2. lrkv commands through the server"
 grep -q "^conversion   .* -> lrkv r=2 (weight metric, RoPE plane)" "$work/convert.out" \
   || fail "remote convert: no conversion table"
 grep -q "of MHA$" "$work/convert.out" || fail "remote convert: no cache line"
-grep -Eq "^ +4 +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+$" "$work/convert.out" \
+grep -Eq "^ +4 +2 +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9]+$" "$work/convert.out" \
   || fail "remote convert: no per-layer table (layer 4)"
 set +e
 "$lrkv" convert --checkpoint "$model" --variant lrkv --rank 99 2>"$work/bad.err"

@@ -271,6 +271,78 @@ TEST(Healer, FrozenStoredWeightsPassTheSameGradient) {
 // healer does, for a reconstruct model) and the mapped weights of student and
 // teacher; a heal estimated above the memory allowed is refused before anything is
 // loaded, naming the estimate, and writes nothing.
+TEST(TokenData, HeldOutRowsLeaveTraining) {
+  const HealSetup s = Stories();
+  auto data = TokenDataset::FromDocuments(
+      std::vector<std::string>(s.docs.begin(), s.docs.begin() + 40), s.tokenizer, 64);
+  ASSERT_TRUE(data.ok());
+  const int64_t rows = data->rows(), predicted = data->predicted_tokens();
+  const std::vector<int32_t> last = data->row(rows - 1).tokens;
+  TokenDataset held = data->HoldOut(3);
+  EXPECT_EQ(held.rows(), 3);
+  EXPECT_EQ(data->rows(), rows - 3);
+  EXPECT_EQ(held.predicted_tokens() + data->predicted_tokens(), predicted);
+  EXPECT_GT(held.predicted_tokens(), 0);
+  EXPECT_EQ(held.row(2).tokens, last);
+  EXPECT_EQ(held.seq_len(), 64);
+}
+
+// Healing never hurts (keep-best): a learning rate that wrecks the model ends with the
+// unhealed parameters — kept step 0, the same perplexity — where without keep-best the
+// same run ends worse; a learning rate that helps keeps a later step, better on --eval.
+TEST(HealJob, KeepBestNeverEndsWorseThanTheUnhealedModel) {
+  const HealSetup s = Stories();
+  const std::filesystem::path dir = testing::FreshTempDir("heal_keep_best");
+  ASSERT_TRUE(SaveSafetensorsCheckpoint((dir / "student").string(), s.config, s.converted,
+                                        &s.tokenizer, DType::kF32)
+                  .ok());
+  auto run = [&](double lr, bool keep_best, const std::string& name) {
+    HealJobOptions o;
+    o.checkpoint = (dir / "student").string();
+    o.teacher = testing::StoriesModelPath();
+    o.data = testing::StoriesTextPath();
+    o.data_range = {0, 0.5};
+    o.eval = testing::StoriesTextPath();
+    o.eval_range = {0.9, 1};
+    o.seq_len = 64;
+    o.heal = SmallRun();
+    o.heal.steps = 12;
+    o.heal.warmup = 2;
+    o.heal.eval_every = 3;
+    o.heal.lr = lr;
+    o.heal.keep_best = keep_best;
+    o.out_dir = (dir / name).string();
+    auto r = RunHealJob(o, nullptr);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return *r;
+  };
+  const HealReport wrecked = run(0.5, false, "wrecked");
+  ASSERT_TRUE(wrecked.perplexity_before && wrecked.perplexity_after);
+  EXPECT_GT(*wrecked.perplexity_after, *wrecked.perplexity_before);
+  EXPECT_FALSE(wrecked.kept_step);
+
+  const HealReport kept = run(0.5, true, "kept");
+  ASSERT_TRUE(kept.kept_step);
+  EXPECT_EQ(*kept.kept_step, 0);
+  ASSERT_TRUE(kept.unhealed_validation_loss);
+  EXPECT_EQ(kept.kept_validation_loss, *kept.unhealed_validation_loss);
+  EXPECT_DOUBLE_EQ(*kept.perplexity_after, *kept.perplexity_before);
+  int evals = 0;
+  for (const HealEvent& e : kept.events) evals += e.kind == "eval";
+  EXPECT_EQ(evals, 5);  // the unhealed model and steps 3, 6, 9, 12
+
+  const HealReport helped = run(2e-3, true, "helped");
+  ASSERT_TRUE(helped.kept_step);
+  EXPECT_GT(*helped.kept_step, 0);
+  EXPECT_LT(helped.kept_validation_loss, *helped.unhealed_validation_loss);
+  EXPECT_LT(*helped.perplexity_after, *helped.perplexity_before);
+  const auto report = nlohmann::json::parse(
+      std::ifstream((dir / "helped" / "heal_report.json").string()));
+  EXPECT_EQ(report.at("kept_step").get<int64_t>(), *helped.kept_step);
+  EXPECT_EQ(report.at("settings").at("keep_best").get<bool>(), true);
+  EXPECT_GT(report.at("settings").at("validation_rows").get<int64_t>(), 0);
+}
+
 TEST(HealJob, MemoryEstimateAndUpFrontRefusal) {
   const HealSetup s = Stories();
   const std::filesystem::path dir = testing::FreshTempDir("heal_memory");

@@ -235,10 +235,14 @@ TEST_F(ServiceTest, HealJobStoresItsLossCurveAndStreamsProgress) {
   wreq.set_job_id(heal.id());
   auto reader = stub_->WatchJob(&wctx, wreq);
   v1::JobProgress p;
-  int with_loss = 0;
-  while (reader->Read(&p)) with_loss += p.has_loss();
+  int steps = 0, evals = 0;
+  while (reader->Read(&p)) {
+    steps += p.has_loss() && p.message() == "step";
+    evals += p.has_loss() && p.message() == "eval";
+  }
   EXPECT_TRUE(reader->Finish().ok());
-  EXPECT_EQ(with_loss, 6);  // one event per step, streamed while it trains
+  EXPECT_EQ(steps, 6);  // one event per step, streamed while it trains
+  EXPECT_EQ(evals, 2);  // keep-best's: the unhealed model and the last step
   EXPECT_EQ(WaitDone(heal.id()).state(), v1::SUCCEEDED);
   // A data file outside the allowed folders is refused at submission.
   v1::Job bad;
@@ -285,7 +289,7 @@ TEST_F(ServiceTest, PipelineConvertsHealsVerifiesAndBenchmarks) {
   EXPECT_EQ(report.latency_size(), 3);
   for (const auto& l : report.latency())
     EXPECT_GT(l.tokens_per_second(), 0) << l.engine();
-  EXPECT_EQ(report.loss_curve_size(), 4);
+  EXPECT_EQ(report.loss_curve_size(), 6);  // 4 steps, keep-best's 2 evaluations
   // The same rows are in the database file, which passes an integrity check.
   server_.reset();
   sqlite3* db = nullptr;

@@ -89,8 +89,7 @@ class LrkvEngine : public DecodeEngine {
       : DecodeEngine(config, weights, mode, options) {}
 
   absl::Status Init() {
-    const int64_t hkv = config_.num_kv_heads, dh = config_.head_dim,
-                  r = config_.kv.rank;
+    const int64_t hkv = config_.num_kv_heads, dh = config_.head_dim;
     if (mode_ == DecodeMode::kNaive && config_.rope_dim == 0) {
       return absl::InvalidArgumentError(
           "naive mode is a RoPE control; the model has no RoPE");
@@ -128,6 +127,7 @@ class LrkvEngine : public DecodeEngine {
     for (size_t i = 0; i < weights_.layers.size(); ++i) {
       const LayerWeights& l = weights_.layers[i];
       const Rope& layer_rope = rope(static_cast<int64_t>(i));
+      const int64_t r = config_.kv.RankAt(static_cast<int64_t>(i));
       Layer layer;
       layer.k = FactorsOf(l.k_lr, hkv, dh);
       layer.v = FactorsOf(l.v_lr, hkv, dh);
@@ -365,7 +365,7 @@ class LrkvEngine : public DecodeEngine {
     Layer& L = layers_[index];
     const int64_t b = q.size(0), h = config_.num_heads,
                   hkv = config_.num_kv_heads, dh = config_.head_dim,
-                  r = config_.kv.rank;
+                  r = config_.kv.RankAt(index);
     const auto qr = RotateAt(index, q, pos).contiguous();  // [B, H, dh]
     const auto qg = Grouped(qr);
     const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})

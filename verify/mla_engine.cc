@@ -16,7 +16,7 @@ class MlaEngine : public DecodeEngine {
             const EngineOptions& options)
       : DecodeEngine(config, weights, DecodeMode::kReconstruct, options) {
     for (size_t i = 0; i < weights.layers.size(); ++i) {
-      latent_.push_back(NewCache({config.kv.latent}));
+      latent_.push_back(NewCache({config.kv.LatentAt(static_cast<int64_t>(i))}));
     }
   }
 
@@ -28,7 +28,7 @@ class MlaEngine : public DecodeEngine {
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
     const LayerWeights& l = weights_.layers[layer];
     const int64_t n = pos + 1, b = q.size(0), hkv = config_.num_kv_heads,
-                  dh = config_.head_dim, dc = config_.kv.latent;
+                  dh = config_.head_dim, dc = config_.kv.LatentAt(layer);
     // [B, L, dc], in the weights' dtype (float64 for the error model's twins).
     const auto c = Read(latent_[layer], n).to(l.kv_down.scalar_type());
     auto k = Linear(c, l.k_up, l.bk).view({b, n, hkv, dh});        // rebuilt per position

@@ -37,10 +37,12 @@ KvConfig KvConfigOf(const ModelConfig& c) {
     case KvLayout::kLrkv:
       kv.variant = KvVariant::kLrkv;
       kv.rank = c.kv.rank;
+      kv.layer_sizes = c.kv.layer_sizes;
       break;
     case KvLayout::kMla:
       kv.variant = KvVariant::kMla;
       kv.latent = c.kv.latent;
+      kv.layer_sizes = c.kv.layer_sizes;
       break;
     case KvLayout::kDense:
       kv.variant = c.num_kv_heads == c.num_heads ? KvVariant::kMha

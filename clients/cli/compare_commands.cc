@@ -114,6 +114,10 @@ void AddCompareCommands(CLI::App& app, int* exit_code) {
                   "Comma list of gqa, mqa, mla, lrkv");
   cmd->add_option("--rope-mode", c->rope_modes,
                   "LRKV RoPE handling: plane, reconstruct");
+  cmd->add_option("--allocation", o.allocation,
+                  "LRKV/MLA sizes: uniform | layers (per-layer, from each layer's error "
+                  "curve, within each budget)")
+      ->capture_default_str();
   cmd->add_option("--calib", o.calib, "Calibration text (activation metric)");
   cmd->add_option("--calib-range", c->calib_range,
                   "Documents of --calib to use, A:B");

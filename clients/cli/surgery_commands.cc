@@ -25,6 +25,7 @@ struct ConvertArgs {
   ConvertJobOptions job;
   std::string variant = "lrkv", metric = "weight", rope_mode = "reconstruct";
   std::string calib_range = "0:1", eval_range = "0:1";
+  std::string allocation = "uniform";
 };
 
 int RunCache(CacheArgs a) {
@@ -88,6 +89,9 @@ int RunConvert(ConvertArgs a) {
   if (!metric.ok()) return Fail(metric.status());
   auto mode = ParseRopeMode(a.rope_mode);
   if (!mode.ok()) return Fail(mode.status());
+  auto allocation = ParseSizeAllocation(a.allocation);
+  if (!allocation.ok()) return Fail(allocation.status());
+  a.job.conversion.allocation = *allocation;
   auto calib_range = ParseDocumentRange(a.calib_range);
   if (!calib_range.ok()) return Fail(calib_range.status());
   auto eval_range = ParseDocumentRange(a.eval_range);
@@ -196,6 +200,10 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
   conv->add_option("--rope-mode", v->rope_mode,
                    "reconstruct | plane | partial");
+  conv->add_option("--allocation", v->allocation,
+                   "LRKV/MLA: uniform (one size for every layer) | layers (per-layer sizes "
+                   "from each layer's error curve, within the same total cache)")
+      ->capture_default_str();
   conv->add_option("--rope-planes", o.rope_planes_kept,
                    "Partial mode: RoPE planes kept (default a quarter)");
   conv->add_option("--iters", o.max_iters,
