@@ -2,9 +2,12 @@
 # The comparison study of the README's "Results", end to end through the service: a
 # throwaway lrkvd, then one compare job per model (GQA, MQA, MLA and LRKV with plane and
 # reconstruct RoPE at cache budgets 0.25 / 0.5 / 0.75; each converted with the same
-# calibration text, healed with the same 40 KD steps, evaluated on the same held-out
-# documents, verified and timed), each printed as a table and written as JSON and as an
-# HTML page with SVG plots under OUT_DIR (default build/compare-study).
+# calibration text (LRKV by the converged solver; one size for every layer, which
+# scripts/surgery_table.sh shows is the better plan for MLA here), healed with the same
+# 40 KD steps keeping the best step (judged on rows held out from the training text),
+# evaluated on the same held-out documents, verified and timed), each printed as a table
+# and written as JSON and as an HTML page with SVG plots under OUT_DIR (default
+# build/compare-study).
 #   scripts/compare_study.sh [OUT_DIR] [HEAL_STEPS]
 # Models: stories260K (../shared) and the d_h = 64 model of scripts/train_kjv.sh
 # (build/models/kjv-d64; skipped with a note when it has not been trained).

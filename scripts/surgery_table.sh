@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The surgery table for stories260K: perplexity on the second half of the shared
 # excerpt's stories for LRKV r in {1,2,4,6} (reconstruct and plane RoPE), GQA n_kv=2,
-# MQA and MLA at the matching cache, in both metrics, calibrated on the first half.
-# Needs a built build/bin/lrkv. Prints a Markdown table.
+# MQA and MLA at the matching cache, in both metrics, calibrated on the first half, and
+# for LRKV and MLA also with the activation metric and --allocation layers (per-layer
+# sizes within the same total cache). Needs a built build/bin/lrkv. Prints a Markdown
+# table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${LRKV_SHARED_DIR:-../shared}"
@@ -30,10 +32,14 @@ configs=(
 i=0
 for entry in "${configs[@]}"; do
   args="${entry#*|}"
-  for metric in weight activation; do
+  for metric in weight activation layers; do
+    alloc=uniform m=$metric
+    if [ "$metric" = layers ]; then
+      case "$args" in *lrkv*|*mla*) alloc=layers m=activation ;; *) continue ;; esac
+    fi
     i=$((i + 1))
     # shellcheck disable=SC2086
-    ./build/bin/lrkv convert --checkpoint "$MODEL" $args --metric "$metric" \
+    ./build/bin/lrkv convert --checkpoint "$MODEL" $args --metric "$m" --allocation "$alloc" \
       --calib "$TEXT" --calib-range 0:0.5 --calib-tokens 1000000 \
       --eval "$TEXT" --eval-range 0.5:1 --out "$work/$i" --json > "$work/$i.json"
     echo "${entry%%|*}|$metric|$work/$i.json" >> "$work/index"
@@ -50,15 +56,24 @@ for line in open(sys.argv[1]):
         order.append(name)
         rows[name] = {"r": r}
     rows[name][metric] = r["perplexity_after"]
+    if metric == "layers":
+        sizes = r.get("allocation", {}).get("sizes", [])
+        rows[name]["layers_plan"] = ",".join(str(v) for v in sizes)
     src = r["perplexity_before"]
     tokens = r["eval_tokens"]
 print(f"source stories260K: perplexity {src:.4f} on the second half ({tokens} tokens); "
       "calibration: first half\n")
-print("| config | cache vs source | K/V params vs source | ppl (weight) | ppl (activation) |")
-print("|---|---:|---:|---:|---:|")
+print("| config | cache vs source | K/V params vs source | ppl (weight) | ppl (activation) "
+      "| ppl (activation, per-layer sizes) |")
+print("|---|---:|---:|---:|---:|---:|")
 for name in order:
     x = rows[name]
     r = x["r"]
+    layers = "-"
+    if "layers" in x:
+        plan = x["layers_plan"]
+        layers = f"{x['layers']:.3f}" + (f" ({plan})" if plan else " (uniform kept)")
     print(f"| {name} | {100*r['cache_ratio_to_source']:.1f}% | "
-          f"{100*r['kv_param_ratio_to_source']:.1f}% | {x['weight']:.3f} | {x['activation']:.3f} |")
+          f"{100*r['kv_param_ratio_to_source']:.1f}% | {x['weight']:.3f} | {x['activation']:.3f} "
+          f"| {layers} |")
 PY
