@@ -20,9 +20,10 @@ absl::StatusOr<SizeAllocation> ParseSizeAllocation(const std::string& name) {
       absl::StrCat("allocation '", name, "' is not one of: uniform, layers"));
 }
 
-absl::StatusOr<BudgetAllocation> AllocateBudget(const std::vector<LayerErrorCurve>& curves,
-                                                const std::function<int64_t(int64_t)>& cost,
-                                                int64_t budget_elements, int64_t uniform_size) {
+absl::StatusOr<BudgetAllocation> AllocateBudget(
+    const std::vector<LayerErrorCurve>& curves,
+    const std::function<int64_t(int64_t)>& cost, int64_t budget_elements,
+    int64_t uniform_size) {
   BudgetAllocation out;
   out.budget_elements = budget_elements;
   const size_t n = curves.size();
@@ -31,21 +32,23 @@ absl::StatusOr<BudgetAllocation> AllocateBudget(const std::vector<LayerErrorCurv
   for (size_t l = 0; l < n; ++l) {
     const LayerErrorCurve& c = curves[l];
     if (c.sizes.empty() || c.sizes.size() != c.errors.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("layer ", l, ": no error curve"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l, ": no error curve"));
     }
     const auto u = std::find(c.sizes.begin(), c.sizes.end(), uniform_size);
     if (u == c.sizes.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("layer ", l, ": the uniform size ", uniform_size, " is not on its curve"));
+          absl::StrCat("layer ", l, ": the uniform size ", uniform_size,
+                       " is not on its curve"));
     }
     out.uniform_estimated_error += c.errors[u - c.sizes.begin()];
     uniform_used += cost(uniform_size);
     used += cost(c.sizes[0]);
   }
   if (uniform_used > budget_elements) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the uniform plan needs ", uniform_used, " cache elements, over the budget's ",
-        budget_elements));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the uniform plan needs ", uniform_used,
+                     " cache elements, over the budget's ", budget_elements));
   }
   while (true) {
     size_t best_layer = n, best_to = 0;
@@ -56,7 +59,8 @@ absl::StatusOr<BudgetAllocation> AllocateBudget(const std::vector<LayerErrorCurv
       for (size_t to = at[l] + 1; to < c.sizes.size(); ++to) {
         const int64_t extra = cost(c.sizes[to]) - here;
         if (extra <= 0 || used + extra > budget_elements) continue;
-        const double slope = (c.errors[at[l]] - c.errors[to]) / static_cast<double>(extra);
+        const double slope =
+            (c.errors[at[l]] - c.errors[to]) / static_cast<double>(extra);
         if (slope > best_slope) {
           best_slope = slope;
           best_layer = l;
@@ -65,7 +69,8 @@ absl::StatusOr<BudgetAllocation> AllocateBudget(const std::vector<LayerErrorCurv
       }
     }
     if (best_layer == n) break;
-    used += cost(curves[best_layer].sizes[best_to]) - cost(curves[best_layer].sizes[at[best_layer]]);
+    used += cost(curves[best_layer].sizes[best_to]) -
+            cost(curves[best_layer].sizes[at[best_layer]]);
     at[best_layer] = best_to;
   }
   for (size_t l = 0; l < n; ++l) {

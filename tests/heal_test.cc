@@ -271,6 +271,19 @@ TEST(Healer, FrozenStoredWeightsPassTheSameGradient) {
 // healer does, for a reconstruct model) and the mapped weights of student and
 // teacher; a heal estimated above the memory allowed is refused before anything is
 // loaded, naming the estimate, and writes nothing.
+// A heal of the stories student saved in `dir` (as "student") against its source, on
+// 64-token rows of `data` of the stories text.
+HealJobOptions StoriesHealJob(const std::filesystem::path& dir, DocumentRange data) {
+  HealJobOptions o;
+  o.checkpoint = (dir / "student").string();
+  o.teacher = testing::StoriesModelPath();
+  o.data = testing::StoriesTextPath();
+  o.data_range = data;
+  o.seq_len = 64;
+  o.heal = SmallRun();
+  return o;
+}
+
 TEST(TokenData, HeldOutRowsLeaveTraining) {
   const HealSetup s = Stories();
   auto data = TokenDataset::FromDocuments(
@@ -297,15 +310,9 @@ TEST(HealJob, KeepBestNeverEndsWorseThanTheUnhealedModel) {
                                         &s.tokenizer, DType::kF32)
                   .ok());
   auto run = [&](double lr, bool keep_best, const std::string& name) {
-    HealJobOptions o;
-    o.checkpoint = (dir / "student").string();
-    o.teacher = testing::StoriesModelPath();
-    o.data = testing::StoriesTextPath();
-    o.data_range = {0, 0.5};
+    HealJobOptions o = StoriesHealJob(dir, {0, 0.5});
     o.eval = testing::StoriesTextPath();
     o.eval_range = {0.9, 1};
-    o.seq_len = 64;
-    o.heal = SmallRun();
     o.heal.steps = 12;
     o.heal.warmup = 2;
     o.heal.eval_every = 3;
@@ -349,13 +356,7 @@ TEST(HealJob, MemoryEstimateAndUpFrontRefusal) {
   ASSERT_TRUE(SaveSafetensorsCheckpoint((dir / "student").string(), s.config, s.converted,
                                         &s.tokenizer, DType::kBF16)
                   .ok());
-  HealJobOptions o;
-  o.checkpoint = (dir / "student").string();
-  o.teacher = testing::StoriesModelPath();
-  o.data = testing::StoriesTextPath();
-  o.data_range = {0, 0.2};
-  o.seq_len = 64;
-  o.heal = SmallRun();
+  HealJobOptions o = StoriesHealJob(dir, {0, 0.2});
   o.heal.steps = 2;
   o.heal.warmup = 0;
   o.heal.batch = 1;
