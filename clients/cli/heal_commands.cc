@@ -306,9 +306,9 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--temperature", o.temperature, "Distillation temperature");
   cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps");
   cmd->add_flag("--keep-best,!--no-keep-best", o.keep_best,
-                "End with the parameters of the best evaluation (the unhealed model "
-                "included), judged on a tenth of --data's rows held out from training")
-      ->capture_default_str();
+                "On by default: end with the parameters of the best evaluation (the "
+                "unhealed model included), judged on a tenth of --data's rows held out "
+                "from training; --no-keep-best ends with the last step's");
   cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
                 "Keep one layer's activations, recompute the rest in the backward pass "
                 "(less memory, ~1/3 more compute; CPU)");

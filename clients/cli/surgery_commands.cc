@@ -210,8 +210,8 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
                    "LRKV: alternating iterations at most (the solver stops earlier on --tol)")
       ->capture_default_str();
   conv->add_option("--tol", o.tol,
-                   "LRKV: stop once an iteration lowers the objective by less than this "
-                   "fraction of it")
+                   "LRKV: converged once 5 steps together lower the objective by less than "
+                   "5x this fraction of it")
       ->capture_default_str();
   conv->add_option("--damping", o.damping, "Whitening damping (relative)");
   conv->add_option("--eval", v->job.eval_path,
