@@ -204,10 +204,17 @@ int RunHeal(HealArgs a) {
                   *report->perplexity_before, *report->perplexity_after);
       if (report->teacher_perplexity)
         std::printf(" (teacher %.4f)", *report->teacher_perplexity);
-      std::printf(", %lld tokens (the step evaluations above score the first %lld "
-                  "--seq-len windows only)\n",
-                  static_cast<long long>(report->eval_tokens),
-                  static_cast<long long>(a.job.heal.eval_rows));
+      if (a.job.heal.keep_best) {
+        std::printf(", %lld tokens (the step evaluations above score %lld rows held out "
+                    "from --data, a different measure)\n",
+                    static_cast<long long>(report->eval_tokens),
+                    static_cast<long long>(report->settings.value("validation_rows", 0)));
+      } else {
+        std::printf(", %lld tokens (the step evaluations above score the first %lld "
+                    "--seq-len windows only)\n",
+                    static_cast<long long>(report->eval_tokens),
+                    static_cast<long long>(a.job.heal.eval_rows));
+      }
     }
     std::printf("written to %s\n", a.job.out_dir.c_str());
   }
