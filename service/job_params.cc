@@ -343,8 +343,9 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
   RETURN_IF_ERROR(Read(j, "kl_tokens", &o.kl_tokens));
   RETURN_IF_ERROR(Read(j, "context", &o.contexts));
   RETURN_IF_ERROR(Read(j, "timed_tokens", &o.timed_tokens));
-  RETURN_IF_ERROR(Read(j, "allocation", &o.allocation));
-  RETURN_IF_ERROR(ParseSizeAllocation(o.allocation).status());
+  std::string allocation = "uniform";
+  RETURN_IF_ERROR(Read(j, "allocation", &allocation));
+  ASSIGN_OR_RETURN(o.allocation, ParseSizeAllocation(allocation));
   ASSIGN_OR_RETURN(o.calib_range, ParseDocumentRange(calib_range));
   ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
   ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));

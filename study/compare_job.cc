@@ -41,7 +41,6 @@ absl::Status Validate(const CompareJobOptions& o) {
   if (o.work_dir.empty())
     return Invalid("a work folder is required (--work-dir)");
   if (o.budgets.empty()) return Invalid("--budget needs at least one value");
-  RETURN_IF_ERROR(ParseSizeAllocation(o.allocation).status());
   for (double b : o.budgets) {
     if (!(b > 0 && b <= 1))
       return Invalid(absl::StrCat("--budget ", b, " must lie in (0, 1]"));
@@ -235,7 +234,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
                        {"budgets", o.budgets},
                        {"variants", o.variants},
                        {"rope_modes", o.rope_modes},
-                       {"allocation", o.allocation},
+                       {"allocation", SizeAllocationName(o.allocation)},
                        {"metric", o.calib.empty() ? "weight" : "activation"},
                        {"calib", o.calib},
                        {"calib_range", range(o.calib_range)},
@@ -304,7 +303,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     co.out_dir = dir + "/converted";
     co.conversion.variant = p.variant;
     if (p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) {
-      ASSIGN_OR_RETURN(co.conversion.allocation, ParseSizeAllocation(o.allocation));
+      co.conversion.allocation = o.allocation;
     }
     co.conversion.budget = p.budget;
     co.conversion.rope_mode =

@@ -34,9 +34,9 @@ struct CompareJobOptions {
   /// LRKV RoPE handling to convert and measure: plane and/or reconstruct. MLA
   /// is always measured with exact reconstruction.
   std::vector<std::string> rope_modes = {"plane", "reconstruct"};
-  /// LRKV and MLA sizes: "uniform" or "layers" (per-layer sizes within each budget,
-  /// from each layer's error curve).
-  std::string allocation = "uniform";
+  /// LRKV and MLA sizes: one per model, or per layer within each budget (from each
+  /// layer's error curve).
+  SizeAllocation allocation = SizeAllocation::kUniform;
   /// Calibration text (the activation metric when set; weight metric
   /// otherwise).
   std::string calib;

@@ -9,11 +9,6 @@
 namespace lrkv {
 namespace {
 
-struct Fit {
-  at::Tensor u;  // Ũ [H, k, r] (whitened coordinates, in the reduced basis if any)
-  at::Tensor b;  // B [H, dh, r]
-};
-
 // Extrapolation of S between alternations (see DecomposeLrkv): the first β, its growth
 // after an improving step, the cut after a failed one, and the bound on β.
 constexpr double kExtrapolationStart = 0.5, kExtrapolationGrowth = 1.1;
@@ -192,7 +187,6 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
     Point next = step(from);
     const double prev = out.gauged_objective.back();
     if (!(next.gauged < prev) && extrapolated) {
-      ++out.rejected_steps;
       // The extrapolated start did worse: shrink β and restart from the best point.
       beta_cap = beta;
       beta /= kExtrapolationCut;
@@ -230,11 +224,9 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
     from = s + beta * (s - s_prev);
     extrapolated = true;
   }
-  out.iterations = static_cast<int>(out.objective.size()) - 1;
   if (r == 0 || out.objective.back() == 0) out.converged = true;
-  Fit fit{u, b};
-  auto residual_error = [&]() { return wt - s - at::matmul(fit.u, fit.b.transpose(1, 2)); };
-  const at::Tensor err = residual_error();
+  // u: Ũ [H, k, r] (whitened coordinates, in the reduced basis if any); b: B [H, dh, r].
+  const at::Tensor err = wt - s - at::matmul(u, b.transpose(1, 2));
   const auto head_err = err.pow(2).sum({1, 2}).sqrt();
   const auto head_norm = wt.pow(2).sum({1, 2}).sqrt();
   for (int64_t i = 0; i < h; ++i) {
@@ -247,69 +239,19 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
   out.rel_error = energy > 0 ? std::sqrt(final_objective / energy) : 0.0;
   if (basis.defined()) {
     s = at::matmul(basis, s);
-    fit.u = at::matmul(basis, fit.u);
+    u = at::matmul(basis, u);
   }
   if (whitening.defined()) {
     // Back to original coordinates: S = L⁻ᵀ S̃, U_h = L⁻ᵀ Ũ_h.
     const at::Tensor lt = whitening.t();
     out.shared = at::linalg_solve_triangular(lt, s, /*upper=*/true);
-    out.down = r > 0 ? at::linalg_solve_triangular(lt, fit.u, /*upper=*/true) : fit.u;
+    out.down = r > 0 ? at::linalg_solve_triangular(lt, u, /*upper=*/true) : u;
   } else {
     out.shared = s;
-    out.down = fit.u;
+    out.down = u;
   }
-  out.up = fit.b;
+  out.up = b;
   return out;
-}
-
-std::vector<double> ErrorCurveAt(const at::Tensor& weights, const at::Tensor& whitening,
-                                 const LrkvDecompositionOptions& opt,
-                                 const at::Tensor& shared) {
-  const at::Tensor w = weights.to(at::kDouble);
-  at::Tensor wt = w, s = shared.to(at::kDouble);
-  if (whitening.defined()) {
-    wt = at::matmul(whitening.t(), w);
-    s = at::matmul(whitening.t(), s);
-  }
-  const at::Tensor res = wt - s;
-  const int64_t h = w.size(0), dh = w.size(2);
-  const double total = res.pow(2).sum().item<double>();
-  at::Tensor gram = at::matmul(res.transpose(1, 2), res);  // [H, dh, dh]
-  std::vector<double> captured(dh + 1, 0.0);               // Σ_h energy the rank-r B holds
-  if (opt.support == ResidualSupport::kRopePlanes) {
-    const at::Tensor diag = gram.diagonal(0, 1, 2).contiguous();
-    auto acc = diag.accessor<double, 2>();
-    for (int64_t head = 0; head < h; ++head) {
-      std::vector<double> energy;
-      for (const auto& [a, b] : opt.planes) energy.push_back(acc[head][a] + acc[head][b]);
-      std::sort(energy.rbegin(), energy.rend());
-      double sum = 0;
-      for (int64_t r = 0; r <= dh; ++r) {
-        if (r % 2 == 0 && r > 0 && static_cast<size_t>(r / 2) <= energy.size()) {
-          sum += energy[r / 2 - 1];
-        }
-        captured[r] += sum;
-      }
-    }
-  } else {
-    if (opt.support == ResidualSupport::kExcludeCoords) {
-      at::Tensor mask = at::ones({dh}, at::kDouble);
-      for (int64_t c : opt.excluded) mask[c] = 0.0;
-      gram = gram * mask.view({1, -1, 1}) * mask.view({1, 1, -1});
-    }
-    const at::Tensor evals = at::linalg_eigvalsh(gram).flip({1}).contiguous();  // descending
-    auto acc = evals.accessor<double, 2>();
-    for (int64_t head = 0; head < h; ++head) {
-      double sum = 0;
-      for (int64_t r = 0; r <= dh; ++r) {
-        if (r > 0) sum += std::max(0.0, acc[head][r - 1]);  // masked coordinates give 0
-        captured[r] += sum;
-      }
-    }
-  }
-  std::vector<double> curve;
-  for (int64_t r = 0; r <= dh; ++r) curve.push_back(std::max(0.0, total - captured[r]));
-  return curve;
 }
 
 }  // namespace lrkv

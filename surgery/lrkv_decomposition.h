@@ -56,12 +56,6 @@ struct LrkvDecomposition {
   std::vector<double> gauged_objective;
   // ‖M(W_h − S − U_h B_hᵀ)‖ / ‖M W_h‖ per head, at the end.
   std::vector<double> head_rel_error;
-  // Accepted alternations (objective.size() − 1; extrapolated tries that failed are
-  // not counted).
-  int iterations = 0;
-  // Extrapolated steps that would have raised the objective (discarded; each cost one
-  // alternation, not counted in `iterations` or against max_iters).
-  int rejected_steps = 0;
   // Stopped on the tolerance (or exact); false when max_iters ran out first.
   bool converged = false;
   // sqrt(final objective / Σ_h ‖M W_h‖²).
@@ -75,15 +69,6 @@ struct LrkvDecomposition {
 absl::StatusOr<LrkvDecomposition> DecomposeLrkv(const at::Tensor& weights,
                                                 const at::Tensor& whitening,
                                                 const LrkvDecompositionOptions& options);
-
-// The error Σ_h ‖M(W_h − S − U_h B_hᵀ)‖² at every rank r = 0..d_h for a fixed S (e.g. a
-// decomposition's `shared`), with the best residual subspaces for that S: exact at the
-// rank S was converged for, an upper bound of the optimum at the others (S stays).
-// Ranks the support cannot take repeat the error below them (plane mode: odd ranks;
-// partial: ranks past the position-free coordinates).
-std::vector<double> ErrorCurveAt(const at::Tensor& weights, const at::Tensor& whitening,
-                                 const LrkvDecompositionOptions& options,
-                                 const at::Tensor& shared);
 
 }  // namespace lrkv
 

@@ -28,6 +28,7 @@ struct CompareArgs {
   std::string budgets = "0.25,0.5,0.75", variants = "gqa,mqa,mla,lrkv";
   std::string rope_modes = "plane,reconstruct", contexts = "128,512,2048";
   std::string calib_range = "0:1", data_range = "0:1", eval_range = "0:1";
+  std::string allocation = "uniform";
   std::string json_path, html_path;
 };
 
@@ -61,6 +62,9 @@ int RunCompare(CompareArgs a) {
   a.job.contexts = *contexts;
   a.job.variants = absl::StrSplit(a.variants, ',', absl::SkipEmpty());
   a.job.rope_modes = absl::StrSplit(a.rope_modes, ',', absl::SkipEmpty());
+  auto allocation = ParseSizeAllocation(a.allocation);
+  if (!allocation.ok()) return Fail(allocation.status());
+  a.job.allocation = *allocation;
   for (auto [text, range] : {std::pair{&a.calib_range, &a.job.calib_range},
                              std::pair{&a.data_range, &a.job.data_range},
                              std::pair{&a.eval_range, &a.job.eval_range}}) {
@@ -114,7 +118,7 @@ void AddCompareCommands(CLI::App& app, int* exit_code) {
                   "Comma list of gqa, mqa, mla, lrkv");
   cmd->add_option("--rope-mode", c->rope_modes,
                   "LRKV RoPE handling: plane, reconstruct");
-  cmd->add_option("--allocation", o.allocation,
+  cmd->add_option("--allocation", c->allocation,
                   "LRKV/MLA sizes: uniform | layers (per-layer, from each layer's error "
                   "curve, within each budget)")
       ->capture_default_str();
