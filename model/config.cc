@@ -266,6 +266,15 @@ absl::Status ModelConfig::Validate() const {
     return Invalid(absl::StrCat("mla latent ", kv.latent, " must lie in [1, ",
                                 2 * num_kv_heads * head_dim, "]"));
   }
+  if (kv.layout == KvLayout::kMla && kv.rope_mode == RopeMode::kPlane) {
+    return Invalid("mla rope_mode must be reconstruct or partial (plane mode is LRKV's)");
+  }
+  if (kv.DecoupledRope() && qk_norm) {
+    return Invalid(
+        "mla with decoupled RoPE (rope_mode partial) needs a model without QK-norm: the "
+        "DeepSeek layout normalises no key, and a norm over the latent and the shared "
+        "RoPE key together cannot be factored");
+  }
   if (!kv.layer_sizes.empty()) {
     if (kv.layout == KvLayout::kDense ||
         static_cast<int64_t>(kv.layer_sizes.size()) != num_layers) {

@@ -88,6 +88,13 @@ struct KvCompression {
   int64_t LatentAt(int64_t layer) const {
     return layer_sizes.empty() ? latent : layer_sizes[static_cast<size_t>(layer)];
   }
+  /// MLA with decoupled RoPE (the DeepSeek layout): a RoPE-free latent of d_c plus one
+  /// rotated key of RopeWidth() = 2·rope_planes_kept shared by every head, whose
+  /// pair m turns with RoPE plane m's frequency.
+  bool DecoupledRope() const {
+    return layout == KvLayout::kMla && rope_mode == RopeMode::kPartial;
+  }
+  int64_t RopeWidth() const { return DecoupledRope() ? 2 * rope_planes_kept : 0; }
 };
 
 struct ModelConfig {

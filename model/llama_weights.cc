@@ -72,6 +72,15 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
           fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
           fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
         }
+        if (c.kv.DecoupledRope()) {
+          const int64_t w = c.kv.RopeWidth();
+          fn(LayerName(i, "self_attn.k_rope.weight"), &l.k_rope, {w, d});
+          fn(LayerName(i, "self_attn.q_rope.weight"), &l.q_rope, {c.num_heads * w, d});
+          if (c.qkv_bias) {
+            fn(LayerName(i, "self_attn.k_rope.bias"), &l.bk_rope, {w});
+            fn(LayerName(i, "self_attn.q_rope.bias"), &l.bq_rope, {c.num_heads * w});
+          }
+        }
         break;
     }
     if (c.qk_norm) {
@@ -353,7 +362,11 @@ LlamaWeights MapWeights(const LlamaWeights& w, const Convert& convert) {
                             {&m.w_down, &l.w_down},
                             {&m.kv_down, &l.kv_down},
                             {&m.k_up, &l.k_up},
-                            {&m.v_up, &l.v_up}}) {
+                            {&m.v_up, &l.v_up},
+                            {&m.k_rope, &l.k_rope},
+                            {&m.q_rope, &l.q_rope},
+                            {&m.bk_rope, &l.bk_rope},
+                            {&m.bq_rope, &l.bq_rope}}) {
       *dst = move(*src);
     }
     for (auto [dst, src] : {std::pair{&m.k_lr, &l.k_lr}, {&m.v_lr, &l.v_lr}}) {
@@ -426,6 +439,8 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
       out.wv = at::matmul(l.v_up, l.kv_down);
       out.bk = l.bk;
       out.bv = l.bv;
+      out.wk_rope = l.k_rope;
+      out.bk_rope = l.bk_rope;
       break;
   }
   return out;

@@ -37,6 +37,11 @@ struct LayerWeights {
   LowRankProjection k_lr, v_lr;   // LRKV layout only
   at::Tensor kv_down;             // [dc, d] MLA layout only: the joint latent
   at::Tensor k_up, v_up;          // [Hkv*dh, dc] MLA layout only
+  // MLA with decoupled RoPE (kv.DecoupledRope(), w = kv.RopeWidth()): the rotated key
+  // every head shares and each query head's part against it, pair m turning with
+  // RoPE plane m; bk then biases the RoPE-free key only.
+  at::Tensor k_rope, q_rope;      // [w, d], [H*w, d]
+  at::Tensor bk_rope, bq_rope;    // [w], [H*w]; qkv_bias only
   at::Tensor q_norm, k_norm;      // [dh] (OLMo-2: [H*dh], [Hkv*dh]); qk_norm only
   at::Tensor ffn_norm;            // [d]
   at::Tensor w_gate, w_up;        // [ff, d]
@@ -107,9 +112,11 @@ LlamaWeights ToDtype(const LlamaWeights& weights, at::ScalarType dtype);
 LlamaWeights ForCompute(const LlamaWeights& weights, at::ScalarType dtype);
 
 // Materialises the dense per-KV-head K/V projections [Hkv*dh, d] (and biases [Hkv*dh],
-// undefined without biases) of any layout.
+// undefined without biases) of any layout. MLA with decoupled RoPE: wk is the RoPE-free
+// key, and wk_rope [w, d] (bk_rope [w]) the rotated key every head shares.
 struct DenseKv {
   at::Tensor wk, bk, wv, bv;
+  at::Tensor wk_rope, bk_rope;
 };
 DenseKv ExpandKv(const ModelConfig& config, const LayerWeights& layer);
 

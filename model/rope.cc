@@ -178,4 +178,24 @@ at::Tensor Rope::RotatePairs(const at::Tensor& z, const at::Tensor& positions,
   return at::cat({out, z.narrow(-1, 2 * pairs, 1)}, -1);
 }
 
+at::Tensor Rope::RotateLeadingPlanes(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t k = x.size(-1) / 2;
+  if (k == 0) return x;
+  auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
+  const int64_t rotated = std::min(k, half_);
+  auto pad = [&](const at::Tensor& a, double fill) {
+    auto part = a.narrow(-1, 0, rotated);
+    if (rotated == k) return part;
+    auto sizes = part.sizes().vec();
+    sizes.back() = k - rotated;
+    return at::cat({part, at::full(sizes, fill, part.options())}, -1);
+  };
+  const int64_t b = positions.dim() == 2 ? positions.size(0) : 1;
+  const auto cos = pad(cos_d, 1.0).to(x.scalar_type()).view({b, -1, 1, k});
+  const auto sin = pad(sin_d, 0.0).to(x.scalar_type()).view({b, -1, 1, k});
+  auto p = x.unflatten(-1, {k, 2});
+  auto x0 = p.select(-1, 0), x1 = p.select(-1, 1);
+  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2);
+}
+
 }  // namespace lrkv

@@ -35,6 +35,11 @@ class Rope {
   at::Tensor RotatePairs(const at::Tensor& z, const at::Tensor& positions,
                          const at::Tensor& planes) const;
 
+  // Rotates coordinate pairs (2m, 2m+1) of x [B, T, n, 2k] at positions [T] or [B, T],
+  // pair m with the frequency of plane m (m >= planes() not at all): the rotated key
+  // and query parts of MLA with decoupled RoPE, in DeepSeek's interleaved pair order.
+  at::Tensor RotateLeadingPlanes(const at::Tensor& x, const at::Tensor& positions) const;
+
   // The head coordinates (first, second) of plane `plane`: a rotation plane below
   // planes(), else one of the position-free coordinate pairs a partial rotary leaves
   // after the rotated dims (rope_dim + 2j, rope_dim + 2j + 1), j = plane - planes().

@@ -37,6 +37,11 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
         kv_ok = l.kv_down.defined() && l.kv_down.size(0) == config.kv.LatentAt(layer);
         break;
     }
+    if (config.kv.DecoupledRope()) {
+      const int64_t w = config.kv.RopeWidth();
+      kv_ok = kv_ok && l.k_rope.defined() && l.k_rope.size(0) == w && l.q_rope.defined() &&
+              l.q_rope.size(0) == config.num_heads * w;
+    }
     if (!kv_ok || l.wq.size(0) != config.num_heads * config.head_dim ||
         config.qk_norm != l.q_norm.defined() || config.qkv_bias != l.bq.defined()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -93,12 +98,30 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
   }
   kp = kp.reshape({b, t, hkv, dh});
   *v = vp.reshape({b, t, hkv, dh});
+  if (config_.kv.DecoupledRope()) {
+    // The DeepSeek layout: RoPE-free query and key parts, and each query head's rotated
+    // part against the one rotated key all heads share (Config::Validate rules out
+    // QK-norm here).
+    const int64_t w = config_.kv.RopeWidth();
+    auto k_rope = RotateDecoupled(layer, linear(x, l.k_rope, l.bk_rope).view({b, t, 1, w}),
+                                  positions);
+    auto q_rope = RotateDecoupled(
+        layer, linear(x, l.q_rope, l.bq_rope).view({b, t, config_.num_heads, w}), positions);
+    *q = at::cat({qp, q_rope}, -1);
+    *k = at::cat({kp, k_rope.expand({b, t, hkv, w})}, -1);
+    return;
+  }
   if (config_.qk_norm) {
     qp = QkNorm(config_, qp, l.q_norm);
     kp = QkNorm(config_, kp, l.k_norm);
   }
   *q = ApplyRope(layer, qp, positions);
   *k = ApplyRope(layer, kp, positions);
+}
+
+at::Tensor Transformer::RotateDecoupled(int64_t layer, const at::Tensor& x,
+                                        const at::Tensor& positions) const {
+  return ropes_[layer].RotateLeadingPlanes(x, positions);
 }
 
 at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s,
@@ -114,11 +137,13 @@ at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s,
 
 at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
                                const at::Tensor& v, const at::Tensor& hidden) const {
+  // Keys may be wider than values (decoupled RoPE: d_h + w); the scale stays the
+  // source's 1/sqrt(d_h).
   const int64_t b = q.size(0), t = q.size(1), h = config_.num_heads,
                 hkv = config_.num_kv_heads, g = h / hkv, dh = config_.head_dim,
-                s = k.size(2);
+                s = k.size(2), dq = q.size(3), dv = v.size(3);
   // Query head j*g + i uses KV head j (the grouping of HF's repeat_kv).
-  auto qg = q.permute({0, 2, 1, 3}).reshape({b, hkv, g, t, dh});
+  auto qg = q.permute({0, 2, 1, 3}).reshape({b, hkv, g, t, dq});
   auto kg = k.unsqueeze(2);  // [B, Hkv, 1, S, dh]
   auto vg = v.unsqueeze(2);
   auto scores = at::matmul(qg, kg.transpose(-1, -2)) / std::sqrt(static_cast<double>(dh));
@@ -126,7 +151,7 @@ at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   auto probs = at::softmax(scores, -1);
   auto out = at::matmul(probs, vg);  // [B, Hkv, g, T, dh]
-  return out.reshape({b, h, t, dh}).permute({0, 2, 1, 3}).reshape({b, t, h * dh});
+  return out.reshape({b, h, t, dv}).permute({0, 2, 1, 3}).reshape({b, t, h * dv});
 }
 
 at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) const {
@@ -173,7 +198,8 @@ KVCache Transformer::NewCache(int64_t batch, int64_t capacity) const {
   cache.capacity = capacity;
   for (int64_t i = 0; i < config_.num_layers; ++i) {
     cache.k.push_back(
-        at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim},
+        at::zeros({batch, config_.num_kv_heads, capacity,
+                   config_.head_dim + config_.kv.RopeWidth()},
                   weights_.embed.options().dtype(ComputeDtype(weights_.embed))));
     cache.v.push_back(
         at::zeros({batch, config_.num_kv_heads, capacity, config_.head_dim},

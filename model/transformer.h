@@ -81,6 +81,9 @@ class Transformer {
                     const at::Tensor& hidden) const;
   // Keys after the query (query positions start..start+T-1, keys 0..S-1), and keys
   // outside a sliding window: [T, S].
+  // Decoupled RoPE: rotates the pairs of x [B, T, n, w] (Rope::RotateLeadingPlanes).
+  at::Tensor RotateDecoupled(int64_t layer, const at::Tensor& x,
+                             const at::Tensor& positions) const;
   at::Tensor CausalMask(int64_t start, int64_t t, int64_t s, at::Device device) const;
   at::Tensor Run(const at::Tensor& tokens, const at::Tensor& positions,
                  const at::Tensor& hidden, const AttentionInputObserver& observer) const;

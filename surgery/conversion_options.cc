@@ -35,6 +35,11 @@ AttentionShape ShapeOf(const ModelConfig& c) {
   return s;
 }
 
+int64_t RopePlanesKept(const ModelConfig& c, const ConversionOptions& o) {
+  if (o.rope_mode != RopeMode::kPartial) return 0;
+  return o.rope_planes_kept >= 0 ? o.rope_planes_kept : std::max<int64_t>(1, c.rope_dim / 2 / 4);
+}
+
 absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOptions& o) {
   if (c.kv.layout != KvLayout::kDense) {
     return Invalid(absl::StrCat("the source is already converted (",
@@ -46,11 +51,32 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
   KvConfig target;
   target.variant = o.variant;
   const bool plane = o.rope_mode == RopeMode::kPlane;
-  if (o.variant != KvVariant::kLrkv && o.rope_mode != RopeMode::kReconstruct) {
+  const bool mla_partial = o.variant == KvVariant::kMla && o.rope_mode == RopeMode::kPartial;
+  if (o.variant != KvVariant::kLrkv && o.rope_mode != RopeMode::kReconstruct && !mla_partial) {
     return Invalid(absl::StrCat("--rope-mode ", RopeModeName(o.rope_mode),
-                                " applies to lrkv only; ", KvVariantName(o.variant),
-                                " keeps exact RoPE (reconstruct)"));
+                                o.variant == KvVariant::kMla
+                                    ? " does not apply to mla (valid: reconstruct, partial)"
+                                    : absl::StrCat(" applies to lrkv and mla only; ",
+                                                   KvVariantName(o.variant),
+                                                   " keeps exact RoPE (reconstruct)")));
   }
+  if (mla_partial) {
+    if (c.qk_norm) {
+      return Invalid(
+          "mla --rope-mode partial (decoupled RoPE, the DeepSeek layout) needs a model "
+          "without QK-norm: that layout normalises no key (use --rope-mode reconstruct)");
+    }
+    if (c.rope_scaling.attention_factor != 1.0) {
+      return Invalid(
+          "mla --rope-mode partial: the model's rope_scaling scales rotated dims by an "
+          "attention factor, which the RoPE-free part would lose (use --rope-mode "
+          "reconstruct)");
+    }
+    if (c.rope_dim == 0) {
+      return Invalid("mla --rope-mode partial: the model has no RoPE (use reconstruct)");
+    }
+  }
+  const int64_t rope_width = mla_partial ? 2 * RopePlanesKept(c, o) : 0;
   if (o.variant == KvVariant::kMha) {
     return Invalid("variant mha is the source itself; valid targets: lrkv, gqa, mqa, mla");
   }
@@ -63,7 +89,7 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
       return Invalid("give either --budget or an explicit size (--rank, --kv-heads, "
                      "--latent), not both");
     }
-    ASSIGN_OR_RETURN(target, PlanForBudget(shape, o.variant, o.budget, plane));
+    ASSIGN_OR_RETURN(target, PlanForBudget(shape, o.variant, o.budget, plane, rope_width));
   } else {
     switch (o.variant) {
       case KvVariant::kLrkv:
@@ -78,6 +104,7 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
       case KvVariant::kMla:
         if (o.latent < 0) return Invalid("mla needs --latent d_c or --budget");
         target.latent = o.latent;
+        target.rope_dim = rope_width;
         break;
       case KvVariant::kMqa:
         break;

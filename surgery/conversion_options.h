@@ -35,8 +35,11 @@ struct ConversionOptions {
   /// Error metric of the decomposition: Frobenius (`weight`) or calibration-whitened
   /// (`activation`, needs calibration statistics).
   SurgeryMetric metric = SurgeryMetric::kWeight;
-  /// LRKV RoPE handling. `plane` restricts each head's K residual to r/2 rotation
+  /// RoPE handling. LRKV: `plane` restricts each head's K residual to r/2 rotation
   /// planes; `partial` keeps RoPE on `rope_planes_kept` planes carried by the shared key.
+  /// MLA: `reconstruct` (exact, the latent rebuilt per position) or `partial`, decoupled
+  /// RoPE (the DeepSeek layout: a RoPE-free latent plus one rotated key of
+  /// 2·rope_planes_kept shared by all heads, cached beside it).
   RopeMode rope_mode = RopeMode::kReconstruct;
   /// Partial mode: planes that stay rotated; -1 = a quarter of the planes (at least 1).
   int64_t rope_planes_kept = -1;
@@ -52,6 +55,10 @@ struct ConversionOptions {
   /// size's total).
   SizeAllocation allocation = SizeAllocation::kUniform;
 };
+
+// The RoPE planes a partial-mode conversion keeps (the option, or its default); 0 in
+// other modes.
+int64_t RopePlanesKept(const ModelConfig& config, const ConversionOptions& options);
 
 // The shape of `config` as the accounting sees it.
 AttentionShape ShapeOf(const ModelConfig& config);

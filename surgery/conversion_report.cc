@@ -29,6 +29,10 @@ nlohmann::json ConversionReport::ToJson() const {
   for (const auto& l : layers) {
     nlohmann::json lj = {{"layer", l.layer}, {"k", ProjectionJson(l.k)}, {"v", ProjectionJson(l.v)}};
     if (l.size > 0 || target.variant == KvVariant::kLrkv) lj["size"] = l.size;
+    if (target.variant == KvVariant::kMla && target.rope_dim > 0) {
+      lj["rope"] = {{"shared_energy", l.shared_rope_energy},
+                    {"kept_plane_energy", l.kept_plane_energy}};
+    }
     layers_json.push_back(std::move(lj));
   }
   nlohmann::json j = {
@@ -47,6 +51,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"metric", metric},
       {"rope_mode", rope_mode},
       {"rope_planes_kept", rope_planes_kept},
+      {"rope_dim", target.rope_dim},
       {"budget", budget},
       {"cache_elements_per_token_layer", footprint.elements_per_token_layer},
       {"cache_elements_per_token", footprint.elements_per_token},
@@ -138,6 +143,21 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
                           k.value("rel_error", 0.0),
                           max_of(k["head_rel_error"]), iters(k), v.value("rel_error", 0.0),
                           max_of(v["head_rel_error"]), iters(v));
+  }
+  bool rope_header = false;
+  for (const auto& l : j.value("layers", nlohmann::json::array())) {
+    if (!l.contains("rope")) continue;
+    if (!rope_header) {
+      absl::StrAppendFormat(&out,
+                            "\ndecoupled RoPE: %d dims (planes 0..%d) shared by all heads\n"
+                            "layer  kept planes' share of K energy  carried by the shared key\n",
+                            j.value("rope_dim", int64_t{0}),
+                            j.value("rope_planes_kept", int64_t{0}) - 1);
+      rope_header = true;
+    }
+    absl::StrAppendFormat(&out, "%5d  %30.2f%%  %24.2f%%\n", l.value("layer", int64_t{0}),
+                          100 * l["rope"].value("kept_plane_energy", 0.0),
+                          100 * l["rope"].value("shared_energy", 0.0));
   }
   if (capped) {
     const nlohmann::json solver = j.value("solver", nlohmann::json::object());

@@ -33,6 +33,9 @@ struct LayerReport {
   int64_t layer = 0;
   int64_t size = 0;  // LRKV rank / MLA latent of this layer (0 for GQA/MQA)
   ProjectionReport k, v;
+  // MLA with decoupled RoPE (surgery/decoupled_rope.h): of the kept planes' key energy,
+  // the share the shared rotated key carries; of the key's, the share in the kept planes.
+  double shared_rope_energy = 0, kept_plane_energy = 0;
 };
 
 struct ConversionReport {

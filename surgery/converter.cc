@@ -13,6 +13,7 @@
 #include "model/rope.h"
 #include "model/status_macros.h"
 #include "surgery/baselines.h"
+#include "surgery/decoupled_rope.h"
 #include "surgery/budget_allocation.h"
 #include "surgery/lrkv_decomposition.h"
 
@@ -116,11 +117,8 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
   ConvertedModel out{config, weights};
   ModelConfig& c = out.config;
   const int64_t hkv = config.num_kv_heads, dh = config.head_dim;
-  int64_t kept = 0;
-  if (o.rope_mode == RopeMode::kPartial) {
-    kept = o.rope_planes_kept >= 0 ? o.rope_planes_kept
-                                   : std::max<int64_t>(1, config.rope_dim / 2 / 4);
-  }
+  const int64_t kept = RopePlanesKept(config, o);
+  const bool decoupled = target.variant == KvVariant::kMla && o.rope_mode == RopeMode::kPartial;
   switch (target.variant) {
     case KvVariant::kGqa:
       c.num_kv_heads = target.kv_heads;
@@ -131,6 +129,8 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
     case KvVariant::kMla:
       c.kv.layout = KvLayout::kMla;
       c.kv.latent = target.latent;
+      c.kv.rope_mode = o.rope_mode;
+      c.kv.rope_planes_kept = kept;
       break;
     case KvVariant::kLrkv:
       c.kv.layout = KvLayout::kLrkv;
@@ -209,7 +209,14 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
       ASSIGN_OR_RETURN(at::Tensor whitening, whitening_of(i));
       LayerErrorCurve curve;
       if (target.variant == KvVariant::kMla) {
-        const std::vector<double> e = MlaErrorCurve(src.wk, src.wv, whitening);
+        // Decoupled RoPE: the latent compresses the key less its shared rotated part.
+        const at::Tensor wk =
+            decoupled ? SplitDecoupledRope(config, i, weights.layers[i].wq.to(at::kFloat),
+                                           at::Tensor(), src.wk, at::Tensor(), whitening,
+                                           kept)
+                            .wk_nope
+                      : src.wk;
+        const std::vector<double> e = MlaErrorCurve(wk, src.wv, whitening);
         for (int64_t s = 1; s < static_cast<int64_t>(e.size()); ++s) {
           curve.sizes.push_back(s);
           curve.errors.push_back(e[s]);
@@ -299,14 +306,38 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
         break;
       }
       case KvVariant::kMla: {
-        MlaFactors f = FactorizeMla(src.wk, src.wv, whitening, sizes[i]);
+        if (!decoupled) {
+          MlaFactors f = FactorizeMla(src.wk, src.wv, whitening, sizes[i]);
+          l.wk = l.wv = at::Tensor();
+          l.kv_down = f.kv_down;
+          l.k_up = f.k_up;
+          l.v_up = f.v_up;
+          lr.k.rel_error = f.k_rel_error;
+          lr.v.rel_error = f.v_rel_error;
+          lr.size = sizes[i];
+          break;
+        }
+        const at::Tensor bq = l.bq.defined() ? l.bq.to(at::kFloat) : at::Tensor();
+        DecoupledRopeSplit split = SplitDecoupledRope(config, i, l.wq.to(at::kFloat), bq,
+                                                      src.wk, src.bk, whitening, kept);
+        MlaFactors f = FactorizeMla(split.wk_nope, src.wv, whitening, sizes[i]);
         l.wk = l.wv = at::Tensor();
         l.kv_down = f.kv_down;
         l.k_up = f.k_up;
         l.v_up = f.v_up;
-        lr.k.rel_error = f.k_rel_error;
+        l.bk = split.bk_nope;
+        l.k_rope = split.k_rope;
+        l.bk_rope = split.bk_rope;
+        l.q_rope = split.q_rope;
+        l.bq_rope = split.bq_rope;
+        // The key's weight-space error: its rotated part is carried exactly (what it
+        // loses is rotation, a change of function measured by the evaluation).
+        const auto k_hat = at::matmul(f.k_up, f.kv_down) + (src.wk - split.wk_nope);
+        lr.k.rel_error = RelativeError(src.wk, k_hat, whitening);
         lr.v.rel_error = f.v_rel_error;
         lr.size = sizes[i];
+        lr.shared_rope_energy = split.shared_rope_energy;
+        lr.kept_plane_energy = split.kept_plane_energy;
         break;
       }
       case KvVariant::kLrkv: {

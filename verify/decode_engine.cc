@@ -84,6 +84,23 @@ at::Tensor DecodeEngine::RotateAt(int64_t layer, const at::Tensor& x,
   return rope(layer).Rotate(x.unsqueeze(0), positions).squeeze(0);
 }
 
+at::Tensor DecodeEngine::RotateLeadingAt(int64_t layer, const at::Tensor& x,
+                                         const RowPositions& at) const {
+  if (!at.consecutive) {
+    return rope(layer).RotateLeadingPlanes(x.unsqueeze(1), at::full({1}, at.pos, at::kLong))
+        .squeeze(1);
+  }
+  const auto positions = at::arange(at.pos, at.pos + x.size(0), at::kLong);
+  return rope(layer).RotateLeadingPlanes(x.unsqueeze(0), positions).squeeze(0);
+}
+
+at::Tensor DecodeEngine::RotateQuery(int64_t layer, const at::Tensor& q,
+                                     const RowPositions& at) const {
+  if (!config_.kv.DecoupledRope()) return RotateAt(layer, q, at);
+  const int64_t dh = config_.head_dim, w = config_.kv.RopeWidth();
+  return at::cat({q.narrow(-1, 0, dh), RotateLeadingAt(layer, q.narrow(-1, dh, w), at)}, -1);
+}
+
 at::Tensor DecodeEngine::RotatePairsAt(int64_t layer, const at::Tensor& z,
                                        const at::Tensor& planes, const RowPositions& at) const {
   if (!at.consecutive) {
@@ -138,6 +155,9 @@ at::Tensor DecodeEngine::RunLayers(const std::vector<Slot>& slots, at::Tensor x)
     auto h = AttentionInput(c, l, x);
     auto q = Linear(h, l.wq, l.bq).view({rows, c.num_heads, c.head_dim});
     if (c.qk_norm) q = QkNorm(c, q, l.q_norm);
+    if (c.kv.DecoupledRope()) {
+      q = at::cat({q, Linear(h, l.q_rope, l.bq_rope).view({rows, c.num_heads, -1})}, -1);
+    }
     // Each slot's cache entry, then its query over the positions up to its own: in
     // slot order, which for a prefill is causal, as single steps would be.
     std::vector<at::Tensor> outputs;
@@ -247,14 +267,19 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
           absl::StrCat("mode ", DecodeModeName(mode),
                        " needs a factored (LRKV or MLA) model; a dense ",
                        "model decodes with the expanded engine only"));
-    case KvLayout::kMla:
-      if (mode != DecodeMode::kReconstruct) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("mode ", DecodeModeName(mode),
-                         " does not apply to MLA (exact MLA decoding "
-                         "with RoPE is reconstruct)"));
+    case KvLayout::kMla: {
+      const DecodeMode own =
+          config.kv.DecoupledRope() ? DecodeMode::kPartial : DecodeMode::kReconstruct;
+      if (mode != own) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mode ", DecodeModeName(mode), " does not apply to ",
+            config.kv.DecoupledRope()
+                ? "MLA with decoupled RoPE (it decodes in partial mode: the latent and "
+                  "the shared rotated key, absorbed)"
+                : "MLA (exact MLA decoding with RoPE is reconstruct)"));
       }
-      return MakeMlaEngine(config, weights, options);
+      return MakeMlaEngine(config, weights, own, options);
+    }
     case KvLayout::kLrkv:
       return MakeLrkvEngine(config, weights, mode, options);
   }

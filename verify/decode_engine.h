@@ -124,8 +124,9 @@ class DecodeEngine {
   };
   // Writes the cache entries of `layer` for its normalised input x [R, d] at `at`.
   virtual void Append(int64_t layer, const at::Tensor& x, const RowPositions& at) = 0;
-  // Attention of q̂ [B, H, d_h] (after QK-norm, before RoPE) at `pos` over positions
-  // 0..pos; returns [B, H, d_h].
+  // Attention of q̂ [B, H, d_h] (after QK-norm, before RoPE; decoupled RoPE: [B, H,
+  // d_h + w], the query's rotated part last, unrotated) at `pos` over positions 0..pos;
+  // returns [B, H, d_h].
   virtual at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) = 0;
   // Attention of q̂ [R, H, d_h] whose rows sit at `at`, each over the positions up to
   // its own; by default one Attend per row (engines override it with a causal product
@@ -161,6 +162,11 @@ class DecodeEngine {
     return at::arange(n, at::kLong).unsqueeze(0) >
            at::arange(pos, pos + rows, at::kLong).unsqueeze(1);
   }
+  // The query q̂ [R, H, d_h] (decoupled RoPE: [R, H, d_h + w], its rotated part last)
+  // rotated for rows at `at`; decoupled RoPE turns only the last w dims.
+  at::Tensor RotateQuery(int64_t layer, const at::Tensor& q, const RowPositions& at) const;
+  // Rope::RotateLeadingPlanes of x [R, n, w] whose rows sit at `at`.
+  at::Tensor RotateLeadingAt(int64_t layer, const at::Tensor& x, const RowPositions& at) const;
   // Rope::RotatePairs of z [R, n, r] whose rows sit at `at`.
   at::Tensor RotatePairsAt(int64_t layer, const at::Tensor& z, const at::Tensor& planes,
                            const RowPositions& at) const;

@@ -13,8 +13,9 @@ namespace lrkv {
 std::unique_ptr<DecodeEngine> MakeExpandedEngine(const ModelConfig& config,
                                                  const LlamaWeights& weights,
                                                  const EngineOptions& options);
+// `mode`: reconstruct, or partial for MLA with decoupled RoPE.
 std::unique_ptr<DecodeEngine> MakeMlaEngine(const ModelConfig& config,
-                                            const LlamaWeights& weights,
+                                            const LlamaWeights& weights, DecodeMode mode,
                                             const EngineOptions& options);
 absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeLrkvEngine(const ModelConfig& config,
                                                              const LlamaWeights& weights,

@@ -19,7 +19,7 @@ class ExpandedEngine : public DecodeEngine {
       : DecodeEngine(config, weights, DecodeMode::kExpanded, options) {
     for (const auto& l : weights.layers) {
       dense_.push_back(ExpandKv(config, l));
-      k_.push_back(NewCache({config.num_kv_heads, config.head_dim}));
+      k_.push_back(NewCache({config.num_kv_heads, config.head_dim + config.kv.RopeWidth()}));
       v_.push_back(NewCache({config.num_kv_heads, config.head_dim}));
     }
   }
@@ -32,12 +32,22 @@ class ExpandedEngine : public DecodeEngine {
     if (config_.qk_norm) {
       k = QkNorm(config_, k, weights_.layers[layer].k_norm);
     }
+    if (config_.kv.DecoupledRope()) {
+      // [RoPE-free key | the shared rotated key], per KV head.
+      const auto shared = RotateLeadingAt(layer, Linear(x, kv.wk_rope, kv.bk_rope).view({b, 1, -1}), at);
+      Write(k_[layer], at, at::cat({k, shared.expand({b, hkv, shared.size(2)})}, -1));
+      Write(v_[layer], at, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
+      return;
+    }
     Write(k_[layer], at, RotateAt(layer, k, at));
     Write(v_[layer], at, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
-    if (options_.materialize || !options_.kernels) return AttendAten(layer, q, pos);
+    // Keys wider than values (decoupled RoPE) have no MHA kernel: ATen.
+    if (options_.materialize || !options_.kernels || config_.kv.DecoupledRope()) {
+      return AttendAten(layer, q, pos);
+    }
     // Through the fused CPU kernel (kernels/), reading the position-major cache.
     const auto qr = RotateAt(layer, q, pos).contiguous();
     auto out = at::empty(q.sizes(), at::kFloat);
@@ -64,12 +74,13 @@ class ExpandedEngine : public DecodeEngine {
   // The same attention with ATen operations (materialize = true).
   at::Tensor AttendAten(int64_t layer, const at::Tensor& q, int64_t pos) {
     const int64_t n = pos + 1;
-    const auto qr = Grouped(RotateAt(layer, q, pos));  // [B, Hkv, g, dh]
-    const auto k = Read(k_[layer], n), v = Read(v_[layer], n);  // [B, L, Hkv, dh]
+    const auto qr = Grouped(RotateQuery(layer, q, {pos, false}));  // [B, Hkv, g, dq]
+    const auto k = Read(k_[layer], n), v = Read(v_[layer], n);  // [B, L, Hkv, dq | dh]
     auto scores = at::einsum("bhgd,blhd->bhgl", {qr, k}) /
                   std::sqrt(static_cast<double>(config_.head_dim));
     auto probs = at::softmax(scores, -1);
-    return at::einsum("bhgl,blhd->bhgd", {probs, v}).reshape(q.sizes());
+    return at::einsum("bhgl,blhd->bhgd", {probs, v})
+        .reshape({q.size(0), config_.num_heads, config_.head_dim});
   }
 
   // A prefill's rows attend causally in one product per chunk of rows (the cache
@@ -78,7 +89,7 @@ class ExpandedEngine : public DecodeEngine {
   at::Tensor AttendRows(int64_t layer, const at::Tensor& q, const RowPositions& at) override {
     if (!at.consecutive || q.size(0) == 1) return DecodeEngine::AttendRows(layer, q, at);
     const int64_t rows = q.size(0), n = at.pos + rows, dh = config_.head_dim;
-    const auto qr = Grouped(RotateAt(layer, q, at));               // [T, Hkv, g, dh]
+    const auto qr = Grouped(RotateQuery(layer, q, at));            // [T, Hkv, g, dq]
     const auto k = Read(k_[layer], n)[0], v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
     const int64_t chunk = PrefillRowChunk(n);
     std::vector<at::Tensor> parts;
@@ -91,7 +102,7 @@ class ExpandedEngine : public DecodeEngine {
       const auto probs = at::softmax(scores, -1);
       parts.push_back(at::einsum("hgtl,lhd->thgd", {probs, v}));
     }
-    return at::cat(parts, 0).reshape(q.sizes());
+    return at::cat(parts, 0).reshape({rows, config_.num_heads, dh});
   }
 
   std::vector<at::Tensor*> CacheTensors() override {

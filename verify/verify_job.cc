@@ -42,6 +42,7 @@ KvConfig KvConfigOf(const ModelConfig& c) {
     case KvLayout::kMla:
       kv.variant = KvVariant::kMla;
       kv.latent = c.kv.latent;
+      kv.rope_dim = c.kv.RopeWidth();
       kv.layer_sizes = c.kv.layer_sizes;
       break;
     case KvLayout::kDense:
@@ -65,7 +66,7 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
           modes.push_back(m);
         }
       } else if (c.kv.layout == KvLayout::kMla) {
-        modes.push_back(DecodeMode::kReconstruct);
+        modes.push_back(c.kv.DecoupledRope() ? DecodeMode::kPartial : DecodeMode::kReconstruct);
       }
       continue;
     }
@@ -204,6 +205,12 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
     c.allocated_bytes = bytes.allocated;
     c.formula_bytes = static_cast<int64_t>(
         MeasureFootprint(ShapeOf(config), engine_kv, tokens, 1, 4).bytes);
+    if (mode == DecodeMode::kExpanded && config.kv.DecoupledRope()) {
+      // Each KV head's key is [RoPE-free | the shared rotated key]: w more per head.
+      const int64_t w = config.kv.RopeWidth();
+      c.variant = absl::StrCat(c.variant, ", keys +", w, " rotated dims each");
+      c.formula_bytes += config.num_layers * tokens * config.num_kv_heads * w * 4;
+    }
     report.cache.push_back(c);
   };
   progress("cache bytes against the formula");
