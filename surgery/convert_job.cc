@@ -175,6 +175,14 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpo
                                 "' is not one of auto, f32, f16, bf16"));
   }
   if (o.max_shard_bytes == 0) return Invalid("--max-shard-size must be positive");
+  if ((o.expand || gguf) && o.conversion.variant == KvVariant::kMla &&
+      o.conversion.rope_mode == RopeMode::kPartial) {
+    return Invalid(absl::StrCat(
+        o.expand ? "--expand" : "--format gguf",
+        ": MLA with decoupled RoPE has keys of d_h + d_rope dims (a RoPE-free part and a "
+        "rotated part all heads share), which no dense Llama layout holds; write the MLA "
+        "checkpoint as safetensors"));
+  }
   if (activation || !o.eval_path.empty() || gguf) {
     RETURN_IF_ERROR(source.RequireTokenizer().status());
   }

@@ -142,6 +142,94 @@ TEST(Surgery, MlaAtFullLatentReproducesTheSource) {
             1e-5);
 }
 
+// MLA with decoupled RoPE keeps plane m's top direction across the KV heads as
+// the one rotated key they share. Where that direction carries the whole plane
+// (one KV head, or KV heads that are equal) and every plane is kept, with the
+// full latent, the converted model is the source; keeping fewer planes is an
+// approximation.
+TEST(Surgery, DecoupledRopeIsExactWhereOneDirectionCarriesEveryPlane) {
+  for (int64_t kv_heads : {1, 2}) {
+    ModelConfig c = testing::SmallConfig();
+    c.hidden_size = 128;
+    c.num_heads = 4;
+    c.num_kv_heads = kv_heads;
+    c.head_dim = c.rope_dim = 32;
+    c.qkv_bias = kv_heads == 2;
+    Source s{c, RandomLlamaWeights(c, 7), std::nullopt};
+    for (auto& l : s.weights.layers) {  // KV head 1 = KV head 0
+      if (kv_heads == 1) continue;
+      l.wk.narrow(0, 32, 32).copy_(l.wk.narrow(0, 0, 32));
+      l.bk.narrow(0, 32, 32).copy_(l.bk.narrow(0, 0, 32));
+    }
+    SCOPED_TRACE(absl::StrCat("kv heads ", kv_heads));
+    ConversionOptions o;
+    o.variant = KvVariant::kMla;
+    o.rope_mode = RopeMode::kPartial;
+    o.rope_planes_kept = 16;
+    o.latent = 2 * kv_heads * 32;
+    ConversionReport report;
+    const auto m = Convert(s, o, nullptr, &report);
+    EXPECT_TRUE(m.config.kv.DecoupledRope());
+    EXPECT_EQ(m.config.kv.RopeWidth(), 32);
+    EXPECT_EQ(report.target.rope_dim, 32);
+    for (const LayerReport& l : report.layers) {
+      EXPECT_NEAR(l.shared_rope_energy, 1.0, 1e-9);
+      EXPECT_NEAR(l.kept_plane_energy, 1.0, 1e-9);
+    }
+    const auto tokens = SomeTokens(c.vocab_size);
+    const auto ref = Logits(c, s.weights, tokens);
+    EXPECT_LE(MaxRelError(Logits(m.config, m.weights, tokens), ref), 1e-5);
+    o.rope_planes_kept = 4;
+    const auto fewer = Convert(s, o);
+    EXPECT_GT(MaxRelError(Logits(fewer.config, fewer.weights, tokens), ref),
+              1e-3);
+  }
+}
+
+TEST(Surgery, DecoupledRopeFitsTheBudgetAndSharesTheTopDirection) {
+  const Source s =
+      Stories();  // H_kv = 4, d_h = 8: source cache 64 per token and layer
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.rope_mode = RopeMode::kPartial;
+  o.budget = 0.5;
+  ConversionReport report;
+  const auto m = Convert(s, o, nullptr, &report);
+  // Default: a quarter of the 4 planes (1), so d_rope = 2 and d_c = 32 - 2.
+  EXPECT_EQ(m.config.kv.rope_planes_kept, 1);
+  EXPECT_EQ(m.config.kv.latent + m.config.kv.RopeWidth(), 32);
+  EXPECT_EQ(report.footprint.elements_per_token_layer, 32);
+  for (const LayerReport& l : report.layers) {
+    // The top eigenvalue of the heads' plane Gram matrix holds at least its
+    // mean.
+    EXPECT_GE(l.shared_rope_energy, 0.25 - 1e-12);
+    EXPECT_LE(l.shared_rope_energy, 1.0 + 1e-12);
+    EXPECT_GT(l.kept_plane_energy, 0.0);
+    EXPECT_LT(l.kept_plane_energy, 1.0);
+  }
+  // The shared key is each head's plane-0 rows mixed by a unit vector.
+  const LayerWeights& l0 = m.weights.layers[0];
+  EXPECT_EQ(l0.k_rope.sizes(), (std::vector<int64_t>{2, s.config.hidden_size}));
+  EXPECT_EQ(l0.q_rope.sizes(), (std::vector<int64_t>{s.config.num_heads * 2,
+                                                     s.config.hidden_size}));
+}
+
+TEST(Surgery, DecoupledRopeRefusesWhatItCannotRepresent) {
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.rope_mode = RopeMode::kPartial;
+  o.latent = 16;
+  const Source qk = RandomMha(/*qk_norm=*/true);
+  auto r = ConvertModel(qk.config, qk.weights, o, nullptr, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("QK-norm"));
+  o.rope_mode = RopeMode::kPlane;
+  const Source mha = RandomMha();
+  r = ConvertModel(mha.config, mha.weights, o, nullptr, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("mla"));
+}
+
 TEST(Surgery, GqaPoolingAveragesEachGroup) {
   const Source s = RandomMha();
   const auto pooled = PoolKvHeads(s.config, s.weights.layers[0].wk, 2);

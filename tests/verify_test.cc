@@ -256,6 +256,46 @@ TEST(Equivalence, PartialModeAndMlaReconstructAreExact) {
   EXPECT_FALSE(Check(stories, DecodeMode::kReconstruct, at::kFloat).applicable);
 }
 
+// MLA with decoupled RoPE decodes absorbed (the latent and the shared rotated
+// key, through the factored kernel) exactly as its own expansion does; a
+// rotated key turned with the wrong plane's frequency fails by orders of
+// magnitude.
+TEST(Equivalence, MlaWithDecoupledRopeIsExactAndAWrongPlaneIsNot) {
+  const Model stories = Stories();
+  const Model mla = Convert(stories, KvVariant::kMla, 24, RopeMode::kPartial);
+  ASSERT_TRUE(mla.config.kv.DecoupledRope());
+  ExpectExact(mla, DecodeMode::kPartial);
+  EXPECT_FALSE(Check(mla, DecodeMode::kReconstruct, at::kFloat).applicable);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    ExpectWrong(Check(mla, DecodeMode::kPartial, dtype,
+                      FactoredCacheLayout::kAuto, DecodeFault::kWrongPlane));
+  }
+  // A biased GQA model with partial rotary dims, two planes kept.
+  Model src = RandomQkNorm(32);
+  src.config.qk_norm = false;
+  src.config.qkv_bias = true;
+  src.config.rope_dim = 16;
+  src.weights = RandomLlamaWeights(src.config, 11);
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.rope_mode = RopeMode::kPartial;
+  o.rope_planes_kept = 2;
+  o.latent = 40;
+  auto biased = ConvertModel(src.config, src.weights, o, nullptr, nullptr);
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  ExpectExact({biased->config, biased->weights}, DecodeMode::kPartial);
+  // The engine holds d_c + d_rope per token and layer.
+  EngineOptions eo;
+  eo.capacity = 9;
+  auto engine =
+      CreateDecodeEngine(mla.config, mla.weights, DecodeMode::kPartial, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  at::NoGradGuard no_grad;
+  for (int t = 0; t < 9; ++t) (*engine)->Step(at::full({1}, 1 + t, at::kLong));
+  EXPECT_EQ((*engine)->MeasureCache().used_bytes,
+            mla.config.num_layers * 9 * (24 + mla.config.kv.RopeWidth()) * 4);
+}
+
 // DESIGN.md §2: with B = e₁ and a 90° rotation, P B = e₂ is not B times any
 // scalar, so no rotation of a 1-d latent can stand in for rotating the key.
 TEST(RopeCounterexample, RotationDoesNotCommuteWithAGeneralB) {
@@ -613,6 +653,7 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
   const Model qk = RandomQkNorm();
   const Model qk_plane = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPlane);
   const Model qk_partial = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPartial);
+  const Model mla_partial = Convert(source, KvVariant::kMla, 24, RopeMode::kPartial);
   struct Case {
     const Model* m;
     DecodeMode mode;
@@ -622,7 +663,8 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
                {&mla, DecodeMode::kReconstruct},
                {&qk_plane, DecodeMode::kPlane},
                {&qk_plane, DecodeMode::kReconstruct},
-               {&qk_partial, DecodeMode::kPartial}};
+               {&qk_partial, DecodeMode::kPartial},
+               {&mla_partial, DecodeMode::kPartial}};
   at::NoGradGuard no_grad;
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrCat(DecodeModeName(c.mode), c.m->config.qk_norm ? " qk-norm" : ""));

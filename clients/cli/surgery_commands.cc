@@ -199,13 +199,15 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       "--calib-range", v->calib_range,
       "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
   conv->add_option("--rope-mode", v->rope_mode,
-                   "reconstruct | plane | partial");
+                   "reconstruct | plane | partial (LRKV); reconstruct | partial (MLA: partial "
+                   "is decoupled RoPE, the DeepSeek layout)");
   conv->add_option("--allocation", v->allocation,
                    "LRKV/MLA: uniform (one size for every layer) | layers (per-layer sizes "
                    "from each layer's error curve, within the same total cache)")
       ->capture_default_str();
   conv->add_option("--rope-planes", o.rope_planes_kept,
-                   "Partial mode: RoPE planes kept (default a quarter)");
+                   "Partial mode: RoPE planes kept, the highest frequencies (default a "
+                   "quarter; MLA caches 2 dims per plane beside the latent)");
   conv->add_option("--iters", o.max_iters,
                    "LRKV: alternating iterations at most (the solver stops earlier on --tol)")
       ->capture_default_str();
