@@ -8,6 +8,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "model/deepseek_config.h"
+#include "model/json_fields.h"
 #include "model/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -15,6 +17,9 @@ namespace lrkv {
 namespace {
 
 using nlohmann::json;
+using json_fields::BoolField;
+using json_fields::IntField;
+using json_fields::NumberField;
 
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
@@ -35,42 +40,6 @@ constexpr ArchInfo kArchitectures[] = {
     {"SmolLM3ForCausalLM", "smollm3"},
     {"Olmo2ForCausalLM", "olmo2"},
 };
-
-// Reads an integer field; `fallback` < 0 means required.
-absl::StatusOr<int64_t> IntField(const json& j, const char* field,
-                                 const std::string& source, int64_t fallback = -1) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) {
-    if (fallback >= 0) return fallback;
-    return Invalid(absl::StrCat(source, ": missing required field '", field, "'"));
-  }
-  if (!it->is_number_integer()) {
-    return Invalid(absl::StrCat(source, ": field '", field, "' must be an integer, got ",
-                                it->dump()));
-  }
-  return it->get<int64_t>();
-}
-
-absl::StatusOr<double> NumberField(const json& j, const char* field,
-                                   const std::string& source, double fallback) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) {
-    return Invalid(absl::StrCat(source, ": field '", field, "' must be a number, got ",
-                                it->dump()));
-  }
-  return it->get<double>();
-}
-
-absl::StatusOr<bool> BoolField(const json& j, const char* field,
-                               const std::string& source, bool fallback) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) {
-    return Invalid(absl::StrCat(source, ": field '", field, "' must be true or false"));
-  }
-  return it->get<bool>();
-}
 
 }  // namespace
 
@@ -269,6 +238,9 @@ absl::Status ModelConfig::Validate() const {
   if (kv.layout == KvLayout::kMla && kv.rope_mode == RopeMode::kPlane) {
     return Invalid("mla rope_mode must be reconstruct or partial (plane mode is LRKV's)");
   }
+  if (deepseek_layout && !kv.DecoupledRope()) {
+    return Invalid("the DeepSeek layout holds MLA with decoupled RoPE only");
+  }
   if (kv.DecoupledRope() && qk_norm) {
     return Invalid(
         "mla with decoupled RoPE (rope_mode partial) needs a model without QK-norm: the "
@@ -326,6 +298,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
     arch = (*a)[0].get<std::string>();
   }
   std::string model_type = j.value("model_type", std::string());
+  if (IsDeepseekConfig(arch, model_type)) return ConfigFromDeepseekJson(j, source);
   bool known = false;
   for (const auto& info : kArchitectures) {
     if (arch == info.architecture || (arch.empty() && model_type == info.model_type)) {
@@ -338,7 +311,8 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
         source, ": unsupported architecture (field 'architectures' = '", arch,
         "', 'model_type' = '", model_type,
         "'); supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM"));
+        "Qwen3ForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, and (MLA with decoupled "
+        "RoPE, as lrkv exports it) DeepseekV3ForCausalLM"));
   }
   ASSIGN_OR_RETURN(c.hidden_size, IntField(j, "hidden_size", source));
   ASSIGN_OR_RETURN(c.intermediate_size, IntField(j, "intermediate_size", source));

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "model/deepseek_layout.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/status_macros.h"
@@ -33,7 +34,7 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[i];
     if (!c.post_norm) fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
-    fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
+    if (!c.deepseek_layout) fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
     if (c.qkv_bias) fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
     switch (c.kv.layout) {
       case KvLayout::kDense:
@@ -64,6 +65,16 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
         break;
       }
       case KvLayout::kMla:
+        if (c.deepseek_layout) {
+          // DeepSeek-V3's fused tensors, held in wq, kv_down and k_up until
+          // UnfuseDeepseekAttention splits them (deepseek_layout.h).
+          const int64_t w = c.kv.RopeWidth(), dc = c.kv.LatentAt(i);
+          fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {c.num_heads * (c.head_dim + w), d});
+          fn(LayerName(i, "self_attn.kv_a_proj_with_mqa.weight"), &l.kv_down, {dc + w, d});
+          fn(LayerName(i, "self_attn.kv_b_proj.weight"), &l.k_up,
+             {c.num_heads * 2 * c.head_dim, dc});
+          break;
+        }
         fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down,
            {c.kv.LatentAt(i), d});
         fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.LatentAt(i)});
@@ -241,6 +252,7 @@ absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
     }
   }
   if (c.tie_word_embeddings) w.lm_head = w.embed;
+  if (c.deepseek_layout) RETURN_IF_ERROR(UnfuseDeepseekAttention(c, &w));
   return w;
 }
 
@@ -511,8 +523,27 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
                                        uint64_t max_shard_bytes) {
   RETURN_IF_ERROR(config.Validate());
   ModelConfig c = config;
+  c.deepseek_layout = false;  // written in this project's own layout
   LlamaWeights w = weights;
   PermuteRopeLayout(&c, &w, RopeLayout::kHalfSplit);
+  RETURN_IF_ERROR(SaveSafetensorsWeights(dir, c, w, matrices, max_shard_bytes));
+  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
+                                      ConfigToHfJson(c, TorchDTypeName(matrices))));
+  return WriteTokenizerFiles(dir, tokenizer);
+}
+
+absl::Status WriteTokenizerFiles(const std::string& dir, const Tokenizer* tokenizer) {
+  if (tokenizer != nullptr) {
+    for (const TokenizerFile& f : tokenizer->Files()) {
+      RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SaveSafetensorsWeights(const std::string& dir, const ModelConfig& c,
+                                    const LlamaWeights& w, DType matrices,
+                                    uint64_t max_shard_bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -540,15 +571,7 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
         const at::Tensor t = StoredTensor(slot, dtype);
         return writer->Write(name, t.data_ptr(), t.numel() * t.element_size());
       }));
-  RETURN_IF_ERROR(writer->Finish());
-  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
-                                      ConfigToHfJson(c, TorchDTypeName(matrices))));
-  if (tokenizer != nullptr) {
-    for (const TokenizerFile& f : tokenizer->Files()) {
-      RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));
-    }
-  }
-  return absl::OkStatus();
+  return writer->Finish();
 }
 
 }  // namespace lrkv

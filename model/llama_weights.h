@@ -147,6 +147,14 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir, const ModelConfig
                                        const Tokenizer* tokenizer,
                                        DType matrices = DType::kF32,
                                        uint64_t max_shard_bytes = 5'000'000'000);
+// The tensors of `config`'s layout alone (its slot names: the DeepSeek layout's where
+// config.deepseek_layout), sharded as SaveSafetensorsCheckpoint shards them, no config
+// or tokenizer; for writers of other layouts (deepseek_layout.h).
+absl::Status SaveSafetensorsWeights(const std::string& dir, const ModelConfig& config,
+                                    const LlamaWeights& weights, DType matrices,
+                                    uint64_t max_shard_bytes);
+// The tokenizer's files (none for a null tokenizer) into `dir`.
+absl::Status WriteTokenizerFiles(const std::string& dir, const Tokenizer* tokenizer);
 
 }  // namespace lrkv
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/checkpoint.h"
+#include "model/deepseek_layout.h"
 #include "model/gguf_export.h"
 #include "model/language_model.h"
 #include "model/llama_weights.h"
@@ -141,6 +142,9 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
       RETURN_IF_ERROR(SaveGgufCheckpoint((fs::path(dir) / kGgufExportFileName).string(),
                                          converted.config, converted.weights,
                                          *ckpt->tokenizer(), *matrices));
+    } else if (o.format == "deepseek") {
+      RETURN_IF_ERROR(SaveDeepseekCheckpoint(dir, converted.config, converted.weights,
+                                             ckpt->tokenizer(), *matrices, o.max_shard_bytes));
     } else {
       RETURN_IF_ERROR(SaveSafetensorsCheckpoint(dir, converted.config, converted.weights,
                                                 ckpt->tokenizer(), *matrices,
@@ -167,8 +171,28 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpo
                                 kMaxCalibrationTokens, "]"));
   }
   const bool gguf = o.format == "gguf";
-  if (!gguf && o.format != "safetensors") {
-    return Invalid(absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf"));
+  if (!gguf && o.format != "safetensors" && o.format != "deepseek") {
+    return Invalid(
+        absl::StrCat("--format '", o.format, "' is not one of safetensors, gguf, deepseek"));
+  }
+  if (o.format == "deepseek") {
+    if (o.conversion.variant != KvVariant::kMla ||
+        o.conversion.rope_mode != RopeMode::kPartial || o.expand) {
+      return Invalid("--format deepseek writes MLA with decoupled RoPE: convert with "
+                     "--variant mla --rope-mode partial (and without --expand)");
+    }
+    if (o.conversion.allocation == SizeAllocation::kLayers) {
+      return Invalid("--format deepseek: DeepSeek's layout has one kv_lora_rank for every "
+                     "layer (use --allocation uniform)");
+    }
+    // The converted model's config, to check the layout can hold it before any work.
+    ASSIGN_OR_RETURN(const KvConfig target, ResolveTarget(source.config(), o.conversion));
+    ModelConfig converted = source.config();
+    converted.kv.layout = KvLayout::kMla;
+    converted.kv.latent = target.latent;
+    converted.kv.rope_mode = RopeMode::kPartial;
+    converted.kv.rope_planes_kept = RopePlanesKept(source.config(), o.conversion);
+    RETURN_IF_ERROR(CheckDeepseekExport(converted));
   }
   if (o.weight_dtype != "auto" && !ParseWeightDType(o.weight_dtype)) {
     return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,

@@ -9,6 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "model/deepseek_layout.h"
 #include "model/gguf_export.h"
 #include "model/llama_weights.h"
 #include "model/text_corpus.h"
@@ -513,6 +514,103 @@ TEST(Surgery, ActivationMetricLowersTheOutputErrorOnCalibrationData) {
     return e;
   };
   EXPECT_LT(output_error(activation), output_error(weight));
+}
+
+// MLA with decoupled RoPE written in the DeepSeek-V3 layout (fused q_proj with the
+// softmax scale folded in, [latent | rotated key] down-projection, per-head kv_b_proj)
+// loads back as the same model, and what the layout cannot hold is refused.
+TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
+  const Source s = Stories();
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.rope_mode = RopeMode::kPartial;
+  o.rope_planes_kept = 2;
+  o.latent = 24;
+  const auto m = Convert(s, o);
+  const auto tokens = SomeTokens(s.config.vocab_size);
+  const auto ref = Logits(m.config, m.weights, tokens);
+  const fs::path dir = testing::FreshTempDir("deepseek");
+  ASSERT_TRUE(SaveDeepseekCheckpoint(dir.string(), m.config, m.weights, nullptr, DType::kF32,
+                                     uint64_t{5} << 30)
+                  .ok());
+  std::ifstream in(dir / "config.json");
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["model_type"], "deepseek_v3");
+  EXPECT_EQ(j["kv_lora_rank"], 24);
+  EXPECT_EQ(j["qk_rope_head_dim"], 4);
+  EXPECT_EQ(j["qk_nope_head_dim"], s.config.head_dim);
+  EXPECT_EQ(j["v_head_dim"], s.config.head_dim);
+  EXPECT_EQ(j["num_key_value_heads"], s.config.num_heads);
+  // Planes 0 and 1 of d_h = 8 at theta 10^4 are DeepSeek's 2-plane rotary at 10^4^(4/8).
+  EXPECT_NEAR(j["rope_theta"].get<double>(), 100.0, 1e-9);
+  auto ckpt = Checkpoint::Open(dir.string());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  const ModelConfig& c = (*ckpt)->config();
+  EXPECT_TRUE(c.deepseek_layout);
+  EXPECT_TRUE(c.kv.DecoupledRope());
+  EXPECT_EQ(c.kv.latent, 24);
+  EXPECT_EQ(c.kv.RopeWidth(), 4);
+  EXPECT_NE((*ckpt)->Find("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"), nullptr);
+  auto w = LoadLlamaWeights(**ckpt);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_LE(MaxRelError(Logits(c, *w, tokens), ref), 1e-5);
+
+  // A biased source, and Llama-3 rope scaling past its unscaled high-frequency band.
+  ModelConfig b = testing::SmallConfig();
+  b.qkv_bias = true;
+  const Source biased{b, RandomLlamaWeights(b, 3), std::nullopt};
+  o.rope_planes_kept = 1;
+  o.latent = 8;
+  const auto mb = Convert(biased, o);
+  EXPECT_EQ(SaveDeepseekCheckpoint(testing::FreshTempDir("ds_bias").string(), mb.config,
+                                   mb.weights, nullptr, DType::kF32, uint64_t{5} << 30)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  ModelConfig l3 = testing::SmallConfig();
+  l3.hidden_size = 128;
+  l3.num_heads = l3.num_kv_heads = 4;
+  l3.head_dim = l3.rope_dim = 32;
+  l3.rope_theta = 500000;
+  l3.max_position_embeddings = 131072;
+  l3.rope_scaling.type = RopeScalingType::kLlama3;
+  l3.rope_scaling.factor = 32;
+  l3.rope_scaling.original_max_position_embeddings = 8192;
+  const Source llama3{l3, RandomLlamaWeights(l3, 4), std::nullopt};
+  o.latent = 32;
+  for (int64_t kept : {4, 16}) {
+    o.rope_planes_kept = kept;
+    const auto ml = Convert(llama3, o);
+    // Wavelengths under 8192 / 4 positions keep their frequency: planes 0..7 here.
+    EXPECT_EQ(CheckDeepseekExport(ml.config).code(),
+              kept == 4 ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
+        << kept;
+  }
+}
+
+// A DeepSeek config.json outside what the layout's reader takes names the field.
+TEST(Surgery, DeepseekConfigsThisRuntimeCannotRunAreRefused) {
+  const nlohmann::json base = {
+      {"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 64},
+      {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+      {"vocab_size", 32}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 4},
+      {"qk_nope_head_dim", 16}, {"v_head_dim", 16}, {"first_k_dense_replace", 2},
+      {"qk_latent_layernorm", false}};
+  auto ok = ConfigFromHfJson(base.dump(), "config.json");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->num_kv_heads, 4);
+  EXPECT_EQ(ok->kv.latent, 16);
+  for (auto [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"qk_latent_layernorm", true},
+           {"q_lora_rank", 64},
+           {"v_head_dim", 8},
+           {"attention_bias", true},
+           {"rope_scaling", {{"type", "yarn"}, {"factor", 4}}}}) {
+    nlohmann::json j = base;
+    j[field] = value;
+    auto r = ConfigFromHfJson(j.dump(), "config.json");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(field));
+  }
 }
 
 TEST(Surgery, ConvertedCheckpointsRoundTripAndExpand) {

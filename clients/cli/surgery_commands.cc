@@ -224,7 +224,8 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       "--expand", v->job.expand,
       "Write a plain Llama checkpoint with materialised per-head K/V");
   conv->add_option("--format", v->job.format,
-                   "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand)")
+                   "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand) | "
+                   "deepseek (DeepseekV3ForCausalLM layout; mla --rope-mode partial)")
       ->capture_default_str();
   conv->add_option("--weight-dtype", v->job.weight_dtype,
                    "auto | f32 | f16 | bf16: storage of the written matrices (auto: the "
