@@ -364,8 +364,9 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
     }
   }
   for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct") {
-      return Invalid(absl::StrCat("params_json: rope_mode '", m, "' must be plane or reconstruct"));
+    if (m != "plane" && m != "reconstruct" && m != "partial") {
+      return Invalid(absl::StrCat("params_json: rope_mode '", m,
+                                  "' must be plane, reconstruct or partial"));
     }
   }
   auto in_range = [](const char* key, int64_t v, int64_t lo, int64_t hi) {

@@ -26,12 +26,18 @@ absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
 }
 
+RopeMode RopeModeOf(const std::string& mode) {
+  return mode == "plane" ? RopeMode::kPlane
+         : mode == "partial" ? RopeMode::kPartial
+                             : RopeMode::kReconstruct;
+}
+
 // One conversion to run: a variant at a budget with its RoPE handling.
 struct Plan {
   double budget = 0;
   KvVariant variant = KvVariant::kLrkv;
-  std::string rope_mode;  // reconstruct | plane (LRKV), reconstruct (MLA),
-                          // expanded (dense)
+  std::string rope_mode;  // reconstruct | plane | partial (LRKV), reconstruct |
+                          // partial (MLA, decoupled RoPE), expanded (dense)
   KvConfig target;
 };
 
@@ -54,9 +60,9 @@ absl::Status Validate(const CompareJobOptions& o) {
     }
   }
   for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct") {
+    if (m != "plane" && m != "reconstruct" && m != "partial") {
       return Invalid(
-          absl::StrCat("--rope-mode: '", m, "' must be plane or reconstruct"));
+          absl::StrCat("--rope-mode: '", m, "' must be plane, reconstruct or partial"));
     }
   }
   if (o.heal_steps < 0 || o.heal_steps > 1000000) {
@@ -127,15 +133,17 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
       RETURN_IF_ERROR(
           add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
     }
+    const bool partial =
+        std::find(o.rope_modes.begin(), o.rope_modes.end(), "partial") != o.rope_modes.end();
     if (variants.count("mla")) {
       RETURN_IF_ERROR(
           add(b, KvVariant::kMla, "reconstruct", RopeMode::kReconstruct));
+      // Decoupled RoPE (the DeepSeek layout), when partial RoPE is compared.
+      if (partial) RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial));
     }
     if (variants.count("lrkv")) {
       for (const auto& m : o.rope_modes) {
-        RETURN_IF_ERROR(
-            add(b, KvVariant::kLrkv, m,
-                m == "plane" ? RopeMode::kPlane : RopeMode::kReconstruct));
+        RETURN_IF_ERROR(add(b, KvVariant::kLrkv, m, RopeModeOf(m)));
       }
     }
   }
@@ -199,6 +207,11 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
       return macs;
     }
     case KvVariant::kMla:
+      if (mode == "partial") {
+        // Absorbed (decoupled RoPE): latent and rotated-key dots, latent sums, and the
+        // per-step absorption of each query and up-projection of each output.
+        return L * H * (2 * c.latent + c.rope_dim) + 2 * H * dh * c.latent;
+      }
       // Exact RoPE: keys and values are materialised per head from the latent.
       return 2 * L * H * c.latent * dh + 2 * H * L * dh;
     default:
@@ -306,8 +319,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
       co.conversion.allocation = o.allocation;
     }
     co.conversion.budget = p.budget;
-    co.conversion.rope_mode =
-        p.rope_mode == "plane" ? RopeMode::kPlane : RopeMode::kReconstruct;
+    co.conversion.rope_mode = RopeModeOf(p.rope_mode);
     if (!o.calib.empty()) {
       co.conversion.metric = SurgeryMetric::kActivation;
       co.calib_path = o.calib;

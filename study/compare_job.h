@@ -31,8 +31,9 @@ struct CompareJobOptions {
   /// the smallest budget it fits; a GQA plan that pools to one KV head is that
   /// same model and is not repeated.
   std::vector<std::string> variants = {"gqa", "mqa", "mla", "lrkv"};
-  /// LRKV RoPE handling to convert and measure: plane and/or reconstruct. MLA
-  /// is always measured with exact reconstruction.
+  /// RoPE handling to convert and measure: plane, reconstruct and/or partial for
+  /// LRKV. MLA is always measured with exact reconstruction, and with decoupled RoPE
+  /// (the DeepSeek layout) too when partial is listed.
   std::vector<std::string> rope_modes = {"plane", "reconstruct"};
   /// LRKV and MLA sizes: one per model, or per layer within each budget (from each
   /// layer's error curve).

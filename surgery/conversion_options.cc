@@ -56,7 +56,9 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
     return Invalid(absl::StrCat("--rope-mode ", RopeModeName(o.rope_mode),
                                 o.variant == KvVariant::kMla
                                     ? " does not apply to mla (valid: reconstruct, partial)"
-                                    : absl::StrCat(" applies to lrkv and mla only; ",
+                                    : absl::StrCat(o.rope_mode == RopeMode::kPartial
+                                                       ? " applies to lrkv and mla only; "
+                                                       : " applies to lrkv only; ",
                                                    KvVariantName(o.variant),
                                                    " keeps exact RoPE (reconstruct)")));
   }

@@ -45,8 +45,8 @@ TEST(Study, BadOptionsAreRefusedWithTheirName) {
   b.variants = {"lrkv", "mha2"};
   expect(b, "'mha2' must be gqa, mqa, mla or lrkv");
   b = o;
-  b.rope_modes = {"partial"};
-  expect(b, "'partial' must be plane or reconstruct");
+  b.rope_modes = {"naive"};
+  expect(b, "'naive' must be plane, reconstruct or partial");
   b = o;
   b.heal_steps = 5;
   expect(b, "--heal-steps needs --data");

@@ -167,8 +167,9 @@ class LrkvEngine : public DecodeEngine {
           if (!layer_rope.PlaneRotates(p)) continue;
           const auto [a, b] = layer_rope.PlaneCoordinates(p);
           for (int64_t c : {a, b}) {
-            if (layer.k.up.select(1, c).abs().max().item<float>() != 0 ||
-                layer.k.delta.select(1, c).abs().max().item<float>() != 0) {
+            // (count_nonzero: a rank-0 residual has no columns to take a max over)
+            if (layer.k.up.select(1, c).count_nonzero().item<int64_t>() != 0 ||
+                layer.k.delta.select(1, c).count_nonzero().item<int64_t>() != 0) {
               return absl::InvalidArgumentError(absl::StrCat(
                   "layer ", i, ": the K residual touches rotated coordinate ",
                   c, ", so partial-mode decoding would not be exact"));
