@@ -30,32 +30,48 @@ DecoupledRopeSplit SplitDecoupledRope(
   const Rope rope(config, layer);
   for (int64_t m = 0; m < kept && m < rope.planes(); ++m) {
     const auto [a, b] = rope.PlaneCoordinates(m);
-    const auto coords = at::tensor({a, b}, at::kLong);
-    const auto rows = wk_nope.index_select(1, coords);  // [Hkv, 2, d]
-    const auto wr = whiten(rows);
-    const auto gram = at::einsum("hcd,gcd->hg", {wr, wr});  // [Hkv, Hkv]
+    // Plane m of KV head h as one complex row w_h = W_a + i·W_b: RoPE multiplies the
+    // key's plane by e^{iθt}, so any complex factor per head commutes with it. The best
+    // shared row s (in the metric) for w_h ≈ u_h·s is the top eigenvector u of the
+    // heads' Hermitian Gram G = W̃ W̃ᴴ, with s = Σ_h conj(u_h) w_h.
+    const auto ra = wk_nope.select(1, a), rb = wk_nope.select(1, b);  // [Hkv, d]
+    const auto wa = whiten(ra), wb = whiten(rb);
+    const auto gram = at::complex(at::matmul(wa, wa.t()) + at::matmul(wb, wb.t()),
+                                  at::matmul(wb, wa.t()) - at::matmul(wa, wb.t()));
     auto [evals, evecs] = at::linalg_eigh(gram);
-    auto u =
-        evecs.select(1, hkv - 1).contiguous();  // the top principal direction
-    if (u.sum().item<double>() < 0) u = -u;     // a fixed sign: reproducible
-    kept_energy += gram.trace().item<double>();
+    auto u = evecs.select(1, hkv - 1);  // unit, defined up to a phase
+    // The phase that makes the largest component real and positive: reproducible.
+    const auto big = u.abs().argmax().item<int64_t>();
+    u = u * (u[big].abs() / u[big]);
+    const auto ur = at::real(u).contiguous(), ui = at::imag(u).contiguous();
+    kept_energy += at::real(gram.diagonal()).sum().item<double>();
     shared_energy += evals[hkv - 1].item<double>();
-    const auto pair = at::einsum("h,hcd->cd", {u, rows});  // [2, d]
-    k_rope.narrow(0, 2 * m, 2).copy_(pair);
-    wk_nope.index_copy_(1, coords,
-                        rows - u.view({hkv, 1, 1}) * pair.unsqueeze(0));
-    // Query head j (KV head j / group) meets head j / group's weight in the
-    // pair.
-    const auto uq = u.repeat_interleave(group).view({h, 1, 1});
-    q_rope.narrow(1, 2 * m, 2).copy_(uq * wq64.index_select(1, coords));
+    auto mix = [&](const at::Tensor& c, const at::Tensor& x) {  // Σ_h c_h x_h
+      return at::matmul(c.unsqueeze(0), x).squeeze(0);
+    };
+    const auto s_re = mix(ur, ra) + mix(ui, rb), s_im = mix(ur, rb) - mix(ui, ra);
+    k_rope.select(0, 2 * m).copy_(s_re);
+    k_rope.select(0, 2 * m + 1).copy_(s_im);
+    // The residual w_h − u_h·s stays in the RoPE-free key.
+    wk_nope.select(1, a).copy_(ra - (ur.unsqueeze(1) * s_re - ui.unsqueeze(1) * s_im));
+    wk_nope.select(1, b).copy_(rb - (ur.unsqueeze(1) * s_im + ui.unsqueeze(1) * s_re));
+    // Query head j of KV head g = j / group: q·(u_g z) = (conj(u_g) q̂)·z, both turned
+    // by RoPE alike.
+    const auto gr = ur.repeat_interleave(group).unsqueeze(1),
+               gi = ui.repeat_interleave(group).unsqueeze(1);  // [H, 1]
+    const auto qa = wq64.select(1, a), qb = wq64.select(1, b);  // [H, d]
+    q_rope.select(1, 2 * m).copy_(gr * qa + gi * qb);
+    q_rope.select(1, 2 * m + 1).copy_(gr * qb - gi * qa);
     if (biased) {
-      const auto brows = bk_nope.index_select(1, coords);  // [Hkv, 2]
-      const auto bpair = at::einsum("h,hc->c", {u, brows});
-      bk_rope.narrow(0, 2 * m, 2).copy_(bpair);
-      bk_nope.index_copy_(1, coords,
-                          brows - u.view({hkv, 1}) * bpair.unsqueeze(0));
-      bq_rope.narrow(1, 2 * m, 2)
-          .copy_(uq.view({h, 1}) * bq64.index_select(1, coords));
+      const auto ba = bk_nope.select(1, a), bb = bk_nope.select(1, b);  // [Hkv]
+      const auto sb_re = (ur * ba + ui * bb).sum(), sb_im = (ur * bb - ui * ba).sum();
+      bk_rope[2 * m] = sb_re;
+      bk_rope[2 * m + 1] = sb_im;
+      bk_nope.select(1, a).copy_(ba - (ur * sb_re - ui * sb_im));
+      bk_nope.select(1, b).copy_(bb - (ur * sb_im + ui * sb_re));
+      const auto pa = bq64.select(1, a), pb = bq64.select(1, b);  // [H]
+      bq_rope.select(1, 2 * m).copy_(gr.squeeze(1) * pa + gi.squeeze(1) * pb);
+      bq_rope.select(1, 2 * m + 1).copy_(gr.squeeze(1) * pb - gi.squeeze(1) * pa);
     }
   }
   DecoupledRopeSplit out;

@@ -12,6 +12,7 @@
 #include "model/deepseek_layout.h"
 #include "model/gguf_export.h"
 #include "model/llama_weights.h"
+#include "model/rope.h"
 #include "model/text_corpus.h"
 #include "model/transformer.h"
 #include "surgery/baselines.h"
@@ -143,11 +144,11 @@ TEST(Surgery, MlaAtFullLatentReproducesTheSource) {
             1e-5);
 }
 
-// MLA with decoupled RoPE keeps plane m's top direction across the KV heads as
-// the one rotated key they share. Where that direction carries the whole plane
-// (one KV head, or KV heads that are equal) and every plane is kept, with the
-// full latent, the converted model is the source; keeping fewer planes is an
-// approximation.
+// MLA with decoupled RoPE keeps plane m's top complex direction across the KV heads as
+// the one rotated key they share. Where that direction carries the whole plane (one KV
+// head, or KV heads whose planes differ by a per-head turn and scale, which commutes
+// with RoPE) and every plane is kept, with the full latent, the converted model is the
+// source; keeping fewer planes is an approximation.
 TEST(Surgery, DecoupledRopeIsExactWhereOneDirectionCarriesEveryPlane) {
   for (int64_t kv_heads : {1, 2}) {
     ModelConfig c = testing::SmallConfig();
@@ -157,10 +158,20 @@ TEST(Surgery, DecoupledRopeIsExactWhereOneDirectionCarriesEveryPlane) {
     c.head_dim = c.rope_dim = 32;
     c.qkv_bias = kv_heads == 2;
     Source s{c, RandomLlamaWeights(c, 7), std::nullopt};
-    for (auto& l : s.weights.layers) {  // KV head 1 = KV head 0
+    // KV head 1's plane m = KV head 0's turned by φ_m and scaled by 1.3 (complex rank 1,
+    // real rank 2 across the heads).
+    const Rope rope(c);
+    for (auto& l : s.weights.layers) {
       if (kv_heads == 1) continue;
-      l.wk.narrow(0, 32, 32).copy_(l.wk.narrow(0, 0, 32));
-      l.bk.narrow(0, 32, 32).copy_(l.bk.narrow(0, 0, 32));
+      for (at::Tensor* t : {&l.wk, &l.bk}) {
+        for (int64_t m = 0; m < 16; ++m) {
+          const auto [a, b] = rope.PlaneCoordinates(m);
+          const double phi = 0.7 + 0.1 * static_cast<double>(m);
+          const auto x0 = t->select(0, a).clone(), x1 = t->select(0, b).clone();
+          t->select(0, 32 + a).copy_(1.3 * (std::cos(phi) * x0 - std::sin(phi) * x1));
+          t->select(0, 32 + b).copy_(1.3 * (std::sin(phi) * x0 + std::cos(phi) * x1));
+        }
+      }
     }
     SCOPED_TRACE(absl::StrCat("kv heads ", kv_heads));
     ConversionOptions o;
