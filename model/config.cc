@@ -179,17 +179,19 @@ const char* RopeModeName(RopeMode mode) {
     case RopeMode::kReconstruct: return "reconstruct";
     case RopeMode::kPlane: return "plane";
     case RopeMode::kPartial: return "partial";
+    case RopeMode::kSharedPlane: return "shared-plane";
   }
   return "?";
 }
 
 absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
-  for (RopeMode m : {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial}) {
+  for (RopeMode m : {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial,
+                     RopeMode::kSharedPlane}) {
     if (lower == RopeModeName(m)) return m;
   }
   return Invalid(absl::StrCat("unknown RoPE mode '", name,
-                              "'; valid: reconstruct, plane, partial"));
+                              "'; valid: reconstruct, plane, partial, shared-plane"));
 }
 
 bool ModelConfig::IsEos(int64_t id) const {
@@ -234,6 +236,12 @@ absl::Status ModelConfig::Validate() const {
       (kv.latent < 1 || kv.latent > 2 * num_kv_heads * head_dim)) {
     return Invalid(absl::StrCat("mla latent ", kv.latent, " must lie in [1, ",
                                 2 * num_kv_heads * head_dim, "]"));
+  }
+  if (kv.rope_mode == RopeMode::kSharedPlane &&
+      (kv.layout != KvLayout::kLrkv || qk_norm || qkv_bias || !kv.layer_sizes.empty() ||
+       (num_kv_heads * kv.rank) % 2 != 0)) {
+    return Invalid("rope_mode shared-plane is for LRKV models without QK-norm, biases or "
+                   "per-layer ranks, with H_kv·r even (r/2 planes per head, shared)");
   }
   if (kv.layout == KvLayout::kMla && kv.rope_mode == RopeMode::kPlane) {
     return Invalid("mla rope_mode must be reconstruct or partial (plane mode is LRKV's)");

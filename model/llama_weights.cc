@@ -49,12 +49,15 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
         const int64_t r = c.kv.RankAt(i), hkv = c.num_kv_heads, dh = c.head_dim;
         for (auto [p, lr] : {std::pair{"k", &l.k_lr}, {"v", &l.v_lr}}) {
           const std::string base = absl::StrCat("self_attn.", p);
+          // Shared-plane K: its H_kv·r latents are shared by every head.
+          const int64_t up_cols =
+              c.kv.rope_mode == RopeMode::kSharedPlane && lr == &l.k_lr ? hkv * r : r;
           fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared,
              {dh, d});
           fn(LayerName(i, (base + "_down.weight").c_str()), &lr->down,
              {hkv * r, d});
           fn(LayerName(i, (base + "_up.weight").c_str()), &lr->up,
-             {hkv, dh, r});
+             {hkv, dh, up_cols});
           if (c.qkv_bias) {
             fn(LayerName(i, (base + "_shared.bias").c_str()), &lr->shared_bias,
                {dh});
@@ -432,8 +435,10 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
         // large and cancel (healing grows both), and the expanded weights are
         // the reference the factored engines are checked against.
         const auto f64 = at::kDouble;
-        auto residual =
-            at::matmul(p.up.to(f64), p.down.view({hkv, r, d}).to(f64));
+        // Per-head latents [Hkv, r, d], or (shared-plane K) one set every head reads.
+        const bool shared = p.down.size(0) == r;
+        auto residual = shared ? at::matmul(p.up.to(f64), p.down.to(f64))
+                               : at::matmul(p.up.to(f64), p.down.view({hkv, r, d}).to(f64));
         *w = (p.shared.to(f64).unsqueeze(0) + residual)
                  .reshape({hkv * dh, d})
                  .to(p.shared.scalar_type());

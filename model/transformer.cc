@@ -30,7 +30,9 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
         break;
       case KvLayout::kLrkv:
         kv_ok = l.k_lr.up.defined() && l.v_lr.up.defined() &&
-                l.k_lr.up.size(2) == config.kv.RankAt(layer) &&
+                l.k_lr.up.size(2) == (config.kv.rope_mode == RopeMode::kSharedPlane
+                                          ? config.num_kv_heads * config.kv.RankAt(layer)
+                                          : config.kv.RankAt(layer)) &&
                 l.v_lr.up.size(2) == config.kv.RankAt(layer);
         break;
       case KvLayout::kMla:
@@ -80,8 +82,12 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
       const int64_t r = config_.kv.RankAt(layer);
       auto project = [&](const LowRankProjection& p) {
         auto shared = linear(x, p.shared, p.shared_bias).unsqueeze(2);  // [B,T,1,dh]
-        auto z = Linear(x, p.down).view({b, t, hkv, r});
-        auto out = shared + at::einsum("bthr,hdr->bthd", {z, AsDtypeOf(p.up, z)});
+        // Shared-plane K: one set of latents that every head reads (up [Hkv, dh, Hkv·r]).
+        const bool one_set = p.down.size(0) == p.up.size(2) && hkv > 1;
+        auto z = Linear(x, p.down);
+        auto out = one_set ? shared + at::einsum("btr,hdr->bthd", {z, AsDtypeOf(p.up, z)})
+                           : shared + at::einsum("bthr,hdr->bthd",
+                                                 {z.view({b, t, hkv, r}), AsDtypeOf(p.up, z)});
         if (p.head_bias.defined()) out = out + p.head_bias.view({hkv, dh});
         return out;
       };

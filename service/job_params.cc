@@ -364,9 +364,9 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
     }
   }
   for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct" && m != "partial") {
+    if (m != "plane" && m != "reconstruct" && m != "partial" && m != "shared-plane") {
       return Invalid(absl::StrCat("params_json: rope_mode '", m,
-                                  "' must be plane, reconstruct or partial"));
+                                  "' must be plane, reconstruct, partial or shared-plane"));
     }
   }
   auto in_range = [](const char* key, int64_t v, int64_t lo, int64_t hi) {

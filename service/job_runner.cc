@@ -409,10 +409,8 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   RETURN_IF_ERROR(Stage(job.id, "bench", ++stage, stages, "benchmarking"));
   GenerateBenchOptions bo;
   bo.checkpoint = model;
-  const std::string mode = co.conversion.rope_mode == RopeMode::kPlane ? "plane"
-                           : co.conversion.rope_mode == RopeMode::kPartial
-                               ? "partial"
-                               : "reconstruct";
+  // The decode mode of the converted model: its RoPE mode's name.
+  const std::string mode = RopeModeName(co.conversion.rope_mode);
   bo.mode = mode;
   bo.source = source.path;
   bo.context = pp.bench_context;

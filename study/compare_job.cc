@@ -27,9 +27,10 @@ absl::Status Invalid(const std::string& m) {
 }
 
 RopeMode RopeModeOf(const std::string& mode) {
-  return mode == "plane" ? RopeMode::kPlane
-         : mode == "partial" ? RopeMode::kPartial
-                             : RopeMode::kReconstruct;
+  return mode == "plane"          ? RopeMode::kPlane
+         : mode == "partial"      ? RopeMode::kPartial
+         : mode == "shared-plane" ? RopeMode::kSharedPlane
+                                  : RopeMode::kReconstruct;
 }
 
 // One conversion to run: a variant at a budget with its RoPE handling.
@@ -60,9 +61,9 @@ absl::Status Validate(const CompareJobOptions& o) {
     }
   }
   for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct" && m != "partial") {
-      return Invalid(
-          absl::StrCat("--rope-mode: '", m, "' must be plane, reconstruct or partial"));
+    if (m != "plane" && m != "reconstruct" && m != "partial" && m != "shared-plane") {
+      return Invalid(absl::StrCat("--rope-mode: '", m,
+                                  "' must be plane, reconstruct, partial or shared-plane"));
     }
   }
   if (o.heal_steps < 0 || o.heal_steps > 1000000) {
@@ -201,6 +202,8 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
       // Shared key/value dots for every head, latent dots, and the per-step
       // latent projections of q and of the output.
       int64_t macs = 2 * L * H * (dh + r) + 2 * H * r * dh;
+      // shared-plane: every head dots all H_kv·r shared K latents (2×2 factors per pair).
+      if (mode == "shared-plane") macs = L * H * (2 * dh + hkv * r + r) + H * (2 * hkv * r + r * dh);
       // reconstruct: every cached key is rebuilt (up-projection) and rotated.
       if (mode == "reconstruct")
         macs += L * hkv * (r * dh + 2 * dh) + H * L * dh;

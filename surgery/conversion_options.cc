@@ -50,7 +50,27 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
   const bool by_budget = o.budget > 0;
   KvConfig target;
   target.variant = o.variant;
-  const bool plane = o.rope_mode == RopeMode::kPlane;
+  // Shared-plane: H_kv·r/2 shared latent planes, so H_kv·r must be even.
+  const bool plane = o.rope_mode == RopeMode::kPlane ||
+                     (o.rope_mode == RopeMode::kSharedPlane && c.num_kv_heads % 2 != 0);
+  if (o.rope_mode == RopeMode::kSharedPlane) {
+    if (o.variant != KvVariant::kLrkv) {
+      return Invalid("--rope-mode shared-plane applies to lrkv only");
+    }
+    if (c.qk_norm || c.qkv_bias) {
+      return Invalid(absl::StrCat("--rope-mode shared-plane: models with ",
+                                  c.qk_norm ? "QK-norm" : "attention biases",
+                                  " are not supported (use plane or reconstruct)"));
+    }
+    if (o.allocation == SizeAllocation::kLayers) {
+      return Invalid("--rope-mode shared-plane uses one rank for every layer "
+                     "(--allocation uniform)");
+    }
+    if (o.rank >= 0 && (c.num_kv_heads * o.rank) % 2 != 0) {
+      return Invalid(absl::StrCat("--rope-mode shared-plane needs H_kv·r even (", c.num_kv_heads,
+                                  " KV heads, r = ", o.rank, ")"));
+    }
+  }
   const bool mla_partial = o.variant == KvVariant::kMla && o.rope_mode == RopeMode::kPartial;
   if (o.variant != KvVariant::kLrkv && o.rope_mode != RopeMode::kReconstruct && !mla_partial) {
     return Invalid(absl::StrCat("--rope-mode ", RopeModeName(o.rope_mode),

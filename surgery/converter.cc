@@ -16,6 +16,7 @@
 #include "surgery/decoupled_rope.h"
 #include "surgery/budget_allocation.h"
 #include "surgery/lrkv_decomposition.h"
+#include "surgery/shared_plane.h"
 
 namespace lrkv {
 namespace {
@@ -135,7 +136,7 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
     case KvVariant::kLrkv:
       c.kv.layout = KvLayout::kLrkv;
       c.kv.rank = target.rank;
-      c.kv.rope_mode = o.rope_mode;
+      c.kv.rope_mode = o.rope_mode;  // shared-plane too (surgery/shared_plane.h)
       c.kv.rope_planes_kept = kept;
       break;
     case KvVariant::kMha:
@@ -343,6 +344,37 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
       case KvVariant::kLrkv: {
         // The uniform decomposition of the curves pass is reused at the uniform size and
         // warm-starts the others.
+        if (o.rope_mode == RopeMode::kSharedPlane) {
+          // K: H_kv·r/2 latent planes shared by the heads; V: the usual per-head LRKV.
+          absl::StatusOr<SharedPlaneDecomposition> kd;
+          absl::StatusOr<LrkvDecomposition> vd;
+          at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t j = begin; j < end; ++j) {
+              if (j == 0) {
+                kd = DecomposeSharedPlanes(HeadsOf(src.wk, hkv, dh), whitening, planes,
+                                           hkv * sizes[i] / 2, o.max_iters, o.tol);
+              } else {
+                LrkvDecompositionOptions vo = v_opt;
+                vo.rank = sizes[i];
+                vd = DecomposeLrkv(HeadsOf(src.wv, hkv, dh), whitening, vo);
+              }
+            }
+          });
+          RETURN_IF_ERROR(kd.status());
+          RETURN_IF_ERROR(vd.status());
+          l.k_lr = kd->projection;
+          l.v_lr = ToProjection(*vd, hkv, sizes[i]);
+          l.wk = l.wv = l.bk = l.bv = at::Tensor();
+          lr.k.objective = kd->objective;
+          lr.k.final_objective = kd->objective.back();
+          lr.k.head_rel_error = kd->head_rel_error;
+          lr.k.rel_error = kd->rel_error;
+          lr.k.converged = kd->converged;
+          lr.k.planes = {kd->planes};
+          lr.v = ReportOf(*vd);
+          lr.size = sizes[i];
+          break;
+        }
         const KvDecomposition* warm = uniform_dec[i] ? &*uniform_dec[i] : nullptr;
         KvDecomposition kv;
         if (warm != nullptr && sizes[i] == uniform_size) {

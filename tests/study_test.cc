@@ -46,7 +46,7 @@ TEST(Study, BadOptionsAreRefusedWithTheirName) {
   expect(b, "'mha2' must be gqa, mqa, mla or lrkv");
   b = o;
   b.rope_modes = {"naive"};
-  expect(b, "'naive' must be plane, reconstruct or partial");
+  expect(b, "'naive' must be plane, reconstruct, partial or shared-plane");
   b = o;
   b.heal_steps = 5;
   expect(b, "--heal-steps needs --data");

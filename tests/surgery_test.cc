@@ -242,6 +242,48 @@ TEST(Surgery, DecoupledRopeRefusesWhatItCannotRepresent) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("mla"));
 }
 
+// Shared-plane K: H_kv·r/2 latent planes shared by the heads. At r = d_h every (plane,
+// direction) slot is kept and the model is the source; below it the alternation's
+// objective never increases, and each shared pair reads one plane through complex
+// blocks [[a, -b], [b, a]].
+TEST(Surgery, SharedPlaneResidualIsExactAtFullRankAndMonotone) {
+  ModelConfig c = testing::SmallConfig();
+  c.hidden_size = 128;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = c.rope_dim = 32;
+  const Source s{c, RandomLlamaWeights(c, 17), std::nullopt};
+  const auto tokens = SomeTokens(c.vocab_size);
+  const auto ref = Logits(c, s.weights, tokens);
+  ConversionReport report;
+  const auto full = Convert(s, LrkvAt(32, RopeMode::kSharedPlane), nullptr, &report);
+  EXPECT_LE(MaxRelError(Logits(full.config, full.weights, tokens), ref), 1e-5);
+  EXPECT_EQ(full.weights.layers[0].k_lr.up.sizes(), (std::vector<int64_t>{2, 32, 64}));
+  const auto low = Convert(s, LrkvAt(4, RopeMode::kSharedPlane), nullptr, &report);
+  for (const LayerReport& l : report.layers) {
+    ASSERT_FALSE(l.k.objective.empty());
+    for (size_t i = 1; i < l.k.objective.size(); ++i) {
+      EXPECT_LE(l.k.objective[i], l.k.objective[i - 1] * (1 + 1e-12));
+    }
+    EXPECT_EQ(l.k.planes.size(), 1u);
+    EXPECT_EQ(l.k.planes[0].size(), 4u);  // H_kv·r/2 shared pairs
+  }
+  const at::Tensor up = low.weights.layers[0].k_lr.up;  // [2, 32, 4]
+  for (int64_t j = 0; j < 4; ++j) {
+    EXPECT_EQ(up.select(2, 2 * j).count_nonzero().item<int64_t>(),
+              up.select(2, 2 * j + 1).count_nonzero().item<int64_t>());
+  }
+  // Odd H_kv·r, QK-norm and biases are refused.
+  ModelConfig odd = c;
+  odd.num_kv_heads = 1;
+  const Source mqa{odd, RandomLlamaWeights(odd, 2), std::nullopt};
+  auto r = ConvertModel(odd, mqa.weights, LrkvAt(3, RopeMode::kSharedPlane), nullptr, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  const Source qk = RandomMha(/*qk_norm=*/true);
+  r = ConvertModel(qk.config, qk.weights, LrkvAt(4, RopeMode::kSharedPlane), nullptr, nullptr);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Surgery, GqaPoolingAveragesEachGroup) {
   const Source s = RandomMha();
   const auto pooled = PoolKvHeads(s.config, s.weights.layers[0].wk, 2);

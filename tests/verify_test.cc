@@ -296,6 +296,43 @@ TEST(Equivalence, MlaWithDecoupledRopeIsExactAndAWrongPlaneIsNot) {
             mla.config.num_layers * 9 * (24 + mla.config.kv.RopeWidth()) * 4);
 }
 
+// Shared-plane LRKV (K latents shared by the heads, each plane read through a per-head
+// complex factor) decodes by associativity exactly as its expansion does; turning the
+// shared latents with the wrong planes' frequencies fails by orders of magnitude, and
+// the per-head modes do not apply to it.
+TEST(Equivalence, SharedPlaneLrkvIsExactAndAWrongPlaneIsNot) {
+  const Model stories = Stories();
+  const Model shared = Convert(stories, KvVariant::kLrkv, 2, RopeMode::kSharedPlane);
+  ASSERT_EQ(shared.config.kv.rope_mode, RopeMode::kSharedPlane);
+  ExpectExact(shared, DecodeMode::kSharedPlane);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    ExpectWrong(Check(shared, DecodeMode::kSharedPlane, dtype, FactoredCacheLayout::kAuto,
+                      DecodeFault::kWrongPlane));
+  }
+  for (DecodeMode m : {DecodeMode::kPlane, DecodeMode::kReconstruct, DecodeMode::kNaive}) {
+    EXPECT_FALSE(Check(shared, m, at::kFloat).applicable) << DecodeModeName(m);
+  }
+  const Model plane = Convert(stories, KvVariant::kLrkv, 2, RopeMode::kPlane);
+  EXPECT_FALSE(Check(plane, DecodeMode::kSharedPlane, at::kFloat).applicable);
+  // A GQA model with partial rotary dims (position-free pairs may be shared too).
+  Model src = RandomQkNorm(32);
+  src.config.qk_norm = false;
+  src.config.rope_dim = 16;
+  src.weights = RandomLlamaWeights(src.config, 13);
+  ExpectExact(Convert(src, KvVariant::kLrkv, 4, RopeMode::kSharedPlane),
+              DecodeMode::kSharedPlane);
+  // LRKV's own cache: 2(d_h + H_kv·r) per token and layer.
+  EngineOptions eo;
+  eo.capacity = 7;
+  auto engine = CreateDecodeEngine(shared.config, shared.weights, DecodeMode::kSharedPlane, eo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  at::NoGradGuard no_grad;
+  for (int t = 0; t < 7; ++t) (*engine)->Step(at::full({1}, 1 + t, at::kLong));
+  const ModelConfig& c = shared.config;
+  EXPECT_EQ((*engine)->MeasureCache().used_bytes,
+            c.num_layers * 7 * 2 * (c.head_dim + c.num_kv_heads * 2) * 4);
+}
+
 // DESIGN.md §2: with B = e₁ and a 90° rotation, P B = e₂ is not B times any
 // scalar, so no rotation of a 1-d latent can stand in for rotating the key.
 TEST(RopeCounterexample, RotationDoesNotCommuteWithAGeneralB) {
@@ -654,6 +691,7 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
   const Model qk_plane = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPlane);
   const Model qk_partial = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPartial);
   const Model mla_partial = Convert(source, KvVariant::kMla, 24, RopeMode::kPartial);
+  const Model shared_plane = Convert(source, KvVariant::kLrkv, 2, RopeMode::kSharedPlane);
   struct Case {
     const Model* m;
     DecodeMode mode;
@@ -664,7 +702,8 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
                {&qk_plane, DecodeMode::kPlane},
                {&qk_plane, DecodeMode::kReconstruct},
                {&qk_partial, DecodeMode::kPartial},
-               {&mla_partial, DecodeMode::kPartial}};
+               {&mla_partial, DecodeMode::kPartial},
+               {&shared_plane, DecodeMode::kSharedPlane}};
   at::NoGradGuard no_grad;
   for (const Case& c : cases) {
     SCOPED_TRACE(absl::StrCat(DecodeModeName(c.mode), c.m->config.qk_norm ? " qk-norm" : ""));

@@ -29,14 +29,16 @@ absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
 }
 
-// The tensors `set` trains, in a fixed order (checkpoints rely on it). In plane
-// and partial RoPE modes B_hᴷ and the per-head key biases stay frozen: the
-// factored decode is exact only while B_hᴷ selects whole planes (plane) or
-// avoids the rotated planes (partial), and gradient steps would break that.
+// The tensors `set` trains, in a fixed order (checkpoints rely on it). In plane,
+// partial and shared-plane RoPE modes B_hᴷ and the per-head key biases stay frozen:
+// the factored decode is exact only while B_hᴷ selects whole planes (plane), avoids
+// the rotated planes (partial) or reads each shared plane through a complex factor
+// (shared-plane), and gradient steps would break that.
 std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
                                           TrainableSet set) {
   const bool frozen_k_up = c.kv.rope_mode == RopeMode::kPlane ||
-                           c.kv.rope_mode == RopeMode::kPartial;
+                           c.kv.rope_mode == RopeMode::kPartial ||
+                           c.kv.rope_mode == RopeMode::kSharedPlane;
   std::vector<at::Tensor*> out;
   auto add = [&](at::Tensor& t) {
     if (t.defined() && t.numel() > 0) out.push_back(&t);

@@ -19,6 +19,8 @@ const char* DecodeModeName(DecodeMode mode) {
       return "partial";
     case DecodeMode::kNaive:
       return "naive";
+    case DecodeMode::kSharedPlane:
+      return "shared-plane";
   }
   return "?";
 }
@@ -26,12 +28,12 @@ const char* DecodeModeName(DecodeMode mode) {
 absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name) {
   for (DecodeMode m :
        {DecodeMode::kExpanded, DecodeMode::kReconstruct, DecodeMode::kPlane,
-        DecodeMode::kPartial, DecodeMode::kNaive}) {
+        DecodeMode::kPartial, DecodeMode::kNaive, DecodeMode::kSharedPlane}) {
     if (name == DecodeModeName(m)) return m;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown decode mode '", name,
-                   "'; valid: reconstruct, plane, partial, naive, all"));
+                   "'; valid: reconstruct, plane, partial, naive, shared-plane, all"));
 }
 
 DecodeEngine::DecodeEngine(const ModelConfig& config,
@@ -281,6 +283,17 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
       return MakeMlaEngine(config, weights, own, options);
     }
     case KvLayout::kLrkv:
+      // A shared-plane model's K latents are shared by the heads: it decodes in its
+      // own mode only (and only it decodes in that mode).
+      if ((config.kv.rope_mode == RopeMode::kSharedPlane) != (mode == DecodeMode::kSharedPlane)) {
+        return absl::InvalidArgumentError(
+            mode == DecodeMode::kSharedPlane
+                ? "shared-plane mode needs a model converted with --rope-mode shared-plane"
+                : absl::StrCat("mode ", DecodeModeName(mode),
+                               " does not apply to a shared-plane LRKV model (its K latents "
+                               "are shared by the heads; it decodes in shared-plane mode)"));
+      }
+      if (mode == DecodeMode::kSharedPlane) return MakeSharedPlaneEngine(config, weights, options);
       return MakeLrkvEngine(config, weights, mode, options);
   }
   return absl::InternalError("unknown layout");

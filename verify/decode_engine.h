@@ -10,7 +10,9 @@
 //                time with their planes' frequencies (exact, O(L·r));
 //   partial      LRKV whose residual avoids the rotated planes (exact for a
 //                partial-RoPE model, O(L·r));
-//   naive        the paper's claim, rotating the r-dim latent: a negative control.
+//   naive        the paper's claim, rotating the r-dim latent: a negative control;
+//   shared-plane LRKV whose K latents are planes shared by the heads, each read through
+//                a per-head complex factor: rotated at write time (exact, O(L·(d_h+2m))).
 // QK-norm: the key is rebuilt once at write time and σ = 1/rms(k) is cached per KV head
 // and token; γ is folded into the shared key, the write-time rotation or the rebuild.
 #ifndef LRKV_VERIFY_DECODE_ENGINE_H_
@@ -31,7 +33,7 @@
 
 namespace lrkv {
 
-enum class DecodeMode { kExpanded, kReconstruct, kPlane, kPartial, kNaive };
+enum class DecodeMode { kExpanded, kReconstruct, kPlane, kPartial, kNaive, kSharedPlane };
 const char* DecodeModeName(DecodeMode mode);
 absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name);
 

@@ -17,6 +17,8 @@ std::unique_ptr<DecodeEngine> MakeExpandedEngine(const ModelConfig& config,
 std::unique_ptr<DecodeEngine> MakeMlaEngine(const ModelConfig& config,
                                             const LlamaWeights& weights, DecodeMode mode,
                                             const EngineOptions& options);
+absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeSharedPlaneEngine(
+    const ModelConfig& config, const LlamaWeights& weights, const EngineOptions& options);
 absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeLrkvEngine(const ModelConfig& config,
                                                              const LlamaWeights& weights,
                                                              DecodeMode mode,

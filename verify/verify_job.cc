@@ -60,7 +60,9 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
   std::vector<DecodeMode> modes;
   for (const auto& name : names) {
     if (name == "all") {
-      if (c.kv.layout == KvLayout::kLrkv) {
+      if (c.kv.layout == KvLayout::kLrkv && c.kv.rope_mode == RopeMode::kSharedPlane) {
+        modes.push_back(DecodeMode::kSharedPlane);
+      } else if (c.kv.layout == KvLayout::kLrkv) {
         for (DecodeMode m : {DecodeMode::kReconstruct, DecodeMode::kPlane,
                              DecodeMode::kPartial, DecodeMode::kNaive}) {
           modes.push_back(m);
@@ -74,7 +76,7 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
     if (!m.ok() || *m == DecodeMode::kExpanded) {
       *status = Invalid(
           absl::StrCat("--rope-mode '", name,
-                       "' must be reconstruct, plane, partial, naive or all"));
+                       "' must be reconstruct, plane, partial, naive, shared-plane or all"));
       return {};
     }
     modes.push_back(*m);

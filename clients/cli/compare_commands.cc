@@ -117,8 +117,8 @@ void AddCompareCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--variants", c->variants,
                   "Comma list of gqa, mqa, mla, lrkv");
   cmd->add_option("--rope-mode", c->rope_modes,
-                  "RoPE handling: plane, reconstruct, partial (LRKV each; MLA reconstruct, "
-                  "and with partial also decoupled RoPE)");
+                  "RoPE handling: plane, reconstruct, partial, shared-plane (LRKV each; MLA "
+                  "reconstruct, and with partial also decoupled RoPE)");
   cmd->add_option("--allocation", c->allocation,
                   "LRKV/MLA sizes: uniform | layers (per-layer, from each layer's error "
                   "curve, within each budget)")

@@ -199,8 +199,8 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       "--calib-range", v->calib_range,
       "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
   conv->add_option("--rope-mode", v->rope_mode,
-                   "reconstruct | plane | partial (LRKV); reconstruct | partial (MLA: partial "
-                   "is decoupled RoPE, the DeepSeek layout)");
+                   "reconstruct | plane | partial | shared-plane (LRKV); reconstruct | partial "
+                   "(MLA: partial is decoupled RoPE, the DeepSeek layout)");
   conv->add_option("--allocation", v->allocation,
                    "LRKV/MLA: uniform (one size for every layer) | layers (per-layer sizes "
                    "from each layer's error curve, within the same total cache)")

@@ -50,7 +50,7 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   cmd->add_option("--source", v->job.source, "The model it was converted from");
   cmd->add_option(
       "--rope-mode", v->modes,
-      "reconstruct | plane | partial | naive | all (comma-separated)");
+      "reconstruct | plane | partial | naive | shared-plane | all (comma-separated)");
   cmd->add_option("--prompt-tokens", v->job.prompt_tokens,
                   "Teacher-forced prompt tokens");
   cmd->add_option("--decode-tokens", v->job.decode_tokens,
