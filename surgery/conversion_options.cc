@@ -37,7 +37,12 @@ AttentionShape ShapeOf(const ModelConfig& c) {
 
 int64_t RopePlanesKept(const ModelConfig& c, const ConversionOptions& o) {
   if (o.rope_mode != RopeMode::kPartial) return 0;
-  return o.rope_planes_kept >= 0 ? o.rope_planes_kept : std::max<int64_t>(1, c.rope_dim / 2 / 4);
+  if (o.rope_planes_kept >= 0) return o.rope_planes_kept;
+  // MLA's rotated key is shared by every head, so a plane costs it 2 cached elements in
+  // all: half the planes, DeepSeek's and TransMLA's proportion (64 of 128 dims). LRKV's
+  // partial RoPE takes its kept planes from every head's residual: a quarter.
+  const int64_t planes = c.rope_dim / 2;
+  return std::max<int64_t>(1, o.variant == KvVariant::kMla ? planes / 2 : planes / 4);
 }
 
 absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOptions& o) {

@@ -207,8 +207,8 @@ TEST(Surgery, DecoupledRopeFitsTheBudgetAndSharesTheTopDirection) {
   o.budget = 0.5;
   ConversionReport report;
   const auto m = Convert(s, o, nullptr, &report);
-  // Default: a quarter of the 4 planes (1), so d_rope = 2 and d_c = 32 - 2.
-  EXPECT_EQ(m.config.kv.rope_planes_kept, 1);
+  // Default for MLA: half of the 4 planes (2), so d_rope = 4 and d_c = 32 - 4.
+  EXPECT_EQ(m.config.kv.rope_planes_kept, 2);
   EXPECT_EQ(m.config.kv.latent + m.config.kv.RopeWidth(), 32);
   EXPECT_EQ(report.footprint.elements_per_token_layer, 32);
   for (const LayerReport& l : report.layers) {
@@ -219,10 +219,10 @@ TEST(Surgery, DecoupledRopeFitsTheBudgetAndSharesTheTopDirection) {
     EXPECT_GT(l.kept_plane_energy, 0.0);
     EXPECT_LT(l.kept_plane_energy, 1.0);
   }
-  // The shared key is each head's plane-0 rows mixed by a unit vector.
+  // The shared key: each kept plane's rows of every head, mixed.
   const LayerWeights& l0 = m.weights.layers[0];
-  EXPECT_EQ(l0.k_rope.sizes(), (std::vector<int64_t>{2, s.config.hidden_size}));
-  EXPECT_EQ(l0.q_rope.sizes(), (std::vector<int64_t>{s.config.num_heads * 2,
+  EXPECT_EQ(l0.k_rope.sizes(), (std::vector<int64_t>{4, s.config.hidden_size}));
+  EXPECT_EQ(l0.q_rope.sizes(), (std::vector<int64_t>{s.config.num_heads * 4,
                                                      s.config.hidden_size}));
 }
 
