@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The comparison study of the README's "Results", end to end through the service: a
 # throwaway lrkvd, then one compare job per model (GQA, MQA, MLA with exact and with
-# decoupled RoPE, and LRKV with plane, reconstruct and partial RoPE at cache budgets
-# 0.25 / 0.5 / 0.75; each converted with the same
+# decoupled RoPE, and LRKV with plane, shared-plane, reconstruct and partial RoPE at
+# cache budgets 0.25 / 0.5 / 0.75; each converted with the same
 # calibration text (LRKV by the converged solver; one size for every layer, which
 # scripts/surgery_table.sh shows is the better plan for MLA here), healed with the same
 # 40 KD steps keeping the best step (judged on rows held out from the training text),
@@ -22,7 +22,7 @@ source clients/lrkvd_local.sh
 start_lrkvd "$SHARED/data" "$(realpath build/models)"
 echo "lrkvd on $LRKV_SERVER"
 export LRKV_NO_PROGRESS=1
-common=(--budget 0.25,0.5,0.75 --variants gqa,mqa,mla,lrkv --rope-mode plane,reconstruct,partial
+common=(--budget 0.25,0.5,0.75 --variants gqa,mqa,mla,lrkv --rope-mode plane,reconstruct,shared-plane,partial
         --heal-steps "$steps" --heal-batch 8 --heal-seq-len 256 --heal-lr 0.003 --heal-warmup 5
         --context 128,512,2048 --timed-tokens 16 --kl-tokens 4096)
 

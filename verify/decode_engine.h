@@ -9,7 +9,8 @@
 //   plane        LRKV with B_h selecting whole RoPE planes: latents rotated at write
 //                time with their planes' frequencies (exact, O(L·r));
 //   partial      LRKV whose residual avoids the rotated planes (exact for a
-//                partial-RoPE model, O(L·r));
+//                partial-RoPE model, O(L·r)); MLA with decoupled RoPE: the latent and
+//                the shared rotated key, absorbed (exact w.r.t. its own expansion);
 //   naive        the paper's claim, rotating the r-dim latent: a negative control;
 //   shared-plane LRKV whose K latents are planes shared by the heads, each read through
 //                a per-head complex factor: rotated at write time (exact, O(L·(d_h+2m))).
