@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The surgery table for stories260K: perplexity on the second half of the shared
-# excerpt's stories for LRKV r in {1,2,4,6} (reconstruct and plane RoPE), GQA n_kv=2,
-# MQA and MLA at the matching cache, in both metrics, calibrated on the first half, and
-# for LRKV and MLA also with the activation metric and --allocation layers (per-layer
-# sizes within the same total cache). Needs a built build/bin/lrkv. Prints a Markdown
+# excerpt's stories for LRKV r in {1,2,4,6} (reconstruct, plane and shared-plane RoPE),
+# GQA n_kv=2, MQA and MLA at the matching cache (exact, and with decoupled RoPE), in both
+# metrics, calibrated on the first half, and for LRKV and MLA also with the activation
+# metric and --allocation layers (per-layer sizes within the same total cache; not for
+# shared-plane, which has one rank). Needs a built build/bin/lrkv. Prints a Markdown
 # table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,15 +18,22 @@ trap 'rm -rf "$work"' EXIT
 configs=(
   "lrkv r=1|--variant lrkv --rank 1"
   "mla d_c=24|--variant mla --latent 24"
+  "mla d_c=20 d_rope=4 partial|--variant mla --latent 20 --rope-mode partial --rope-planes 2"
   "lrkv r=2|--variant lrkv --rank 2"
   "lrkv r=2 plane|--variant lrkv --rank 2 --rope-mode plane"
+  "lrkv r=2 shared-plane|--variant lrkv --rank 2 --rope-mode shared-plane"
   "gqa n_kv=2|--variant gqa --kv-heads 2"
   "mla d_c=32|--variant mla --latent 32"
+  "mla d_c=28 d_rope=4 partial|--variant mla --latent 28 --rope-mode partial --rope-planes 2"
+  "mla d_c=24 d_rope=8 partial|--variant mla --latent 24 --rope-mode partial --rope-planes 4"
   "lrkv r=4|--variant lrkv --rank 4"
   "lrkv r=4 plane|--variant lrkv --rank 4 --rope-mode plane"
+  "lrkv r=4 shared-plane|--variant lrkv --rank 4 --rope-mode shared-plane"
   "mla d_c=48|--variant mla --latent 48"
+  "mla d_c=44 d_rope=4 partial|--variant mla --latent 44 --rope-mode partial --rope-planes 2"
   "lrkv r=6|--variant lrkv --rank 6"
   "lrkv r=6 plane|--variant lrkv --rank 6 --rope-mode plane"
+  "lrkv r=6 shared-plane|--variant lrkv --rank 6 --rope-mode shared-plane"
   "mla d_c=64|--variant mla --latent 64"
   "mqa|--variant mqa"
 )
@@ -35,7 +43,8 @@ for entry in "${configs[@]}"; do
   for metric in weight activation layers; do
     alloc=uniform m=$metric
     if [ "$metric" = layers ]; then
-      case "$args" in *lrkv*|*mla*) alloc=layers m=activation ;; *) continue ;; esac
+      # shared-plane uses one rank for every layer.
+      case "$args" in *shared-plane*) continue ;; *lrkv*|*mla*) alloc=layers m=activation ;; *) continue ;; esac
     fi
     i=$((i + 1))
     # shellcheck disable=SC2086
