@@ -41,7 +41,7 @@ struct ConversionOptions {
   /// RoPE (the DeepSeek layout: a RoPE-free latent plus one rotated key of
   /// 2·rope_planes_kept shared by all heads, cached beside it).
   RopeMode rope_mode = RopeMode::kReconstruct;
-  /// Partial mode: planes that stay rotated; -1 = half the planes for MLA, a quarter for
+  /// Partial mode: planes that stay rotated; -1 = every plane for MLA, a quarter for
   /// LRKV (at least 1).
   int64_t rope_planes_kept = -1;
   /// LRKV solver: iterations at most. The solver stops earlier, converged, once an

@@ -207,8 +207,8 @@ TEST(Surgery, DecoupledRopeFitsTheBudgetAndSharesTheTopDirection) {
   o.budget = 0.5;
   ConversionReport report;
   const auto m = Convert(s, o, nullptr, &report);
-  // Default for MLA: half of the 4 planes (2), so d_rope = 4 and d_c = 32 - 4.
-  EXPECT_EQ(m.config.kv.rope_planes_kept, 2);
+  // Default for MLA: all 4 planes, so d_rope = 8 and d_c = 32 - 8.
+  EXPECT_EQ(m.config.kv.rope_planes_kept, 4);
   EXPECT_EQ(m.config.kv.latent + m.config.kv.RopeWidth(), 32);
   EXPECT_EQ(report.footprint.elements_per_token_layer, 32);
   for (const LayerReport& l : report.layers) {
@@ -216,13 +216,13 @@ TEST(Surgery, DecoupledRopeFitsTheBudgetAndSharesTheTopDirection) {
     // mean.
     EXPECT_GE(l.shared_rope_energy, 0.25 - 1e-12);
     EXPECT_LE(l.shared_rope_energy, 1.0 + 1e-12);
-    EXPECT_GT(l.kept_plane_energy, 0.0);
-    EXPECT_LT(l.kept_plane_energy, 1.0);
+    // Every plane kept (RoPE covers the whole head): all of the key's energy.
+    EXPECT_NEAR(l.kept_plane_energy, 1.0, 1e-9);
   }
   // The shared key: each kept plane's rows of every head, mixed.
   const LayerWeights& l0 = m.weights.layers[0];
-  EXPECT_EQ(l0.k_rope.sizes(), (std::vector<int64_t>{4, s.config.hidden_size}));
-  EXPECT_EQ(l0.q_rope.sizes(), (std::vector<int64_t>{s.config.num_heads * 4,
+  EXPECT_EQ(l0.k_rope.sizes(), (std::vector<int64_t>{8, s.config.hidden_size}));
+  EXPECT_EQ(l0.q_rope.sizes(), (std::vector<int64_t>{s.config.num_heads * 8,
                                                      s.config.hidden_size}));
 }
 

@@ -207,7 +207,7 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   conv->add_option("--rope-planes", o.rope_planes_kept,
                    "Partial mode: RoPE planes kept, the highest frequencies (default a "
-                   "quarter for LRKV, half for MLA, which caches 2 dims per plane beside "
+                   "quarter for LRKV, all for MLA, which caches 2 dims per plane beside "
                    "its latent)");
   conv->add_option("--iters", o.max_iters,
                    "LRKV: alternating iterations at most (the solver stops earlier on --tol)")
