@@ -26,11 +26,10 @@ absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
 }
 
+// A plan's RoPE mode from its (validated) name, which is the RoPE mode's own; the
+// dense plans' "expanded" converts with exact RoPE.
 RopeMode RopeModeOf(const std::string& mode) {
-  return mode == "plane"          ? RopeMode::kPlane
-         : mode == "partial"      ? RopeMode::kPartial
-         : mode == "shared-plane" ? RopeMode::kSharedPlane
-                                  : RopeMode::kReconstruct;
+  return ParseRopeMode(mode).value_or(RopeMode::kReconstruct);
 }
 
 // One conversion to run: a variant at a budget with its RoPE handling.

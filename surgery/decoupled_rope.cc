@@ -2,6 +2,7 @@
 #include "surgery/decoupled_rope.h"
 
 #include "model/rope.h"
+#include "surgery/complex_planes.h"
 
 namespace lrkv {
 
@@ -35,26 +36,18 @@ DecoupledRopeSplit SplitDecoupledRope(
     // shared row s (in the metric) for w_h ≈ u_h·s is the top eigenvector u of the
     // heads' Hermitian Gram G = W̃ W̃ᴴ, with s = Σ_h conj(u_h) w_h.
     const auto ra = wk_nope.select(1, a), rb = wk_nope.select(1, b);  // [Hkv, d]
-    const auto wa = whiten(ra), wb = whiten(rb);
-    const auto gram = at::complex(at::matmul(wa, wa.t()) + at::matmul(wb, wb.t()),
-                                  at::matmul(wb, wa.t()) - at::matmul(wa, wb.t()));
-    auto [evals, evecs] = at::linalg_eigh(gram);
-    auto u = evecs.select(1, hkv - 1);  // unit, defined up to a phase
-    // The phase that makes the largest component real and positive: reproducible.
-    const auto big = u.abs().argmax().item<int64_t>();
-    u = u * (u[big].abs() / u[big]);
-    const auto ur = at::real(u).contiguous(), ui = at::imag(u).contiguous();
-    kept_energy += at::real(gram.diagonal()).sum().item<double>();
-    shared_energy += evals[hkv - 1].item<double>();
-    auto mix = [&](const at::Tensor& c, const at::Tensor& x) {  // Σ_h c_h x_h
-      return at::matmul(c.unsqueeze(0), x).squeeze(0);
-    };
-    const auto s_re = mix(ur, ra) + mix(ui, rb), s_im = mix(ur, rb) - mix(ui, ra);
+    double trace = 0;
+    const PlaneDirection u = PlaneDirections(whiten(ra), whiten(rb), &trace).back();
+    const auto &ur = u.re, &ui = u.im;
+    kept_energy += trace;
+    shared_energy += u.energy;
+    const auto [s_re, s_im] = MixPlane(u, ra, rb);
     k_rope.select(0, 2 * m).copy_(s_re);
     k_rope.select(0, 2 * m + 1).copy_(s_im);
     // The residual w_h − u_h·s stays in the RoPE-free key.
-    wk_nope.select(1, a).copy_(ra - (ur.unsqueeze(1) * s_re - ui.unsqueeze(1) * s_im));
-    wk_nope.select(1, b).copy_(rb - (ur.unsqueeze(1) * s_im + ui.unsqueeze(1) * s_re));
+    const auto [carried_a, carried_b] = SpreadPlane(u, s_re, s_im);
+    wk_nope.select(1, a).copy_(ra - carried_a);
+    wk_nope.select(1, b).copy_(rb - carried_b);
     // Query head j of KV head g = j / group: q·(u_g z) = (conj(u_g) q̂)·z, both turned
     // by RoPE alike.
     const auto gr = ur.repeat_interleave(group).unsqueeze(1),

@@ -5,56 +5,41 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "surgery/complex_planes.h"
 
 namespace lrkv {
 namespace {
 
-// One shared latent plane: RoPE plane `plane`, and the heads' unit complex direction.
+// One shared latent plane: RoPE plane `plane` and the heads' unit complex direction.
 struct Pick {
-  double energy;
   int64_t plane;
-  at::Tensor re, im;  // [H_kv]
+  PlaneDirection u;
 };
 
-// The best `pairs` shared planes for the whitened residual R [H_kv, d, d_h], and the
-// fitted residual (same shape). Per plane f, with w_h = R_h[:, a] + i·R_h[:, b], the
-// Hermitian Gram G = W Wᴴ's top eigenvectors give the best directions; the m largest
-// eigenvalues over all planes are kept.
+// The best `pairs` shared planes for the whitened residual R [H_kv, d, d_h]: per plane,
+// the heads' complex principal directions (complex_planes.h); the m largest energies
+// over all planes are kept.
 std::vector<Pick> BestPlanes(const at::Tensor& r,
                              const std::vector<std::pair<int64_t, int64_t>>& planes,
-                             int64_t pairs, double* energy_total) {
-  const int64_t hkv = r.size(0);
+                             int64_t pairs) {
   std::vector<Pick> all;
-  double total = 0;
   for (size_t f = 0; f < planes.size(); ++f) {
-    const auto a = r.select(2, planes[f].first), b = r.select(2, planes[f].second);
-    const auto gram = at::complex(at::matmul(a, a.t()) + at::matmul(b, b.t()),
-                                  at::matmul(b, a.t()) - at::matmul(a, b.t()));
-    auto [evals, evecs] = at::linalg_eigh(gram);
-    total += at::real(gram.diagonal()).sum().item<double>();
-    for (int64_t k = 0; k < hkv; ++k) {
-      auto u = evecs.select(1, k);
-      const auto big = u.abs().argmax().item<int64_t>();
-      if (u[big].abs().item<double>() > 0) u = u * (u[big].abs() / u[big]);
-      all.push_back({evals[k].item<double>(), static_cast<int64_t>(f),
-                     at::real(u).contiguous(), at::imag(u).contiguous()});
+    double trace = 0;
+    for (PlaneDirection& u : PlaneDirections(r.select(2, planes[f].first),
+                                             r.select(2, planes[f].second), &trace)) {
+      all.push_back({static_cast<int64_t>(f), std::move(u)});
     }
   }
   std::stable_sort(all.begin(), all.end(),
-                   [](const Pick& x, const Pick& y) { return x.energy > y.energy; });
+                   [](const Pick& x, const Pick& y) { return x.u.energy > y.u.energy; });
   all.resize(static_cast<size_t>(std::min<int64_t>(pairs, static_cast<int64_t>(all.size()))));
-  *energy_total = total;
   return all;
 }
 
 // s = Σ_h conj(u_h) w_h of pick p on R: (Re s, Im s), each [d].
 std::pair<at::Tensor, at::Tensor> SharedRow(const at::Tensor& r, const Pick& p,
                                             const std::pair<int64_t, int64_t>& coords) {
-  const auto a = r.select(2, coords.first), b = r.select(2, coords.second);  // [H_kv, d]
-  auto mix = [](const at::Tensor& c, const at::Tensor& x) {
-    return at::matmul(c.unsqueeze(0), x).squeeze(0);
-  };
-  return {mix(p.re, a) + mix(p.im, b), mix(p.re, b) - mix(p.im, a)};
+  return MixPlane(p.u, r.select(2, coords.first), r.select(2, coords.second));
 }
 
 // The fitted residual of `picks` on R.
@@ -64,9 +49,9 @@ at::Tensor Fit(const at::Tensor& r, const std::vector<Pick>& picks,
   for (const Pick& p : picks) {
     const auto coords = planes[p.plane];
     const auto [sr, si] = SharedRow(r, p, coords);
-    const auto ur = p.re.unsqueeze(1), ui = p.im.unsqueeze(1);
-    fit.select(2, coords.first).add_(ur * sr.unsqueeze(0) - ui * si.unsqueeze(0));
-    fit.select(2, coords.second).add_(ur * si.unsqueeze(0) + ui * sr.unsqueeze(0));
+    const auto [fa, fb] = SpreadPlane(p.u, sr, si);
+    fit.select(2, coords.first).add_(fa);
+    fit.select(2, coords.second).add_(fb);
   }
   return fit;
 }
@@ -92,11 +77,10 @@ absl::StatusOr<SharedPlaneDecomposition> DecomposeSharedPlanes(
   auto s = wt.mean(0);  // [d, dh]
   std::vector<Pick> picks;
   at::Tensor fit;
-  double energy = 0;
   int quiet = 0;
   for (int it = 0; it <= max_iters; ++it) {
     const auto r = wt - s.unsqueeze(0);
-    picks = BestPlanes(r, planes, pairs, &energy);
+    picks = BestPlanes(r, planes, pairs);
     fit = Fit(r, picks, planes);
     const double obj = (r - fit).pow(2).sum().item<double>();
     if (!out.objective.empty()) {
@@ -132,10 +116,10 @@ absl::StatusOr<SharedPlaneDecomposition> DecomposeSharedPlanes(
     const auto [sr, si] = SharedRow(r, p, coords);
     rows.select(1, 2 * j).copy_(sr);
     rows.select(1, 2 * j + 1).copy_(si);
-    up.select(1, coords.first).select(1, 2 * j).copy_(p.re);
-    up.select(1, coords.first).select(1, 2 * j + 1).copy_(-p.im);
-    up.select(1, coords.second).select(1, 2 * j).copy_(p.im);
-    up.select(1, coords.second).select(1, 2 * j + 1).copy_(p.re);
+    up.select(1, coords.first).select(1, 2 * j).copy_(p.u.re);
+    up.select(1, coords.first).select(1, 2 * j + 1).copy_(-p.u.im);
+    up.select(1, coords.second).select(1, 2 * j).copy_(p.u.im);
+    up.select(1, coords.second).select(1, 2 * j + 1).copy_(p.u.re);
     out.planes.push_back(p.plane);
   }
   out.projection.shared = unwhiten(s).t().contiguous().to(at::kFloat);
