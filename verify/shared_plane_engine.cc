@@ -98,12 +98,11 @@ class SharedPlaneEngine : public DecodeEngine {
     Layer& L = layers_[layer];
     const int64_t n = pos + 1, b = q.size(0), hkv = config_.num_kv_heads,
                   dh = config_.head_dim, r = config_.kv.RankAt(layer);
-    const auto dtype = compute_dtype();
-    const auto qr = Grouped(RotateAt(layer, q, pos)).to(dtype);  // [B, Hkv, g, dh]
-    const auto ks = Read(L.ks, n).to(dtype), z = Read(L.z, n).to(dtype);
-    const auto vs = Read(L.vs, n).to(dtype);
-    const auto zv = Read(L.zv, n).to(dtype).view({b, n, hkv, r});
-    const auto k_up = l.k_lr.up.to(dtype), v_up = l.v_lr.up.to(dtype);
+    // The cache reads and the factors are in the compute dtype already (Read, ForCompute).
+    const auto qr = Grouped(RotateAt(layer, q, pos));  // [B, Hkv, g, dh]
+    const auto ks = Read(L.ks, n), z = Read(L.z, n), vs = Read(L.vs, n);
+    const auto zv = Read(L.zv, n).view({b, n, hkv, r});
+    const auto &k_up = l.k_lr.up, &v_up = l.v_lr.up;
     const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
     at::Tensor probs;
     if (options_.materialize) {
@@ -121,9 +120,9 @@ class SharedPlaneEngine : public DecodeEngine {
                at::einsum("bhgr,hdr->bhgd",
                           {at::einsum("bhgl,blhr->bhgr", {probs, zv}), v_up});
     if (l.v_lr.head_bias.defined()) {
-      out = out + l.v_lr.head_bias.to(dtype).view({1, hkv, 1, dh});
+      out = out + l.v_lr.head_bias.view({1, hkv, 1, dh});
     }
-    return out.reshape({b, config_.num_heads, dh}).to(compute_dtype());
+    return out.reshape({b, config_.num_heads, dh});
   }
 
   std::vector<at::Tensor*> CacheTensors() override {
