@@ -121,7 +121,8 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
       json j,
       ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
                          "metric", "rope_mode", "rope_planes", "iters",
-                         "tol", "damping", "allocation", "calib", "calib_range", "calib_tokens",
+                         "tol", "damping", "allocation", "allocation_objective",
+                         "allocation_tokens", "calib", "calib_range", "calib_tokens",
                          "eval", "eval_range", "expand", "weight_dtype", "max_shard_size"}));
   ConvertJobOptions o;
   o.checkpoint = checkpoint;
@@ -142,6 +143,10 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
   std::string allocation = "uniform";
   RETURN_IF_ERROR(Read(j, "allocation", &allocation));
   ASSIGN_OR_RETURN(c.allocation, ParseSizeAllocation(allocation));
+  std::string objective = "auto";
+  RETURN_IF_ERROR(Read(j, "allocation_objective", &objective));
+  ASSIGN_OR_RETURN(c.allocation_objective, ParseAllocationObjective(objective));
+  RETURN_IF_ERROR(Read(j, "allocation_tokens", &o.allocation_tokens));
   RETURN_IF_ERROR(Read(j, "damping", &c.damping));
   RETURN_IF_ERROR(Read(j, "calib", &o.calib_path));
   RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));

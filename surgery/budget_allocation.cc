@@ -20,6 +20,28 @@ absl::StatusOr<SizeAllocation> ParseSizeAllocation(const std::string& name) {
       absl::StrCat("allocation '", name, "' is not one of: uniform, layers"));
 }
 
+const char* AllocationObjectiveName(AllocationObjective a) {
+  switch (a) {
+    case AllocationObjective::kError:
+      return "error";
+    case AllocationObjective::kLoss:
+      return "loss";
+    case AllocationObjective::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::StatusOr<AllocationObjective> ParseAllocationObjective(
+    const std::string& name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  if (n == "auto") return AllocationObjective::kAuto;
+  if (n == "error") return AllocationObjective::kError;
+  if (n == "loss") return AllocationObjective::kLoss;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "allocation objective '", name, "' is not one of: auto, error, loss"));
+}
+
 absl::StatusOr<BudgetAllocation> AllocateBudget(
     const std::vector<LayerErrorCurve>& curves,
     const std::function<int64_t(int64_t)>& cost, int64_t budget_elements,
@@ -84,6 +106,122 @@ absl::StatusOr<BudgetAllocation> AllocateBudget(
     out.elements_per_token = uniform_used;
     out.uniform = true;
   }
+  return out;
+}
+
+absl::StatusOr<JointRefinement> RefineByJointLoss(
+    const std::vector<LayerErrorCurve>& curves,
+    const std::vector<int64_t>& start, int64_t uniform_size,
+    const std::function<int64_t(int64_t)>& cost, int64_t budget_elements,
+    const std::function<absl::StatusOr<double>(const std::vector<int64_t>&)>&
+        loss,
+    const JointRefinementOptions& options) {
+  const size_t n = curves.size();
+  if (start.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a plan of ", start.size(), " sizes for ", n, " layers"));
+  }
+  // Each layer's position on its curve.
+  auto index_of = [&](size_t l, int64_t size) -> absl::StatusOr<size_t> {
+    const auto& s = curves[l].sizes;
+    const auto it = std::find(s.begin(), s.end(), size);
+    if (it == s.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l, ": size ", size, " is not on its curve"));
+    }
+    return static_cast<size_t>(it - s.begin());
+  };
+  auto elements = [&](const std::vector<size_t>& at) {
+    int64_t used = 0;
+    for (size_t l = 0; l < n; ++l) used += cost(curves[l].sizes[at[l]]);
+    return used;
+  };
+  auto sizes_of = [&](const std::vector<size_t>& at) {
+    std::vector<int64_t> out(n);
+    for (size_t l = 0; l < n; ++l) out[l] = curves[l].sizes[at[l]];
+    return out;
+  };
+  std::vector<size_t> uniform(n), at(n);
+  for (size_t l = 0; l < n; ++l) {
+    auto u = index_of(l, uniform_size);
+    if (!u.ok()) return u.status();
+    uniform[l] = *u;
+    auto s = index_of(l, start[l]);
+    if (!s.ok()) return s.status();
+    at[l] = *s;
+  }
+  if (elements(at) > budget_elements) {
+    return absl::InvalidArgumentError("the starting plan is over the budget");
+  }
+  JointRefinement out;
+  auto measure =
+      [&](const std::vector<size_t>& plan) -> absl::StatusOr<double> {
+    ++out.evaluations;
+    return loss(sizes_of(plan));
+  };
+  auto u = measure(uniform);
+  if (!u.ok()) return u.status();
+  out.uniform_loss = *u;
+  double best = out.uniform_loss;
+  if (at != uniform) {
+    auto s = measure(at);
+    if (!s.ok()) return s.status();
+    out.start_loss = *s;
+    if (*s < best) {
+      best = *s;
+    } else {
+      at = uniform;
+    }
+  } else {
+    out.start_loss = best;
+  }
+  for (int round = 0; round < options.max_rounds; ++round) {
+    // One grid step up for layer a, one down for layer b, rated by the curves.
+    struct Move {
+      double rating;
+      size_t up, down;
+    };
+    std::vector<Move> moves;
+    for (size_t a = 0; a < n; ++a) {
+      if (at[a] + 1 >= curves[a].sizes.size()) continue;
+      for (size_t b = 0; b < n; ++b) {
+        if (b == a || at[b] == 0) continue;
+        std::vector<size_t> plan = at;
+        ++plan[a];
+        --plan[b];
+        if (elements(plan) > budget_elements) continue;
+        const auto& ea = curves[a].errors;
+        const auto& eb = curves[b].errors;
+        moves.push_back(
+            {(ea[at[a]] - ea[at[a] + 1]) - (eb[at[b] - 1] - eb[at[b]]), a, b});
+      }
+    }
+    std::stable_sort(
+        moves.begin(), moves.end(),
+        [](const Move& x, const Move& y) { return x.rating > y.rating; });
+    if (static_cast<int>(moves.size()) > options.moves_per_round) {
+      moves.resize(options.moves_per_round);
+    }
+    std::vector<size_t> round_best;
+    double round_loss = best;
+    for (const Move& m : moves) {
+      std::vector<size_t> plan = at;
+      ++plan[m.up];
+      --plan[m.down];
+      auto l = measure(plan);
+      if (!l.ok()) return l.status();
+      if (*l < round_loss) {
+        round_loss = *l;
+        round_best = plan;
+      }
+    }
+    if (round_best.empty()) break;
+    at = round_best;
+    best = round_loss;
+    ++out.moves;
+  }
+  out.sizes = sizes_of(at);
+  out.loss = best;
   return out;
 }
 

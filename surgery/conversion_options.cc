@@ -147,6 +147,13 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c, const ConversionOpt
                                 "layer; ", KvVariantName(target.variant),
                                 " has one size for every layer (use --allocation uniform)"));
   }
+  if (o.allocation == SizeAllocation::kLayers &&
+      o.allocation_objective == AllocationObjective::kLoss && target.variant == KvVariant::kMla &&
+      o.rope_mode == RopeMode::kPartial) {
+    return Invalid("--allocation-objective loss probes each layer as a dense one; decoupled-RoPE "
+                   "MLA's keys (d_h + d_rope) have no dense form (use --allocation-objective "
+                   "error)");
+  }
   if (o.rope_mode == RopeMode::kPartial) {
     const int64_t kept = o.rope_planes_kept;
     if (kept > c.rope_dim / 2 || kept < -1) {

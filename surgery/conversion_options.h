@@ -55,6 +55,13 @@ struct ConversionOptions {
   /// error curve within the same total cache (budget × the source's, or the explicit
   /// size's total).
   SizeAllocation allocation = SizeAllocation::kUniform;
+  /// Per-layer sizes: what each layer's curve measures. `loss` converts one layer at a
+  /// time at each candidate size and measures the calibration loss (the plan minimises
+  /// the summed loss changes: layers do not weigh equally in the loss, so their
+  /// reconstruction errors alone mislead); `error` sums the decomposition's objective
+  /// over K and V; `auto` is `loss` when calibration text is given and the conversion
+  /// can be run densely (not decoupled-RoPE MLA), `error` otherwise.
+  AllocationObjective allocation_objective = AllocationObjective::kAuto;
 };
 
 // The RoPE planes a partial-mode conversion keeps (the option, or its default); 0 in

@@ -79,6 +79,24 @@ nlohmann::json ConversionReport::ToJson() const {
     j["allocation"]["budget_elements_per_token"] = allocation_budget_elements;
     j["allocation"]["kept_uniform"] = allocation_kept_uniform;
     j["allocation"]["sizes"] = target.layer_sizes;
+    j["allocation"]["objective"] = allocation_objective;
+    auto curves = nlohmann::json::array();
+    for (size_t l = 0; l < allocation_curves.size(); ++l) {
+      curves.push_back({{"layer", l},
+                        {"sizes", allocation_curves[l].sizes},
+                        {"errors", allocation_curves[l].errors}});
+    }
+    j["allocation"]["curves"] = curves;
+    if (allocation_objective == "loss") {
+      j["allocation"]["source_loss"] = allocation_source_loss;
+      j["allocation"]["loss_tokens"] = allocation_loss_tokens;
+      j["allocation"]["plan_loss"] = allocation_plan_loss;
+      j["allocation"]["uniform_loss"] = allocation_uniform_loss;
+      j["allocation"]["curves_plan_loss"] = allocation_curves_plan_loss;
+      j["allocation"]["written_loss"] = allocation_written_loss;
+      j["allocation"]["plans_measured"] = allocation_plans_measured;
+      j["allocation"]["moves"] = allocation_moves;
+    }
   }
   return j;
 }
@@ -115,13 +133,25 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
   }
   if (const auto a = j.value("allocation", nlohmann::json::object());
       a.value("method", std::string()) == "layers") {
+    const bool loss = a.value("objective", std::string()) == "loss";
     absl::StrAppendFormat(
         &out,
-        "allocation   per layer within %d cache elements/token: estimated error %.5g "
+        "allocation   per layer within %d cache elements/token: estimated %s %.5g "
         "(uniform %.5g)%s\n",
-        a.value("budget_elements_per_token", int64_t{0}), a.value("estimated_error", 0.0),
-        a.value("uniform_estimated_error", 0.0),
+        a.value("budget_elements_per_token", int64_t{0}),
+        loss ? "loss change (nats/token, layers converted one at a time, summed)" : "error",
+        a.value("estimated_error", 0.0), a.value("uniform_estimated_error", 0.0),
         a.value("kept_uniform", false) ? ", so the uniform plan is kept" : "");
+    if (loss) {
+      absl::StrAppendFormat(
+          &out,
+          "             measured on %d calibration tokens: source %.5f, uniform %.5f, "
+          "curves' plan %.5f, chosen %.5f, written %.5f (%d plans measured, %d moves)\n",
+          a.value("loss_tokens", int64_t{0}), a.value("source_loss", 0.0),
+          a.value("uniform_loss", 0.0), a.value("curves_plan_loss", 0.0),
+          a.value("plan_loss", 0.0), a.value("written_loss", 0.0), a.value("plans_measured", 0),
+          a.value("moves", 0));
+    }
   }
   absl::StrAppend(
       &out,

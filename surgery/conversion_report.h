@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "surgery/budget_allocation.h"
 #include "surgery/cache_accounting.h"
 
 namespace lrkv {
@@ -60,13 +61,26 @@ struct ConversionReport {
   double total_seconds = 0;
   int threads = 0;                  // intra-op threads LibTorch used
   std::vector<LayerReport> layers;
-  // "uniform" or "layers"; for "layers", the curves' estimate of the summed error of the
-  // plan and of the uniform one, the cache elements (all layers, per token) allowed, and
-  // whether the uniform plan was kept (rated no worse).
+  // "uniform" or "layers"; for "layers", what the curves measured ("error" or "loss"),
+  // their estimate of the summed error of the plan and of the uniform one (for "loss":
+  // the summed loss changes, nats/token), the cache elements (all layers, per token)
+  // allowed, whether the uniform plan was kept (rated no worse), every layer's curve,
+  // and for "loss" the source's calibration loss and the tokens it was measured on.
   std::string allocation = "uniform";
+  std::string allocation_objective;
   double allocation_estimated_error = 0, allocation_uniform_error = 0;
   int64_t allocation_budget_elements = 0;
   bool allocation_kept_uniform = false;
+  std::vector<LayerErrorCurve> allocation_curves;
+  double allocation_source_loss = 0;
+  int64_t allocation_loss_tokens = 0;
+  // For "loss", measured on the whole converted model: the chosen plan's loss, the
+  // uniform plan's, the curves' own plan's (before moves), the written model's (re-solved
+  // from the S the plan was rated with), how many plans were measured and how many
+  // moves were accepted.
+  double allocation_plan_loss = 0, allocation_uniform_loss = 0,
+         allocation_curves_plan_loss = 0, allocation_written_loss = 0;
+  int allocation_plans_measured = 0, allocation_moves = 0;
   std::optional<double> perplexity_before;
   std::optional<double> perplexity_after;
   int64_t eval_tokens = 0;

@@ -74,8 +74,12 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   // Unset ("auto"): the source's, once its weights are loaded.
   std::optional<DType> matrices;
   if (o.weight_dtype != "auto") matrices = ParseWeightDType(o.weight_dtype);
+  const ConversionOptions& co = o.conversion;
+  // The loss objective of per-layer sizes probes the source on calibration text.
+  const bool probe_loss = co.allocation == SizeAllocation::kLayers && !o.calib_path.empty() &&
+                          co.allocation_objective != AllocationObjective::kError;
   std::vector<std::string> calib_docs, eval_docs;
-  if (activation) {
+  if (activation || probe_loss) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));
     calib_docs = o.calib_range.Slice(docs);
     if (calib_docs.empty()) return Invalid("--calib-range selects no document");
@@ -108,10 +112,37 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
                                                o.calib_tokens, o.should_stop));
     report.calibration_seconds = since(t);
   }
+  KvLossProbe loss_probe;
+  std::vector<std::string> probe_docs;
+  int64_t probe_tokens = 0;
+  if (probe_loss) {
+    // Whole documents from the start of the range, until allocation_tokens are predicted.
+    for (const std::string& doc : calib_docs) {
+      if (probe_tokens >= o.allocation_tokens) break;
+      probe_docs.push_back(doc);
+      probe_tokens += static_cast<int64_t>(ckpt->tokenizer()->Encode(doc).size());
+    }
+    loss_probe = [&](const std::vector<DenseKv>& kv) -> absl::StatusOr<double> {
+      LlamaWeights w = weights;  // tensors shared, not copied
+      for (size_t i = 0; i < kv.size() && i < w.layers.size(); ++i) {
+        LayerWeights& l = w.layers[i];
+        l.wk = kv[i].wk;
+        l.bk = kv[i].bk;
+        l.wv = kv[i].wv;
+        l.bv = kv[i].bv;
+      }
+      ASSIGN_OR_RETURN(auto model, Transformer::Create(config, std::move(w)));
+      ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(*model, *ckpt->tokenizer(),
+                                                                probe_docs, o.should_stop));
+      probe_tokens = stats.tokens;
+      return stats.mean_nll();
+    };
+  }
   progress(absl::StrCat("decomposition of ", config.num_layers, " layers"));
   ASSIGN_OR_RETURN(ConvertedModel converted,
-                   ConvertModel(config, weights, o.conversion,
-                                calib ? &*calib : nullptr, &report, o.should_stop));
+                   ConvertModel(config, weights, o.conversion, calib ? &*calib : nullptr,
+                                &report, o.should_stop, loss_probe));
+  if (report.allocation_objective == "loss") report.allocation_loss_tokens = probe_tokens;
   converted.weights = MatricesIn(converted.config, converted.weights, *matrices);
   if (!eval_docs.empty()) {
     progress(absl::StrCat("perplexity before and after on ", eval_docs.size(), " documents"));
@@ -166,6 +197,15 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpo
   if (activation && o.calib_path.empty()) {
     return Invalid("--metric activation needs --calib FILE");
   }
+  if (o.conversion.allocation == SizeAllocation::kLayers &&
+      o.conversion.allocation_objective == AllocationObjective::kLoss && o.calib_path.empty()) {
+    return Invalid("--allocation-objective loss measures each layer's loss on calibration "
+                   "text: give --calib FILE");
+  }
+  if (o.allocation_tokens < 1 || o.allocation_tokens > kMaxCalibrationTokens) {
+    return Invalid(absl::StrCat("--allocation-tokens ", o.allocation_tokens,
+                                " must lie in [1, ", kMaxCalibrationTokens, "]"));
+  }
   if (o.calib_tokens < 1 || o.calib_tokens > kMaxCalibrationTokens) {
     return Invalid(absl::StrCat("--calib-tokens ", o.calib_tokens, " must lie in [1, ",
                                 kMaxCalibrationTokens, "]"));
@@ -207,7 +247,9 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpo
         "rotated part all heads share), which no dense Llama layout holds; write the MLA "
         "checkpoint as safetensors"));
   }
-  if (activation || !o.eval_path.empty() || gguf) {
+  if (activation || !o.eval_path.empty() || gguf ||
+      (o.conversion.allocation == SizeAllocation::kLayers && !o.calib_path.empty() &&
+       o.conversion.allocation_objective != AllocationObjective::kError)) {
     RETURN_IF_ERROR(source.RequireTokenizer().status());
   }
   if (!o.calib_path.empty()) RETURN_IF_ERROR(CheckTextFile(o.calib_path, "--calib"));

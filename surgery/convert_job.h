@@ -41,6 +41,11 @@ struct ConvertJobOptions {
   std::string calib_path;
   DocumentRange calib_range;
   int64_t calib_tokens = 16384;
+  /// Per-layer sizes by loss (`--allocation layers`, objective loss or auto): the
+  /// calibration documents (from the start of the range, whole) the loss is measured on,
+  /// at least this many predicted tokens. Each layer and candidate size costs one
+  /// forward pass over them.
+  int64_t allocation_tokens = 8192;
   /// When set, perplexity before and after conversion on this text and range.
   std::string eval_path;
   DocumentRange eval_range;

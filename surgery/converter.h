@@ -4,6 +4,8 @@
 #define LRKV_SURGERY_CONVERTER_H_
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
@@ -21,15 +23,23 @@ struct ConvertedModel {
   LlamaWeights weights;
 };
 
+// The mean loss (nats per predicted token) on calibration text of the source model
+// with each layer's K/V replaced by kv[layer] (dense per-KV-head weights; a layer kept
+// as it is gets its own). Per-layer sizes by loss call it per layer and candidate
+// size, then per plan tried. The converter knows no text: the caller owns the model
+// and the documents (surgery/convert_job.cc).
+using KvLossProbe = std::function<absl::StatusOr<double>(const std::vector<DenseKv>& kv)>;
+
 // Converts a dense (MHA or GQA) model. `calibration` is required for the activation
-// metric. `report` (optional) receives the per-layer record. CancelledError when
-// `stop` asks (polled per layer).
+// metric, `loss_probe` for the loss objective of per-layer sizes. `report` (optional)
+// receives the per-layer record. CancelledError when `stop` asks (polled per layer).
 absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
                                             const LlamaWeights& weights,
                                             const ConversionOptions& options,
                                             const CalibrationStats* calibration,
                                             ConversionReport* report,
-                                            const StopCheck& stop = {});
+                                            const StopCheck& stop = {},
+                                            const KvLossProbe& loss_probe = {});
 
 // The same model with dense per-KV-head K/V weights materialised from any layout
 // (a plain Llama checkpoint that any loader reads).

@@ -458,8 +458,10 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
     o.conversion.budget = c.budget;
     o.conversion.metric = SurgeryMetric::kActivation;
     o.conversion.allocation = SizeAllocation::kLayers;
+    o.conversion.allocation_objective = AllocationObjective::kError;
     auto report = RunConvertJob(o);
     ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->allocation_objective, "error");
     const std::vector<int64_t>& sizes = report->target.layer_sizes;
     ASSERT_EQ(sizes.size(), 5u);
     EXPECT_FALSE(report->allocation_kept_uniform);
@@ -495,6 +497,142 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
   gqa.allocation = SizeAllocation::kLayers;
   EXPECT_EQ(ResolveTarget(Stories().config, gqa).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BudgetAllocation, JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLowerIt) {
+  // Cost = size, three layers, the uniform plan (2, 2, 2) spends the budget of 6. The
+  // curves' greedy plan is (4, 1, 1): the curves rate it 1.75 against the uniform 2.6.
+  auto cost = [](int64_t size) { return size; };
+  const std::vector<int64_t> sizes = {0, 1, 2, 3, 4};
+  const std::vector<LayerErrorCurve> curves = {{sizes, {5, 3, 1, 0.5, 0}},
+                                               {sizes, {1, 0.9, 0.8, 0.7, 0.6}},
+                                               {sizes, {1, 0.85, 0.8, 0.7, 0.6}}};
+  auto start = AllocateBudget(curves, cost, 6, 2);
+  ASSERT_TRUE(start.ok()) << start.status();
+  ASSERT_EQ(start->sizes, (std::vector<int64_t>{4, 1, 1}));
+  auto additive = [&](const std::vector<int64_t>& plan) {
+    double sum = 0;
+    for (size_t l = 0; l < plan.size(); ++l) sum += curves[l].errors[plan[l]];
+    return sum;
+  };
+  // Layers below size 2 hurt each other (the loss is not the curves' sum): the measured
+  // uniform plan wins, and no move from it lowers the loss.
+  int calls = 0;
+  auto interacting = [&](const std::vector<int64_t>& plan) -> absl::StatusOr<double> {
+    ++calls;
+    double penalty = 0;
+    for (int64_t s : plan) penalty += s < 2 ? 5 : 0;
+    return additive(plan) + penalty;
+  };
+  auto r = RefineByJointLoss(curves, start->sizes, 2, cost, 6, interacting);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->sizes, (std::vector<int64_t>{2, 2, 2}));
+  EXPECT_DOUBLE_EQ(r->uniform_loss, 2.6);
+  EXPECT_DOUBLE_EQ(r->start_loss, 1.75 + 10);
+  EXPECT_DOUBLE_EQ(r->loss, 2.6);
+  EXPECT_EQ(r->moves, 0);
+  EXPECT_EQ(r->evaluations, calls);
+  EXPECT_LE(r->evaluations, 2 + JointRefinementOptions().moves_per_round);
+  // A bonus for layer 1 at size ≥ 2 that the one-layer curves cannot see: the move
+  // (layer 1 up, layer 2 down) from (4, 1, 1) to (4, 2, 0) is measured and taken.
+  auto bonus = [&](const std::vector<int64_t>& plan) -> absl::StatusOr<double> {
+    return additive(plan) - (plan[1] >= 2 ? 0.5 : 0);
+  };
+  r = RefineByJointLoss(curves, start->sizes, 2, cost, 6, bonus);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->sizes, (std::vector<int64_t>{4, 2, 0}));
+  EXPECT_DOUBLE_EQ(r->loss, 1.3);
+  EXPECT_EQ(r->moves, 1);
+  int64_t used = 0;
+  for (int64_t s : r->sizes) used += cost(s);
+  EXPECT_LE(used, 6);
+  // A probe's failure is returned; plans off the curves or over the budget are refused.
+  auto failing = [](const std::vector<int64_t>&) -> absl::StatusOr<double> {
+    return absl::CancelledError("stopped");
+  };
+  EXPECT_EQ(RefineByJointLoss(curves, start->sizes, 2, cost, 6, failing).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_EQ(RefineByJointLoss(curves, {4, 1}, 2, cost, 6, bonus).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RefineByJointLoss(curves, {4, 1, 7}, 2, cost, 6, bonus).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RefineByJointLoss(curves, {4, 2, 2}, 2, cost, 6, bonus).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// --allocation layers by loss on stories (LRKV r=2 at half the cache, weight metric,
+// the loss measured on the first half's opening stories): the plan's measured
+// calibration loss is at most the uniform plan's, the written model is the one rated,
+// and on held-out text (the second half) its perplexity is below the uniform plan's.
+TEST(Surgery, LossAllocationBeatsTheUniformPlanOnHeldOutText) {
+  const std::filesystem::path dir = testing::FreshTempDir("loss_allocation");
+  ConvertJobOptions o;
+  o.checkpoint = testing::StoriesModelPath();
+  o.calib_path = o.eval_path = testing::StoriesTextPath();
+  o.calib_range = {0, 0.5};
+  o.eval_range = {0.5, 1};
+  o.allocation_tokens = 2048;
+  o.conversion.variant = KvVariant::kLrkv;
+  o.conversion.budget = 0.5;
+  o.out_dir = (dir / "uniform").string();
+  auto uniform = RunConvertJob(o);
+  ASSERT_TRUE(uniform.ok()) << uniform.status();
+  o.out_dir = (dir / "layers").string();
+  o.conversion.allocation = SizeAllocation::kLayers;
+  auto layers = RunConvertJob(o);
+  ASSERT_TRUE(layers.ok()) << layers.status();
+  EXPECT_EQ(layers->allocation_objective, "loss");
+  EXPECT_GE(layers->allocation_loss_tokens, 2048);
+  EXPECT_LE(layers->allocation_plan_loss, layers->allocation_uniform_loss);
+  EXPECT_LE(layers->allocation_plan_loss, layers->allocation_curves_plan_loss);
+  EXPECT_GT(layers->allocation_plan_loss, layers->allocation_source_loss);
+  // Re-solved from the S it was rated with: the same model up to the solver's tolerance.
+  EXPECT_NEAR(layers->allocation_written_loss, layers->allocation_plan_loss,
+              1e-3 * layers->allocation_plan_loss);
+  ASSERT_EQ(layers->allocation_curves.size(), 5u);
+  for (const LayerErrorCurve& c : layers->allocation_curves) {
+    ASSERT_FALSE(c.errors.empty());
+    EXPECT_NEAR(c.errors.back(), 0, 1e-4);  // full rank is the source
+  }
+  EXPECT_FALSE(layers->allocation_kept_uniform);
+  EXPECT_LE(CacheElementsAllLayers(layers->shape, layers->target),
+            static_cast<int64_t>(0.5 * 5 * SourceCacheElements(layers->shape)));
+  ASSERT_TRUE(layers->perplexity_after && uniform->perplexity_after);
+  EXPECT_LT(*layers->perplexity_after, *uniform->perplexity_after);
+  const nlohmann::json j = layers->ToJson();
+  EXPECT_EQ(j["allocation"]["objective"], "loss");
+  EXPECT_EQ(j["allocation"]["curves"].size(), 5u);
+}
+
+TEST(Surgery, LossAllocationRefusesWhatItCannotMeasure) {
+  ConvertJobOptions o;
+  o.checkpoint = testing::StoriesModelPath();
+  o.out_dir = testing::FreshTempDir("loss_allocation_refused").string();
+  o.conversion.variant = KvVariant::kLrkv;
+  o.conversion.budget = 0.5;
+  o.conversion.allocation = SizeAllocation::kLayers;
+  o.conversion.allocation_objective = AllocationObjective::kLoss;
+  // No calibration text to measure the loss on.
+  auto r = RunConvertJob(o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--calib"));
+  o.calib_path = testing::StoriesTextPath();
+  o.allocation_tokens = 0;
+  EXPECT_EQ(RunConvertJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+  // Decoupled-RoPE MLA has no dense layer to probe with.
+  ConversionOptions mla;
+  mla.variant = KvVariant::kMla;
+  mla.rope_mode = RopeMode::kPartial;
+  mla.budget = 0.5;
+  mla.allocation = SizeAllocation::kLayers;
+  mla.allocation_objective = AllocationObjective::kLoss;
+  EXPECT_EQ(ResolveTarget(Stories().config, mla).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseAllocationObjective("fisher").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseAllocationObjective("Loss"), AllocationObjective::kLoss);
+  // Nothing was written.
+  EXPECT_TRUE(std::filesystem::is_empty(o.out_dir));
 }
 
 TEST(Surgery, PlaneModeKeepsWholeRotationPlanesWithTheMostEnergy) {

@@ -26,6 +26,7 @@ struct ConvertArgs {
   std::string variant = "lrkv", metric = "weight", rope_mode = "reconstruct";
   std::string calib_range = "0:1", eval_range = "0:1";
   std::string allocation = "uniform";
+  std::string allocation_objective = "auto";
 };
 
 int RunCache(CacheArgs a) {
@@ -92,6 +93,9 @@ int RunConvert(ConvertArgs a) {
   auto allocation = ParseSizeAllocation(a.allocation);
   if (!allocation.ok()) return Fail(allocation.status());
   a.job.conversion.allocation = *allocation;
+  auto objective = ParseAllocationObjective(a.allocation_objective);
+  if (!objective.ok()) return Fail(objective.status());
+  a.job.conversion.allocation_objective = *objective;
   auto calib_range = ParseDocumentRange(a.calib_range);
   if (!calib_range.ok()) return Fail(calib_range.status());
   auto eval_range = ParseDocumentRange(a.eval_range);
@@ -204,6 +208,16 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   conv->add_option("--allocation", v->allocation,
                    "LRKV/MLA: uniform (one size for every layer) | layers (per-layer sizes "
                    "from each layer's error curve, within the same total cache)")
+      ->capture_default_str();
+  conv->add_option("--allocation-objective", v->allocation_objective,
+                   "--allocation layers: what each layer's curve measures: loss (calibration "
+                   "loss with that layer alone converted, needs --calib) | error (the "
+                   "decomposition's objective) | auto (loss when --calib is given and the "
+                   "variant runs densely, else error)")
+      ->capture_default_str();
+  conv->add_option("--allocation-tokens", v->job.allocation_tokens,
+                   "--allocation layers by loss: calibration tokens the loss is measured on "
+                   "(one forward pass over them per layer and candidate size)")
       ->capture_default_str();
   conv->add_option("--rope-planes", o.rope_planes_kept,
                    "Partial mode: RoPE planes kept, the highest frequencies (default a "
