@@ -2,10 +2,11 @@
 # The surgery table for stories260K: perplexity on the second half of the shared
 # excerpt's stories for LRKV r in {1,2,4,6} (reconstruct, plane and shared-plane RoPE),
 # GQA n_kv=2, MQA and MLA at the matching cache (exact, and with decoupled RoPE), in both
-# metrics, calibrated on the first half, and for LRKV and MLA also with the activation
-# metric and --allocation layers (per-layer sizes within the same total cache; not for
-# shared-plane, which has one rank). Needs a built build/bin/lrkv. Prints a Markdown
-# table.
+# metrics, calibrated on the first half, and for LRKV and MLA below the full cache also
+# with --allocation layers in both metrics (per-layer sizes within the same total cache,
+# by the loss on 4,096 calibration tokens; decoupled-RoPE MLA by the decomposition's
+# error; not for shared-plane, which has one rank). Needs a built build/bin/lrkv.
+# Prints a Markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${LRKV_SHARED_DIR:-../shared}"
@@ -40,15 +41,24 @@ configs=(
 i=0
 for entry in "${configs[@]}"; do
   args="${entry#*|}"
-  for metric in weight activation layers; do
+  for metric in weight activation layers-weight layers; do
     alloc=uniform m=$metric
-    if [ "$metric" = layers ]; then
-      # shared-plane uses one rank for every layer.
-      case "$args" in *shared-plane*) continue ;; *lrkv*|*mla*) alloc=layers m=activation ;; *) continue ;; esac
-    fi
+    case "$metric" in
+      layers*)
+        # shared-plane uses one rank for every layer; at the full cache every layer is
+        # the source already.
+        case "$args" in
+          *shared-plane*|*"rank 6"*|*"latent 64"*) continue ;;
+          *lrkv*|*mla*) alloc=layers m=activation ;;
+          *) continue ;;
+        esac
+        [ "$metric" = layers-weight ] && m=weight
+        ;;
+    esac
     i=$((i + 1))
     # shellcheck disable=SC2086
     ./build/bin/lrkv convert --checkpoint "$MODEL" $args --metric "$m" --allocation "$alloc" \
+      --allocation-tokens 4096 \
       --calib "$TEXT" --calib-range 0:0.5 --calib-tokens 1000000 \
       --eval "$TEXT" --eval-range 0.5:1 --out "$work/$i" --json > "$work/$i.json"
     echo "${entry%%|*}|$metric|$work/$i.json" >> "$work/index"
@@ -65,24 +75,25 @@ for line in open(sys.argv[1]):
         order.append(name)
         rows[name] = {"r": r}
     rows[name][metric] = r["perplexity_after"]
-    if metric == "layers":
+    if metric.startswith("layers"):
         sizes = r.get("allocation", {}).get("sizes", [])
-        rows[name]["layers_plan"] = ",".join(str(v) for v in sizes)
+        rows[name][metric + "_plan"] = ",".join(str(v) for v in sizes)
     src = r["perplexity_before"]
     tokens = r["eval_tokens"]
 print(f"source stories260K: perplexity {src:.4f} on the second half ({tokens} tokens); "
       "calibration: first half\n")
 print("| config | cache vs source | K/V params vs source | ppl (weight) | ppl (activation) "
-      "| ppl (activation, per-layer sizes) |")
-print("|---|---:|---:|---:|---:|---:|")
+      "| ppl (weight, per-layer sizes) | ppl (activation, per-layer sizes) |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+def layers(x, key):
+    if key not in x:
+        return "-"
+    plan = x[key + "_plan"]
+    return f"{x[key]:.3f}" + (f" ({plan})" if plan else " (uniform kept)")
 for name in order:
     x = rows[name]
     r = x["r"]
-    layers = "-"
-    if "layers" in x:
-        plan = x["layers_plan"]
-        layers = f"{x['layers']:.3f}" + (f" ({plan})" if plan else " (uniform kept)")
     print(f"| {name} | {100*r['cache_ratio_to_source']:.1f}% | "
           f"{100*r['kv_param_ratio_to_source']:.1f}% | {x['weight']:.3f} | {x['activation']:.3f} "
-          f"| {layers} |")
+          f"| {layers(x, 'layers-weight')} | {layers(x, 'layers')} |")
 PY

@@ -317,7 +317,9 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     co.checkpoint = o.checkpoint;
     co.out_dir = dir + "/converted";
     co.conversion.variant = p.variant;
-    if (p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) {
+    // Shared-plane LRKV has one rank for every layer.
+    if ((p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) &&
+        RopeModeOf(p.rope_mode) != RopeMode::kSharedPlane) {
       co.conversion.allocation = o.allocation;
     }
     co.conversion.budget = p.budget;

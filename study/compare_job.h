@@ -35,8 +35,9 @@ struct CompareJobOptions {
   /// LRKV. MLA is always measured with exact reconstruction, and with decoupled RoPE
   /// (the DeepSeek layout) too when partial is listed.
   std::vector<std::string> rope_modes = {"plane", "reconstruct"};
-  /// LRKV and MLA sizes: one per model, or per layer within each budget (from each
-  /// layer's error curve).
+  /// LRKV and MLA sizes: one per model, or per layer within each budget (by the loss
+  /// on the calibration text when given, surgery/budget_allocation.h; shared-plane LRKV
+  /// keeps one rank).
   SizeAllocation allocation = SizeAllocation::kUniform;
   /// Calibration text (the activation metric when set; weight metric
   /// otherwise).

@@ -120,8 +120,8 @@ void AddCompareCommands(CLI::App& app, int* exit_code) {
                   "RoPE handling: plane, reconstruct, partial, shared-plane (LRKV each; MLA "
                   "reconstruct, and with partial also decoupled RoPE)");
   cmd->add_option("--allocation", c->allocation,
-                  "LRKV/MLA sizes: uniform | layers (per-layer, from each layer's error "
-                  "curve, within each budget)")
+                  "LRKV/MLA sizes: uniform | layers (per-layer within each budget, by the "
+                  "measured loss on --calib text; shared-plane keeps one rank)")
       ->capture_default_str();
   cmd->add_option("--calib", o.calib, "Calibration text (activation metric)");
   cmd->add_option("--calib-range", c->calib_range,
