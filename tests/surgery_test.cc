@@ -560,48 +560,54 @@ TEST(BudgetAllocation, JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLower
             absl::StatusCode::kInvalidArgument);
 }
 
-// --allocation layers by loss on stories (LRKV r=2 at half the cache, weight metric,
+// --allocation layers by loss on stories (LRKV r=2 at half the cache, both metrics,
 // the loss measured on the first half's opening stories): the plan's measured
 // calibration loss is at most the uniform plan's, the written model is the one rated,
 // and on held-out text (the second half) its perplexity is below the uniform plan's.
 TEST(Surgery, LossAllocationBeatsTheUniformPlanOnHeldOutText) {
   const std::filesystem::path dir = testing::FreshTempDir("loss_allocation");
-  ConvertJobOptions o;
-  o.checkpoint = testing::StoriesModelPath();
-  o.calib_path = o.eval_path = testing::StoriesTextPath();
-  o.calib_range = {0, 0.5};
-  o.eval_range = {0.5, 1};
-  o.allocation_tokens = 2048;
-  o.conversion.variant = KvVariant::kLrkv;
-  o.conversion.budget = 0.5;
-  o.out_dir = (dir / "uniform").string();
-  auto uniform = RunConvertJob(o);
-  ASSERT_TRUE(uniform.ok()) << uniform.status();
-  o.out_dir = (dir / "layers").string();
-  o.conversion.allocation = SizeAllocation::kLayers;
-  auto layers = RunConvertJob(o);
-  ASSERT_TRUE(layers.ok()) << layers.status();
-  EXPECT_EQ(layers->allocation_objective, "loss");
-  EXPECT_GE(layers->allocation_loss_tokens, 2048);
-  EXPECT_LE(layers->allocation_plan_loss, layers->allocation_uniform_loss);
-  EXPECT_LE(layers->allocation_plan_loss, layers->allocation_curves_plan_loss);
-  EXPECT_GT(layers->allocation_plan_loss, layers->allocation_source_loss);
-  // Re-solved from the S it was rated with: the same model up to the solver's tolerance.
-  EXPECT_NEAR(layers->allocation_written_loss, layers->allocation_plan_loss,
-              1e-3 * layers->allocation_plan_loss);
-  ASSERT_EQ(layers->allocation_curves.size(), 5u);
-  for (const LayerErrorCurve& c : layers->allocation_curves) {
-    ASSERT_FALSE(c.errors.empty());
-    EXPECT_NEAR(c.errors.back(), 0, 1e-4);  // full rank is the source
+  for (const SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+    const std::string name = SurgeryMetricName(metric);
+    SCOPED_TRACE(name);
+    ConvertJobOptions o;
+    o.checkpoint = testing::StoriesModelPath();
+    o.calib_path = o.eval_path = testing::StoriesTextPath();
+    o.calib_range = {0, 0.5};
+    o.eval_range = {0.5, 1};
+    o.allocation_tokens = 2048;
+    o.conversion.variant = KvVariant::kLrkv;
+    o.conversion.budget = 0.5;
+    o.conversion.metric = metric;
+    o.out_dir = (dir / (name + "_uniform")).string();
+    auto uniform = RunConvertJob(o);
+    ASSERT_TRUE(uniform.ok()) << uniform.status();
+    o.out_dir = (dir / (name + "_layers")).string();
+    o.conversion.allocation = SizeAllocation::kLayers;
+    auto layers = RunConvertJob(o);
+    ASSERT_TRUE(layers.ok()) << layers.status();
+    EXPECT_EQ(layers->allocation_objective, "loss");
+    EXPECT_GE(layers->allocation_loss_tokens, 2048);
+    EXPECT_LE(layers->allocation_plan_loss, layers->allocation_uniform_loss);
+    EXPECT_LE(layers->allocation_plan_loss, layers->allocation_curves_plan_loss);
+    EXPECT_GT(layers->allocation_plan_loss, layers->allocation_source_loss);
+    // Re-solved from the S it was rated with: the same model up to the solver's
+    // tolerance.
+    EXPECT_NEAR(layers->allocation_written_loss, layers->allocation_plan_loss,
+                1e-3 * layers->allocation_plan_loss);
+    ASSERT_EQ(layers->allocation_curves.size(), 5u);
+    for (const LayerErrorCurve& c : layers->allocation_curves) {
+      ASSERT_FALSE(c.errors.empty());
+      EXPECT_NEAR(c.errors.back(), 0, 1e-4);  // full rank is the source
+    }
+    EXPECT_FALSE(layers->allocation_kept_uniform);
+    EXPECT_LE(CacheElementsAllLayers(layers->shape, layers->target),
+              static_cast<int64_t>(0.5 * 5 * SourceCacheElements(layers->shape)));
+    ASSERT_TRUE(layers->perplexity_after && uniform->perplexity_after);
+    EXPECT_LT(*layers->perplexity_after, *uniform->perplexity_after);
+    const nlohmann::json j = layers->ToJson();
+    EXPECT_EQ(j["allocation"]["objective"], "loss");
+    EXPECT_EQ(j["allocation"]["curves"].size(), 5u);
   }
-  EXPECT_FALSE(layers->allocation_kept_uniform);
-  EXPECT_LE(CacheElementsAllLayers(layers->shape, layers->target),
-            static_cast<int64_t>(0.5 * 5 * SourceCacheElements(layers->shape)));
-  ASSERT_TRUE(layers->perplexity_after && uniform->perplexity_after);
-  EXPECT_LT(*layers->perplexity_after, *uniform->perplexity_after);
-  const nlohmann::json j = layers->ToJson();
-  EXPECT_EQ(j["allocation"]["objective"], "loss");
-  EXPECT_EQ(j["allocation"]["curves"].size(), 5u);
 }
 
 TEST(Surgery, LossAllocationRefusesWhatItCannotMeasure) {
