@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "model/status_macros.h"
 
 namespace lrkv {
 
@@ -109,6 +110,46 @@ absl::StatusOr<BudgetAllocation> AllocateBudget(
   return out;
 }
 
+namespace {
+
+// Layer l's position on its curve at `size`.
+absl::StatusOr<size_t> IndexOnCurve(const std::vector<LayerErrorCurve>& curves,
+                                    size_t l, int64_t size) {
+  const auto& s = curves[l].sizes;
+  const auto it = std::find(s.begin(), s.end(), size);
+  if (it == s.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", l, ": size ", size, " is not on its curve"));
+  }
+  return static_cast<size_t>(it - s.begin());
+}
+
+}  // namespace
+
+absl::StatusOr<BudgetAllocation> AllocationAt(
+    const std::vector<LayerErrorCurve>& curves,
+    const std::vector<int64_t>& sizes,
+    const std::function<int64_t(int64_t)>& cost, int64_t budget_elements,
+    int64_t uniform_size) {
+  if (sizes.size() != curves.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a plan of ", sizes.size(), " sizes for ", curves.size(), " layers"));
+  }
+  BudgetAllocation out;
+  out.sizes = sizes;
+  out.budget_elements = budget_elements;
+  out.uniform = true;
+  for (size_t l = 0; l < curves.size(); ++l) {
+    ASSIGN_OR_RETURN(const size_t at, IndexOnCurve(curves, l, sizes[l]));
+    ASSIGN_OR_RETURN(const size_t u, IndexOnCurve(curves, l, uniform_size));
+    out.estimated_error += curves[l].errors[at];
+    out.uniform_estimated_error += curves[l].errors[u];
+    out.elements_per_token += cost(sizes[l]);
+    out.uniform = out.uniform && sizes[l] == uniform_size;
+  }
+  return out;
+}
+
 absl::StatusOr<JointRefinement> RefineByJointLoss(
     const std::vector<LayerErrorCurve>& curves,
     const std::vector<int64_t>& start, int64_t uniform_size,
@@ -121,15 +162,8 @@ absl::StatusOr<JointRefinement> RefineByJointLoss(
     return absl::InvalidArgumentError(
         absl::StrCat("a plan of ", start.size(), " sizes for ", n, " layers"));
   }
-  // Each layer's position on its curve.
-  auto index_of = [&](size_t l, int64_t size) -> absl::StatusOr<size_t> {
-    const auto& s = curves[l].sizes;
-    const auto it = std::find(s.begin(), s.end(), size);
-    if (it == s.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("layer ", l, ": size ", size, " is not on its curve"));
-    }
-    return static_cast<size_t>(it - s.begin());
+  auto index_of = [&](size_t l, int64_t size) {
+    return IndexOnCurve(curves, l, size);
   };
   auto elements = [&](const std::vector<size_t>& at) {
     int64_t used = 0;

@@ -63,6 +63,15 @@ absl::StatusOr<BudgetAllocation> AllocateBudget(
     const std::function<int64_t(int64_t)>& cost, int64_t budget_elements,
     int64_t uniform_size);
 
+// The plan `sizes` (each on its layer's curve) as a BudgetAllocation: its
+// curves' estimate beside the uniform plan's, its cache elements, and whether
+// it is the uniform plan.
+absl::StatusOr<BudgetAllocation> AllocationAt(
+    const std::vector<LayerErrorCurve>& curves,
+    const std::vector<int64_t>& sizes,
+    const std::function<int64_t(int64_t)>& cost, int64_t budget_elements,
+    int64_t uniform_size);
+
 // Per-layer sizes judged by the loss of the whole converted model: one-layer
 // loss changes do not add up (degrading two layers costs more than the sum of
 // each alone), so a plan built from them alone can lose to the uniform one.

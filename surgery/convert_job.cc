@@ -59,6 +59,14 @@ absl::Status CheckOutputDir(const std::string& out) {
   return absl::OkStatus();
 }
 
+// Whether per-layer sizes may be judged by the loss on calibration text (the auto and
+// loss objectives, with --calib given): the job then reads the text and probes the
+// source with it.
+bool ProbesLoss(const ConvertJobOptions& o) {
+  return o.conversion.allocation == SizeAllocation::kLayers && !o.calib_path.empty() &&
+         o.conversion.allocation_objective != AllocationObjective::kError;
+}
+
 absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   const auto t_start = std::chrono::steady_clock::now();
   auto since = [](std::chrono::steady_clock::time_point t) {
@@ -74,10 +82,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   // Unset ("auto"): the source's, once its weights are loaded.
   std::optional<DType> matrices;
   if (o.weight_dtype != "auto") matrices = ParseWeightDType(o.weight_dtype);
-  const ConversionOptions& co = o.conversion;
-  // The loss objective of per-layer sizes probes the source on calibration text.
-  const bool probe_loss = co.allocation == SizeAllocation::kLayers && !o.calib_path.empty() &&
-                          co.allocation_objective != AllocationObjective::kError;
+  const bool probe_loss = ProbesLoss(o);
   std::vector<std::string> calib_docs, eval_docs;
   if (activation || probe_loss) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));
@@ -247,9 +252,7 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpo
         "rotated part all heads share), which no dense Llama layout holds; write the MLA "
         "checkpoint as safetensors"));
   }
-  if (activation || !o.eval_path.empty() || gguf ||
-      (o.conversion.allocation == SizeAllocation::kLayers && !o.calib_path.empty() &&
-       o.conversion.allocation_objective != AllocationObjective::kError)) {
+  if (activation || !o.eval_path.empty() || gguf || ProbesLoss(o)) {
     RETURN_IF_ERROR(source.RequireTokenizer().status());
   }
   if (!o.calib_path.empty()) RETURN_IF_ERROR(CheckTextFile(o.calib_path, "--calib"));

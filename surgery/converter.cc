@@ -305,10 +305,10 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
                                            kept)
                             .wk_nope
                       : src.wk;
-        const std::vector<double> e = MlaErrorCurve(wk, src.wv, whitening);
         if (by_loss) {
-          // A forward pass per size: a grid around the uniform latent, not every latent.
-          const int64_t top = static_cast<int64_t>(e.size()) - 1;
+          // A forward pass per size: a grid around the uniform latent, not every latent
+          // (up to the rank of [W_K | W_V]).
+          const int64_t top = wk.size(0) + src.wv.size(0);
           for (const int64_t s : CurveGrid(uniform_size, 1, top, kCurveSteps)) {
             if (s == 0) continue;
             MlaFactors f = FactorizeMla(wk, src.wv, whitening, s);
@@ -323,6 +323,7 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
             curve.errors.push_back(d);
           }
         } else {
+          const std::vector<double> e = MlaErrorCurve(wk, src.wv, whitening);
           for (int64_t s = 1; s < static_cast<int64_t>(e.size()); ++s) {
             curve.sizes.push_back(s);
             curve.errors.push_back(e[s]);
@@ -379,19 +380,9 @@ absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
       // the whole converted model.
       ASSIGN_OR_RETURN(refinement, RefineByJointLoss(curves, sizes, uniform_size, cost,
                                                      budget_elements, plan_loss));
-      sizes = refinement->sizes;
-      allocation->uniform =
-          std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == uniform_size; });
-      allocation->sizes = sizes;
-      allocation->elements_per_token = 0;
-      allocation->estimated_error = 0;
-      for (int64_t i = 0; i < config.num_layers; ++i) {
-        allocation->elements_per_token += cost(sizes[i]);
-        const LayerErrorCurve& curve = curves[i];
-        allocation->estimated_error +=
-            curve.errors[std::find(curve.sizes.begin(), curve.sizes.end(), sizes[i]) -
-                         curve.sizes.begin()];
-      }
+      ASSIGN_OR_RETURN(allocation, AllocationAt(curves, refinement->sizes, cost,
+                                                budget_elements, uniform_size));
+      sizes = allocation->sizes;
     }
     candidates.clear();
     if (!allocation->uniform) {
