@@ -8,8 +8,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "model/deepseek_config.h"
 #include "model/json_fields.h"
+#include "model/json_limits.h"
 #include "model/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -292,12 +294,12 @@ absl::Status ModelConfig::Validate() const {
 
 absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
                                              const std::string& source) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    return Invalid(absl::StrCat(source, ": not valid JSON: ", e.what()));
+  absl::StatusOr<json> parsed = ParseJsonBounded(json_text, kFileJsonLimits, source);
+  if (!parsed.ok()) {
+    return Invalid(absl::StrReplaceAll(parsed.status().message(),
+                                       {{" is not valid JSON", ": not valid JSON"}}));
   }
+  json j = *std::move(parsed);
   if (!j.is_object()) return Invalid(absl::StrCat(source, ": not a JSON object"));
   ModelConfig c;
   std::string arch;

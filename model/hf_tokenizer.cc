@@ -2,6 +2,8 @@
 #include "model/hf_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "model/json_limits.h"
 #include "model/checkpoint_files.h"
 #include "model/pre_tokenizer.h"
 #include "model/spm_tokenizer.h"
@@ -17,13 +19,13 @@ using nlohmann::json;
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where) {
-  try {
-    json j = json::parse(text);
-    if (!j.is_object()) return Invalid(absl::StrCat(where, ": not a JSON object"));
-    return j;
-  } catch (const json::exception& e) {
-    return Invalid(absl::StrCat(where, ": not valid JSON: ", e.what()));
+  absl::StatusOr<json> j = ParseJsonBounded(text, kFileJsonLimits, where);
+  if (!j.ok()) {
+    return Invalid(absl::StrReplaceAll(j.status().message(),
+                                       {{" is not valid JSON", ": not valid JSON"}}));
   }
+  if (!j->is_object()) return Invalid(absl::StrCat(where, ": not a JSON object"));
+  return j;
 }
 
 // tokenizer_config.json writes special tokens as "text" or {"content": "text", ...}.

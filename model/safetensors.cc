@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "model/json_limits.h"
 #include "model/safetensors_writer.h"
 #include "model/status_macros.h"
 #include "model/utf8.h"
@@ -37,34 +38,13 @@ uint64_t ReadLe64(const uint8_t* p) {
   return v;
 }
 
-// Parses JSON, rejecting duplicate keys in any object (nlohmann would silently keep
-// the last one).
+// Parses JSON within the file limits (json_limits.h), rejecting duplicate keys in any
+// object (nlohmann would silently keep the last one).
 absl::StatusOr<json> ParseJsonNoDuplicateKeys(std::string_view text,
                                               const std::string& what) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int /*depth*/, json::parse_event_t event,
-                                   json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
-      const std::string key = parsed.get<std::string>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end(), cb);
-  } catch (const json::exception& e) {
-    return Invalid(absl::StrCat(what, " is not valid JSON: ", e.what()));
-  }
-  if (!duplicate.empty()) {
-    return Invalid(absl::StrCat(what, " has duplicate entry '", duplicate, "'"));
-  }
-  return j;
+  JsonLimits limits = kFileJsonLimits;
+  limits.refuse_duplicate_keys = true;
+  return ParseJsonBounded(text, limits, what);
 }
 
 absl::StatusOr<uint64_t> JsonUnsigned(const json& v, const std::string& what) {

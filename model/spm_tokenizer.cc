@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint_files.h"
+#include "model/json_limits.h"
 #include "model/status_macros.h"
 #include "model/utf8.h"
 #include "nlohmann/json.hpp"
@@ -133,6 +134,7 @@ absl::StatusOr<std::unique_ptr<SpmTokenizer>> SpmTokenizer::FromGguf(const GgufC
 absl::StatusOr<std::unique_ptr<SpmTokenizer>> SpmTokenizer::FromJson(
     const std::string& text, const std::string& source) {
   using nlohmann::json;
+  RETURN_IF_ERROR(CheckJsonText(text, kFileJsonLimits, source));
   try {
     const json j = json::parse(text);
     if (j.value("model", std::string()) != "sentencepiece-bpe") {

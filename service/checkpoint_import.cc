@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "model/status_macros.h"
+#include "model/utf8.h"
 #include "service/content_hash.h"
 
 namespace lrkv::service {
@@ -49,6 +50,15 @@ absl::Status Denied(const std::string& path, const std::string& why) {
 // form, one component at a time with O_NOFOLLOW: a component turned into a symlink
 // since the path was resolved (or a ".." that escapes) fails instead of being followed.
 absl::StatusOr<Fd> OpenChecked(const std::string& path, const std::vector<std::string>& roots) {
+  // The system reads a path up to its first NUL: "/allowed/a.txt\0x" would open
+  // another file than the one named.
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "path '", path.substr(0, path.find('\0')), "\\0...' holds a NUL byte"));
+  }
+  if (!IsValidUtf8(path)) {
+    return absl::InvalidArgumentError("path is not valid UTF-8");
+  }
   std::error_code ec;
   const fs::path real = fs::weakly_canonical(path, ec);
   if (ec) return Denied(path, "cannot be resolved");
@@ -93,7 +103,8 @@ absl::Status Stage(int fd, const std::string& dest) {
   }
   Fd out(::open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (out.get() < 0) {
-    return absl::InternalError(absl::StrCat(dest, ": cannot create: ", std::strerror(errno)));
+    // Messages never name the server's staging path: the caller names the client's.
+    return absl::InternalError(absl::StrCat("cannot stage a copy: ", std::strerror(errno)));
   }
   std::vector<char> buf(1 << 20);
   for (off_t off = 0;;) {
@@ -104,7 +115,7 @@ absl::Status Stage(int fd, const std::string& dest) {
       const ssize_t w = ::write(out.get(), buf.data() + done, n - done);
       if (w <= 0) {
         const int err = errno;
-        const std::string msg = absl::StrCat(dest, ": write failed: ", std::strerror(err));
+        const std::string msg = absl::StrCat("staging a copy failed: ", std::strerror(err));
         return err == ENOSPC ? absl::ResourceExhaustedError(msg) : absl::InternalError(msg);
       }
       done += w;
@@ -112,9 +123,21 @@ absl::Status Stage(int fd, const std::string& dest) {
     off += n;
   }
   if (::fdatasync(out.get()) != 0) {
-    return absl::InternalError(absl::StrCat(dest, ": fdatasync failed"));
+    return absl::InternalError("staging a copy failed: fdatasync failed");
   }
   return absl::OkStatus();
+}
+
+// Whether the opened file `fd` holds a NUL byte.
+absl::StatusOr<bool> HoldsNul(int fd) {
+  std::vector<char> buf(1 << 20);
+  for (off_t off = 0;;) {
+    const ssize_t n = ::pread(fd, buf.data(), buf.size(), off);
+    if (n < 0) return absl::InternalError(absl::StrCat("read failed: ", std::strerror(errno)));
+    if (n == 0) return false;
+    if (std::memchr(buf.data(), '\0', static_cast<size_t>(n)) != nullptr) return true;
+    off += n;
+  }
 }
 
 }  // namespace
@@ -136,14 +159,16 @@ absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
   out.staging_dir =
       (fs::path(staging_root) / absl::StrCat(".import-", rd(), "-", rd())).string();
   fs::create_directories(out.staging_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(out.staging_dir, ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat(path, ": cannot stage a copy: ", ec.message()));
   auto fail = [&](absl::Status s) {
     fs::remove_all(out.staging_dir, ec);
     return s;
   };
   if (S_ISREG(st.st_mode)) {
     out.staged = (fs::path(out.staging_dir) / fs::path(path).filename()).string();
-    if (auto s = Stage(fd.get(), out.staged); !s.ok()) return fail(s);
+    if (auto s = Stage(fd.get(), out.staged); !s.ok()) {
+      return fail(absl::Status(s.code(), absl::StrCat(path, ": ", s.message())));
+    }
     return out;
   }
   // A folder: its regular files, each opened once; a symlinked entry (a Hugging Face
@@ -171,7 +196,7 @@ absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
     struct stat es;
     if (::fstat(entry.get(), &es) != 0 || !S_ISREG(es.st_mode)) continue;
     if (auto s = Stage(entry.get(), (fs::path(out.staged) / name).string()); !s.ok()) {
-      return fail(s);
+      return fail(absl::Status(s.code(), absl::StrCat(path, "/", name, ": ", s.message())));
     }
   }
   return out;
@@ -196,7 +221,19 @@ absl::StatusOr<std::string> ImportTextInput(const std::string& path,
   std::random_device rd;
   const std::string staged =
       (fs::path(inputs_dir) / absl::StrCat(".import-", rd(), "-", rd())).string();
-  RETURN_IF_ERROR(Stage(fd.get(), staged));
+  if (absl::Status s = Stage(fd.get(), staged); !s.ok()) {
+    fs::remove(staged, ec);
+    return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  }
+  // A binary file is refused here, before it is kept: text inputs hold no NUL byte
+  // (the rule of model/text_corpus.cc, which would refuse it when the job runs).
+  if (absl::StatusOr<bool> binary = HoldsNul(fd.get()); !binary.ok() || *binary) {
+    fs::remove(staged, ec);
+    return binary.ok() ? absl::InvalidArgumentError(absl::StrCat(
+                             path, ": a binary file, not text (it holds NUL bytes)"))
+                       : absl::Status(binary.status().code(),
+                                      absl::StrCat(path, ": ", binary.status().message()));
+  }
   auto sha = Sha256OfPath(staged);
   if (!sha.ok()) {
     fs::remove(staged, ec);
@@ -207,7 +244,8 @@ absl::StatusOr<std::string> ImportTextInput(const std::string& path,
     fs::remove(staged, ec);
   } else {
     fs::rename(staged, dest, ec);
-    if (ec) return absl::InternalError(absl::StrCat(dest, ": ", ec.message()));
+    if (ec) return absl::InternalError(absl::StrCat(path, ": cannot keep the staged copy: ",
+                                                    ec.message()));
   }
   return dest;
 }

@@ -27,37 +27,9 @@ const std::set<std::string> kHealParams = {
     "trainable", "loss",  "temperature", "eval_every", "seed",      "activation_checkpointing",
     "keep_best"};
 
-// Parses params_json strictly: one JSON value and nothing after it, no key twice in an
-// object (nlohmann keeps the last silently; a client meant one of them).
-absl::StatusOr<json> ParseStrict(const std::string& text) {
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  const json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      keys.emplace_back();
-    } else if (event == json::parse_event_t::object_end && !keys.empty()) {
-      keys.pop_back();
-    } else if (event == json::parse_event_t::key && !keys.empty() && duplicate.empty() &&
-               !keys.back().insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
-  json j;
-  try {
-    j = text.empty() ? json::object() : json::parse(text, on_event);
-  } catch (const json::exception& e) {
-    return Invalid(absl::StrCat("params_json is not valid JSON: ", e.what()));
-  }
-  if (!duplicate.empty()) {
-    return Invalid(absl::StrCat("params_json: parameter '", duplicate, "' is given twice"));
-  }
-  return j;
-}
-
 absl::StatusOr<json> ParseObject(const std::string& text,
                                  const std::set<std::string>& known) {
-  ASSIGN_OR_RETURN(json j, ParseStrict(text));
+  ASSIGN_OR_RETURN(json j, ParseParamsJson(text));
   if (!j.is_object()) return Invalid("params_json must be a JSON object");
   // The configuration file the parameters came from (`lrkv compare -f study.yaml`), kept
   // with the job as submitted: {"name": ..., "text": ...}; no parameter of its own.
@@ -105,8 +77,9 @@ absl::Status Read(const json& j, const char* key, T* out) {
   auto it = j.find(key);
   if (it == j.end()) return absl::OkStatus();
   if (!HasType<T>(*it)) {
-    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (",
-                                it->dump(), ")"));
+    std::string shown = it->dump();
+    if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (", shown, ")"));
   }
   *out = it->get<T>();
   return absl::OkStatus();
@@ -244,8 +217,23 @@ absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
   if (auto b = j.find("bench"); b != j.end()) {
     if (!b->is_object())
       return Invalid("params_json: 'bench' must be an object");
+    for (auto it = b->begin(); it != b->end(); ++it) {
+      if (it.key() != "context" && it.key() != "tokens") {
+        return Invalid(absl::StrCat("params_json: bench: unknown parameter '", it.key(),
+                                    "'; valid: context, tokens"));
+      }
+    }
     RETURN_IF_ERROR(Read(*b, "context", &p.bench_context));
     RETURN_IF_ERROR(Read(*b, "tokens", &p.bench_tokens));
+    // The limits of compare's decode timing (its 'context' and 'timed_tokens').
+    if (p.bench_context < 1 || p.bench_context > (1 << 20)) {
+      return Invalid(absl::StrCat("params_json: bench: 'context' ", p.bench_context,
+                                  " must lie in [1, 1048576]"));
+    }
+    if (p.bench_tokens < 1 || p.bench_tokens > 100'000) {
+      return Invalid(absl::StrCat("params_json: bench: 'tokens' ", p.bench_tokens,
+                                  " must lie in [1, 100000]"));
+    }
   }
   // Each stage's parameters are checked the way a single job of that kind is.
   RETURN_IF_ERROR(ParseConvertParams(p.convert_json, "", "").status());
@@ -393,33 +381,6 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
     return Invalid(absl::StrCat("params_json: 'heal_lr' ", o.heal_lr, " must lie in (0, 1]"));
   }
   return o;
-}
-
-absl::StatusOr<std::string> ReplaceInputPaths(
-    const std::string& text, const std::vector<std::string>& keys,
-    const std::function<absl::StatusOr<std::string>(const std::string&)>& replace) {
-  ASSIGN_OR_RETURN(json j, ParseStrict(text));
-  if (!j.is_object()) return text;  // the kind's own parser says what is wrong
-  absl::Status status;
-  std::function<void(json&)> walk = [&](json& o) {
-    if (!o.is_object() || !status.ok()) return;
-    for (const std::string& key : keys) {
-      auto it = o.find(key);
-      if (it == o.end() || !it->is_string() || it->get<std::string>().empty()) continue;
-      auto replaced = replace(it->get<std::string>());
-      if (!replaced.ok()) {
-        status = replaced.status();
-        return;
-      }
-      *it = *replaced;
-    }
-    for (auto& [k, v] : o.items()) {
-      if (k != kConfigFileKey) walk(v);  // its "text" is the file, not an input path
-    }
-  };
-  walk(j);
-  RETURN_IF_ERROR(status);
-  return text.empty() ? text : j.dump();
 }
 
 }  // namespace lrkv::service

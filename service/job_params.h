@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/decode_bench.h"
+#include "service/params_json.h"
 #include "model/config.h"
 #include "study/compare_job.h"
 #include "surgery/convert_job.h"
@@ -48,21 +49,6 @@ absl::StatusOr<kernels::DecodeBenchOptions> ParseBenchParams(
 absl::StatusOr<CompareJobOptions> ParseCompareParams(
     const std::string& json, const std::string& checkpoint,
     const std::string& work_dir);
-
-// The parameter carrying the configuration file a job's parameters came from; every
-// kind accepts it and keeps it in the job's params_json.
-inline constexpr char kConfigFileKey[] = "config_file";
-
-// The parameters naming text files a job reads (calibration, evaluation, training text).
-inline const std::vector<std::string> kTextInputKeys = {"calib", "eval", "text", "data"};
-// The parameters naming a checkpoint a job reads besides its own (verify's source).
-inline const std::vector<std::string> kCheckpointInputKeys = {"source"};
-
-// params_json with the string value of each of `keys` (at any depth) replaced by
-// replace(value); the first error replace returns.
-absl::StatusOr<std::string> ReplaceInputPaths(
-    const std::string& json, const std::vector<std::string>& keys,
-    const std::function<absl::StatusOr<std::string>(const std::string&)>& replace);
 
 }  // namespace lrkv::service
 

@@ -2,6 +2,7 @@
 #include "service/job_runner.h"
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 #include <fstream>
@@ -61,6 +62,7 @@ absl::Status JobRunner::Start() {
   } while (!token.empty());
   for (int i = 0; i < std::max(1, options_.workers); ++i)
     threads_.emplace_back([this] { Work(); });
+  flusher_ = std::thread([this] { FlushEnds(); });
   return absl::OkStatus();
 }
 
@@ -78,8 +80,12 @@ absl::Status JobRunner::Enqueue(const std::string& id) {
 absl::Status JobRunner::Cancel(const std::string& id) {
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
   if (job.state == JobState::kQueued) {
-    RETURN_IF_ERROR(
-        store_->TransitionJob(id, JobState::kCancelled, Now(), "cancelled"));
+    // An end that survives a full disk (kept in memory until written): the job is
+    // cancelled either way.
+    if (absl::Status st = store_->FinishJob(id, JobState::kCancelled, Now(), "cancelled");
+        absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
+      return st;
+    }
   } else if (job.state != JobState::kRunning) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", id, "' already finished (", JobStateName(job.state), ")"));
@@ -113,10 +119,19 @@ void JobRunner::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
+  cv_flush_.notify_all();
   for (auto& t : threads_) {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+  if (flusher_.joinable()) flusher_.join();
+  // A clean stop leaves no job `running` behind: ends still in memory are written now
+  // (the store gives up its reserve for them if it must).
+  if (absl::Status st = store_->FlushPendingEnds(); !st.ok()) {
+    std::fprintf(stderr, "lrkvd: %zu job end(s) could not be stored at shutdown (%s); the "
+                 "next start re-runs those jobs\n", store_->PendingEnds(),
+                 std::string(st.message()).c_str());
+  }
 }
 
 void JobRunner::Work() {
@@ -179,19 +194,24 @@ void JobRunner::Work() {
                   : result.ok() ? "done"
                                 : std::string(result.message());
     (void)store_->AppendEvent(id, end);
-    // Were the disk still too full for the event, the job must still not stay
-    // "running": a few tries, since other writers may free space.
-    absl::Status ended;
-    for (int attempt = 0; attempt < 5; ++attempt) {
-      ended = store_->TransitionJob(id, final_state, Now(),
-                                    result.ok() ? "" : std::string(result.message()));
-      if (!absl::IsResourceExhausted(ended)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+    // Were the disk too full for the row, the end still takes effect: the store keeps it
+    // in memory, shown to every reader, and the flusher writes it once space returns.
+    if (absl::Status ended = store_->FinishJob(id, final_state, Now(),
+                                               result.ok() ? "" : std::string(result.message()));
+        !ended.ok()) {
+      Log(id, absl::StrCat("the final state is kept in memory until it can be stored: ",
+                           ended.message()));
     }
-    if (!ended.ok()) {
-      Log(id, absl::StrCat("could not store the final state (the next start re-runs the "
-                           "job): ", ended.message()));
-    }
+  }
+}
+
+void JobRunner::FlushEnds() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_flush_.wait_for(lock, std::chrono::seconds(1));
+    lock.unlock();
+    (void)store_->FlushPendingEnds();
+    lock.lock();
   }
 }
 

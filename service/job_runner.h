@@ -55,6 +55,8 @@ class JobRunner {
 
  private:
   void Work();
+  // Writes the job ends the store keeps in memory (a full disk), every second.
+  void FlushEnds();
   absl::Status Execute(const JobRecord& job);
   // convert → heal (when asked) → verify → bench, one artifact folder per job.
   absl::StatusOr<nlohmann::json> RunPipeline(const JobRecord& job,
@@ -96,6 +98,8 @@ class JobRunner {
   std::set<std::string> cancelled_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
+  std::condition_variable cv_flush_;
+  std::thread flusher_;
 };
 
 }  // namespace lrkv::service

@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-upload-bytes", o.max_upload_bytes,
                  "Largest checkpoint UploadCheckpoint accepts")
       ->check(CLI::PositiveNumber);
+  app.add_option("--reserve-bytes", o.reserve_bytes,
+                 "Disk held back and given up when a job's end cannot be stored for lack "
+                 "of space (0: none)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--tls-cert", o.tls_cert_file,
                  "PEM certificate chain (TLS with --tls-key)");
   app.add_option("--tls-key", o.tls_key_file, "PEM private key");

@@ -35,6 +35,7 @@
 #include "service/job_params.h"
 #include "service/report_builder.h"
 #include "surgery/conversion_options.h"
+#include "verify/generate_bench.h"
 
 namespace lrkv::service {
 namespace {
@@ -333,19 +334,20 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     ASSIGN_OR_RETURN(std::string id, Sha256OfPath(imp.staged));
     const bool gguf = (*ckpt)->format() == CheckpointFormat::kGguf;
     const fs::path dest = store_dir / (gguf ? id + ".gguf" : id);
-    // The same content, registered or uploaded before, is the same entry.
-    if (auto existing = store_->GetCheckpoint(id); existing.ok() && fs::exists(dest, ec)) {
+    // The same content, registered or uploaded before, is the same entry, once its
+    // stored bytes are checked against the id again (PlaceInStore).
+    RETURN_IF_ERROR(PlaceInStore(imp.staged, dest, id));
+    if (auto existing = store_->GetCheckpoint(id); existing.ok()) {
       return Describe(*existing, **ckpt, out);
     }
-    if (!fs::exists(dest, ec)) fs::rename(imp.staged, dest, ec);
-    if (ec) return absl::InternalError(absl::StrCat(dest.string(), ": ", ec.message()));
     // The validated checkpoint stays mapped across the rename: no second parse.
     return Record(**ckpt, dest, id, out);
   }
 
   // Receives an upload (header, chunks, trailer), validates the checkpoint, and
   // moves it to data_dir/checkpoints/<sha256>[.gguf]. A malformed checkpoint is
-  // discarded.
+  // discarded. The stream holds the upload from its header to its end (no other
+  // stream writes it meanwhile), so the bytes hashed are the bytes stored.
   absl::Status Upload(grpc::ServerReader<v1::UploadCheckpointRequest>* reader,
                       v1::Checkpoint* out) {
     v1::UploadCheckpointRequest msg;
@@ -359,17 +361,19 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     h.total_bytes = msg.header().total_bytes();
     h.config_json = msg.header().config_json();
     h.tokenizer_json = msg.header().tokenizer_json();
-    RETURN_IF_ERROR(uploads_->Begin(h).status());
+    const uint64_t stream = uploads_->NewStream();
+    RETURN_IF_ERROR(uploads_->Begin(h, stream).status());
+    auto release = absl::MakeCleanup([&] { uploads_->Release(h.upload_id, stream); });
     std::string sha;
     while (reader->Read(&msg)) {
       if (msg.has_chunk()) {
-        if (absl::Status st = uploads_->Write(h.upload_id, msg.chunk().offset(),
+        if (absl::Status st = uploads_->Write(h.upload_id, stream, msg.chunk().offset(),
                                               msg.chunk().data());
             !st.ok()) {
           // A full disk: the partial upload would keep it full for every other client
           // and job, so its bytes go (the client starts again once there is room).
           if (absl::IsResourceExhausted(st)) {
-            uploads_->Discard(h.upload_id);
+            uploads_->Discard(h.upload_id, stream);
             return absl::ResourceExhaustedError(
                 absl::StrCat(st.message(), "; upload '", h.upload_id,
                              "' was discarded to free its space: send it again once the "
@@ -393,33 +397,66 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
           " bytes; resume from GetUploadStatus.committed_bytes"));
     }
     ASSIGN_OR_RETURN(const std::string staged,
-                     uploads_->Complete(h.upload_id, sha));
+                     uploads_->Complete(h.upload_id, stream, sha));
     absl::StatusOr<std::shared_ptr<const Checkpoint>> ckpt = Checkpoint::Open(staged);
     absl::Status valid = ckpt.status();
     if (valid.ok()) valid = CheckTensorSet(*ckpt);
     if (!valid.ok()) {
-      uploads_->Discard(h.upload_id);
+      uploads_->Discard(h.upload_id, stream);
+      // Messages name the client's file, not the server's staging copy.
       return absl::InvalidArgumentError(absl::StrCat(
-          "upload '", h.upload_id, "' (", h.file_name,
-          ") is not a valid checkpoint: ", valid.message()));
+          "upload '", h.upload_id, "' (", h.file_name, ") is not a valid checkpoint: ",
+          absl::StrReplaceAll(valid.message(), {{staged, h.file_name}})));
     }
     const bool gguf = (*ckpt)->format() == CheckpointFormat::kGguf;
-    // A folder's id hashes its files; a GGUF file's id is the client's sha256.
+    // A GGUF file's id is its sha256 (Complete checked the client's claim against the
+    // bytes as stored); a folder's id hashes its model files.
     std::string id = sha;
     if (!gguf) {
       ASSIGN_OR_RETURN(id, Sha256OfPath(staged));
     }
     const fs::path dest = fs::path(options_.data_dir) / "checkpoints" /
                           (gguf ? id + ".gguf" : id);
-    std::error_code ec;
-    fs::create_directories(dest.parent_path(), ec);
-    if (!fs::exists(dest, ec)) fs::rename(staged, dest, ec);
-    if (ec)
-      return absl::InternalError(
-          absl::StrCat(dest.string(), ": ", ec.message()));
-    uploads_->Discard(h.upload_id);
+    RETURN_IF_ERROR(PlaceInStore(staged, dest, id));
+    uploads_->Discard(h.upload_id, stream);
     // The validated checkpoint stays mapped across the rename: no second parse.
     return Record(**ckpt, dest, id, out);
+  }
+
+  // Moves the verified `staged` checkpoint to its store entry `dest`, named by its
+  // sha256 `id`. An entry already there is kept only when its bytes still hash to `id`
+  // (then `staged` is left for the caller to remove); one that does not is moved to
+  // data_dir/quarantine, reported on stderr, and replaced: a store entry is never
+  // trusted over the bytes just verified.
+  absl::Status PlaceInStore(const std::string& staged, const fs::path& dest,
+                            const std::string& id) {
+    std::lock_guard<std::mutex> lock(store_mu_);
+    std::error_code ec;
+    fs::create_directories(dest.parent_path(), ec);
+    if (fs::exists(dest, ec)) {
+      absl::StatusOr<std::string> stored = Sha256OfPath(dest.string());
+      if (stored.ok() && *stored == id) return absl::OkStatus();
+      const fs::path quarantine = fs::path(options_.data_dir) / "quarantine" /
+                                  absl::StrCat(dest.filename().string(), ".", Now());
+      fs::create_directories(quarantine.parent_path(), ec);
+      fs::rename(dest, quarantine, ec);
+      if (ec) {
+        return absl::InternalError(absl::StrCat(
+            "checkpoint ", id, ": its store entry does not match its id and could not be "
+            "quarantined: ", ec.message()));
+      }
+      std::fprintf(stderr,
+                   "lrkvd: checkpoint %s: the stored entry's sha256 is %s, not its id; moved "
+                   "to %s and replaced by the bytes just verified\n",
+                   id.c_str(), stored.ok() ? stored->c_str() : "unreadable",
+                   quarantine.string().c_str());
+    }
+    fs::rename(staged, dest, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint ", id, ": cannot move it into the store: ", ec.message()));
+    }
+    return absl::OkStatus();
   }
 
   // Every tensor the config asks for is there with its shape and a float dtype, none
@@ -552,6 +589,13 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
         h.teacher = ckpt.path;
         RETURN_IF_ERROR(ValidateHealJobOptions(h));
       }
+      // The bench stage times the converted model, which keeps the source's shape.
+      GenerateBenchOptions bench;
+      bench.context = pp.bench_context;
+      bench.tokens = pp.bench_tokens;
+      if (absl::Status st = ValidateGenerateBenchOptions(bench, opened->config()); !st.ok()) {
+        return Invalid(absl::StrCat("params_json: bench: ", st.message()));
+      }
     } else {
       ASSIGN_OR_RETURN(HealJobOptions h, ParseHealParams(req.params_json(), ckpt.path, ""));
       ASSIGN_OR_RETURN(std::string teacher, HealTeacherId(req.params_json()));
@@ -582,6 +626,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   JobRunner* runner_;
   UploadReceiver* uploads_;
   ServerOptions options_;
+  // Serializes placing entries into the checkpoint store (PlaceInStore).
+  std::mutex store_mu_;
 };
 
 namespace {
@@ -662,7 +708,7 @@ absl::StatusOr<std::unique_ptr<LrkvServer>> LrkvServer::Start(
   // server's life.
   ASSIGN_OR_RETURN(s->lock_fd_, LockDataDir(o.data_dir));
   ASSIGN_OR_RETURN(s->store_,
-                   Store::Open((fs::path(o.data_dir) / "lrkv.db").string()));
+                   Store::Open((fs::path(o.data_dir) / "lrkv.db").string(), o.reserve_bytes));
   RETURN_IF_ERROR(s->store_->RecoverRunningJobs(kMaxAttempts, Now()).status());
   RunnerOptions ro;
   ro.workers = o.workers;

@@ -34,6 +34,9 @@ struct ServerOptions {
   /// Jobs waiting to run at most; a submission beyond is RESOURCE_EXHAUSTED (and
   /// leaves no job behind).
   int64_t max_queued_jobs = 1024;
+  /// Disk kept in data_dir/lrkv.db.reserve and given up when a job's end cannot be
+  /// stored for lack of space (0: none), so that a full disk never leaves a job running.
+  int64_t reserve_bytes = int64_t{1} << 20;
   /// PEM files; both set: the server speaks TLS only.
   std::string tls_cert_file, tls_key_file;
 };

@@ -1,6 +1,7 @@
 // The service's SQLite store (see store.h).
 #include "service/store.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
@@ -132,10 +133,16 @@ absl::StatusOr<JobState> ParseJobState(const std::string& name) {
                    "'; valid: queued, running, succeeded, failed, cancelled"));
 }
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path,
+                                                   int64_t reserve_bytes) {
   ASSIGN_OR_RETURN(auto db, Database::Open(path));
   std::unique_ptr<Store> store(new Store(std::move(db)));
   RETURN_IF_ERROR(store->Migrate());
+  if (reserve_bytes > 0) {
+    store->reserve_path_ = path + ".reserve";
+    store->reserve_bytes_ = reserve_bytes;
+    store->EnsureReserve();
+  }
   return store;
 }
 
@@ -230,7 +237,9 @@ absl::StatusOr<JobRecord> Store::GetJob(const std::string& id) {
   ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row)
     return absl::NotFoundError(absl::StrCat("no job with id '", Shown(id), "'"));
-  return ReadJob(s);
+  JobRecord job = ReadJob(s);
+  ApplyPendingEnd(&job);
+  return job;
 }
 
 absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
@@ -276,9 +285,18 @@ absl::StatusOr<JobPage> Store::ListJobs(const JobFilter& f, int64_t page_size,
       .Bind(11, page_size + 1);
   JobPage page;
   ASSIGN_OR_RETURN(page.jobs, ReadRows<JobRecord>(s, ReadJob));
+  // Ends kept in memory show over their rows; a row whose shown state no longer
+  // matches the filter drops out (a job ended in memory while its row still says
+  // running is listed under its end only once written).
+  for (JobRecord& j : page.jobs) ApplyPendingEnd(&j);
   if (static_cast<int64_t>(page.jobs.size()) > page_size) {
     page.jobs.pop_back();
     page.next_page_token = absl::StrCat(page.jobs.back().created_at, ":", page.jobs.back().id);
+  }
+  if (f.state) {
+    page.jobs.erase(std::remove_if(page.jobs.begin(), page.jobs.end(),
+                                   [&](const JobRecord& j) { return j.state != *f.state; }),
+                    page.jobs.end());
   }
   return page;
 }
@@ -320,7 +338,9 @@ absl::Status Store::DeleteJob(const std::string& id) {
   RETURN_IF_ERROR(GetJob(id).status());
   ASSIGN_OR_RETURN(auto s,
                    Statement::Prepare(*db_, "DELETE FROM jobs WHERE id = ?"));
-  return s.Bind(1, id).Run();
+  RETURN_IF_ERROR(s.Bind(1, id).Run());
+  pending_ends_.erase(id);
+  return absl::OkStatus();
 }
 
 namespace {

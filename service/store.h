@@ -6,6 +6,7 @@
 #define LRKV_SERVICE_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -124,8 +125,11 @@ struct ComparisonRow {
 
 class Store {
  public:
-  // Opens (creating) `path` and migrates the schema to the current version.
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+  // Opens (creating) `path` and migrates the schema to the current version. With
+  // `reserve_bytes` > 0 the store keeps that much disk in `path`.reserve (created now
+  // when there is room), given up when a job's end cannot be written for lack of space.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
+                                                     int64_t reserve_bytes = 0);
   static constexpr int kSchemaVersion = 3;
   int schema_version() const { return version_; }
 
@@ -145,7 +149,21 @@ class Store {
   // otherwise.
   absl::Status TransitionJob(const std::string& id, JobState to, int64_t now,
                              const std::string& error = "");
-  absl::Status DeleteJob(const std::string& id);  // NotFound
+  // Ends a running or queued job (succeeded, failed, cancelled) so that its end
+  // survives a full disk: when the write fails, the reserve is given up and the write
+  // tried again; if it still fails, the end is kept in memory — GetJob and ListJobs
+  // show it, TransitionJob refuses to move the job on — and written by
+  // FlushPendingEnds. Returns that write's error (the end took effect regardless) or
+  // TransitionJob's refusal.
+  absl::Status FinishJob(const std::string& id, JobState to, int64_t now,
+                         const std::string& error = "");
+  // Writes the ends kept in memory (and re-creates a reserve given up); OK when none is
+  // left. The runner calls it every second and at shutdown.
+  absl::Status FlushPendingEnds();
+  // Ends kept in memory, waiting for disk space.
+  size_t PendingEnds();
+  // Removes the job (NotFound); an end kept in memory goes with it.
+  absl::Status DeleteJob(const std::string& id);
   // Removes every result row of job `id` (verification, loss curve, conversions,
   // caches, latency, evaluations, comparisons), keeping the job and its events: an
   // attempt starts from none, and a cancelled or failed one leaves none.
@@ -199,7 +217,21 @@ class Store {
  private:
   explicit Store(std::unique_ptr<Database> db) : db_(std::move(db)) {}
   absl::Status Migrate();
+  // A job's end not yet written (FinishJob), shown over the row.
+  struct PendingEnd {
+    JobState state;
+    int64_t finished_at;
+    std::string error;
+  };
+  void ApplyPendingEnd(JobRecord* job) const;  // mu_ held
+  // The reserve file (store_job_end.cc): created up to reserve_bytes_ when there is
+  // room; Release removes it and says whether there was one to free.
+  void EnsureReserve();
+  bool ReleaseReserve();
   std::unique_ptr<Database> db_;
+  std::string reserve_path_;
+  int64_t reserve_bytes_ = 0;
+  std::map<std::string, PendingEnd> pending_ends_;
   int version_ = 0;
   // One connection serves every thread; each public method holds this for its
   // whole transaction (recursive: methods call each other).

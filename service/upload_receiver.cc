@@ -24,15 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool ValidId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_')
-      return false;
-  }
-  return true;
-}
-
 // Bytes covered by `ranges` (merged, begin → end) contiguously from 0, and in
 // all.
 UploadProgress Measure(const std::map<int64_t, int64_t>& ranges,
@@ -65,6 +56,7 @@ void AddRange(std::map<int64_t, int64_t>& ranges, int64_t begin, int64_t end) {
 
 struct UploadReceiver::Upload {
   UploadHeaderInfo header;
+  uint64_t holder = 0;  // the stream that may write it; 0: none
   std::map<int64_t, int64_t> ranges;
   std::string dir;        // <staging>/<id>.d
   std::string data_path;  // dir/model.gguf or dir/model.safetensors
@@ -102,8 +94,10 @@ void UploadReceiver::ExpireAbandoned() {
       continue;
     }
     // The state file is rewritten by every chunk: its time is the upload's last sign of life.
+    const std::string id = name.substr(0, name.size() - kSuffix.size());
+    if (auto it = uploads_.find(id); it != uploads_.end() && it->second->holder != 0) continue;
     if (fs::last_write_time(e.path(), ec) < cutoff && !ec) {
-      expired.push_back(name.substr(0, name.size() - kSuffix.size()));
+      expired.push_back(id);
     }
   }
   for (const std::string& id : expired) {
@@ -135,9 +129,8 @@ absl::Status UploadReceiver::SaveState(const Upload& u) {
 
 absl::StatusOr<UploadReceiver::Upload*> UploadReceiver::Find(
     const std::string& id) {
-  if (!ValidId(id)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload_id '", id, "' must be 1-128 letters, digits, '-' or '_'"));
+  if (!ValidUploadId(id)) {
+    return absl::InvalidArgumentError("upload_id must be 1-128 letters, digits, '-' or '_'");
   }
   if (auto it = uploads_.find(id); it != uploads_.end())
     return it->second.get();
@@ -165,80 +158,84 @@ absl::StatusOr<UploadReceiver::Upload*> UploadReceiver::Find(
   return (uploads_[id] = std::move(u)).get();
 }
 
-absl::StatusOr<UploadProgress> UploadReceiver::Begin(
-    const UploadHeaderInfo& h) {
+uint64_t UploadReceiver::NewStream() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!ValidId(h.upload_id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("header.upload_id '", h.upload_id,
-                     "' must be 1-128 letters, digits, '-' or '_'"));
+  return next_stream_++;
+}
+
+absl::StatusOr<UploadReceiver::Upload*> UploadReceiver::Held(const std::string& id,
+                                                             uint64_t stream) {
+  ASSIGN_OR_RETURN(Upload * u, Find(id));
+  if (u->holder != stream) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("upload '", id, "' is not held by this stream"));
   }
-  const std::string ext = fs::path(h.file_name).extension().string();
-  if (h.file_name.find('/') != std::string::npos ||
-      (ext != ".gguf" && ext != ".safetensors")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("header.file_name '", h.file_name,
-                     "' must be a plain name ending in .gguf or .safetensors"));
-  }
-  if (h.total_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "header.total_bytes ", h.total_bytes, " must be at least 1"));
-  }
-  if (h.total_bytes > options_.max_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("header.total_bytes ", h.total_bytes,
-                     " exceeds this server's upload limit of ",
-                     options_.max_bytes, " bytes"));
-  }
+  return u;
+}
+
+absl::StatusOr<UploadProgress> UploadReceiver::Begin(const UploadHeaderInfo& h,
+                                                     uint64_t stream) {
+  RETURN_IF_ERROR(ValidateUploadHeader(h, options_.max_bytes));
+  std::lock_guard<std::mutex> lock(mu_);
   ExpireAbandoned();
   auto existing = Find(h.upload_id);
   if (existing.ok()) {
-    const UploadHeaderInfo& e = (*existing)->header;
-    if (e.file_name != h.file_name || e.total_bytes != h.total_bytes ||
-        e.config_json != h.config_json ||
-        e.tokenizer_json != h.tokenizer_json) {
+    Upload& e = **existing;
+    if (e.holder != 0 && e.holder != stream) {
+      return absl::AbortedError(absl::StrCat(
+          "upload '", h.upload_id, "' is being received on another stream; one stream "
+          "at a time sends an upload (resume once that stream has ended)"));
+    }
+    if (e.header.file_name != h.file_name || e.header.total_bytes != h.total_bytes ||
+        e.header.config_json != h.config_json || e.header.tokenizer_json != h.tokenizer_json) {
       return absl::FailedPreconditionError(absl::StrCat(
           "upload '", h.upload_id, "' already exists with another header (",
-          e.file_name, ", ", e.total_bytes, " bytes); pick a new upload_id"));
+          e.header.file_name, ", ", e.header.total_bytes, " bytes); pick a new upload_id"));
     }
-    return Measure((*existing)->ranges, e.total_bytes);
+    e.holder = stream;
+    return Measure(e.ranges, e.header.total_bytes);
   }
   if (!absl::IsNotFound(existing.status())) return existing.status();
   auto u = std::make_unique<Upload>();
   u->header = h;
-  u->gguf = ext == ".gguf";
+  u->holder = stream;
+  u->gguf = fs::path(h.file_name).extension() == ".gguf";
   u->dir = Base(h.upload_id) + ".d";
   u->data_path = u->dir + (u->gguf ? "/model.gguf" : "/model.safetensors");
+  // Messages name the upload, never the server's staging path.
+  auto failed = [&](const std::string& what, const std::string& why) {
+    RemoveFiles(h.upload_id);
+    return absl::StrCat("upload '", h.upload_id, "': ", what, ": ", why);
+  };
   std::error_code ec;
   fs::remove_all(u->dir, ec);
   fs::create_directories(u->dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(u->dir, ": ", ec.message()));
+  if (ec) return absl::InternalError(failed("cannot create its staging folder", ec.message()));
   {
     std::ofstream create(u->data_path, std::ios::binary);
-    if (!create)
-      return absl::InternalError(absl::StrCat(u->data_path, ": cannot create"));
+    if (!create) return absl::InternalError(failed("cannot create its data file", "open failed"));
   }
   fs::resize_file(u->data_path, static_cast<uintmax_t>(h.total_bytes), ec);
-  if (ec)
-    return absl::ResourceExhaustedError(
-        absl::StrCat(u->data_path, ": ", ec.message()));
+  if (ec) return absl::ResourceExhaustedError(failed("cannot reserve its size", ec.message()));
+  absl::Status st = absl::OkStatus();
   if (!u->gguf && !h.config_json.empty()) {
-    RETURN_IF_ERROR(
-        WriteFileAtomically(u->dir + "/config.json", h.config_json));
+    st = WriteFileAtomically(u->dir + "/config.json", h.config_json);
   }
-  if (!u->gguf && !h.tokenizer_json.empty()) {
-    RETURN_IF_ERROR(
-        WriteFileAtomically(u->dir + "/tokenizer.lrkv.json", h.tokenizer_json));
+  if (st.ok() && !u->gguf && !h.tokenizer_json.empty()) {
+    st = WriteFileAtomically(u->dir + "/tokenizer.lrkv.json", h.tokenizer_json);
   }
-  RETURN_IF_ERROR(SaveState(*u));
+  if (st.ok()) st = SaveState(*u);
+  if (!st.ok()) {
+    return absl::Status(st.code(), failed("cannot stage its header", std::string(st.message())));
+  }
   uploads_[h.upload_id] = std::move(u);
   return Measure({}, h.total_bytes);
 }
 
-absl::Status UploadReceiver::Write(const std::string& id, int64_t offset,
+absl::Status UploadReceiver::Write(const std::string& id, uint64_t stream, int64_t offset,
                                    const std::string& data) {
   std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Upload * u, Find(id));
+  ASSIGN_OR_RETURN(Upload * u, Held(id, stream));
   const int64_t size = static_cast<int64_t>(data.size());
   if (size > options_.max_chunk_bytes) {
     return absl::InvalidArgumentError(
@@ -253,8 +250,10 @@ absl::Status UploadReceiver::Write(const std::string& id, int64_t offset,
   }
   if (size == 0) return absl::OkStatus();
   const int fd = ::open(u->data_path.c_str(), O_WRONLY);
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat(u->data_path, ": cannot open"));
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("upload '", id, "': cannot open its data file: ", std::strerror(errno)));
+  }
   int64_t done = 0;
   while (done < size) {
     const ssize_t n =
@@ -262,7 +261,8 @@ absl::Status UploadReceiver::Write(const std::string& id, int64_t offset,
     if (n <= 0) {
       const int err = errno;
       ::close(fd);
-      const std::string msg = absl::StrCat(u->data_path, ": write failed: ", std::strerror(err));
+      const std::string msg =
+          absl::StrCat("upload '", id, "': write failed: ", std::strerror(err));
       return err == ENOSPC || err == EDQUOT ? absl::ResourceExhaustedError(msg)
                                             : absl::InternalError(msg);
     }
@@ -271,9 +271,9 @@ absl::Status UploadReceiver::Write(const std::string& id, int64_t offset,
   // The chunk counts as committed only once it is on disk.
   const bool synced = ::fdatasync(fd) == 0;
   ::close(fd);
-  if (!synced)
-    return absl::InternalError(
-        absl::StrCat(u->data_path, ": fdatasync failed"));
+  if (!synced) {
+    return absl::InternalError(absl::StrCat("upload '", id, "': fdatasync failed"));
+  }
   AddRange(u->ranges, offset, offset + size);
   return SaveState(*u);
 }
@@ -284,34 +284,52 @@ absl::StatusOr<UploadProgress> UploadReceiver::Progress(const std::string& id) {
   return Measure(u->ranges, u->header.total_bytes);
 }
 
-absl::StatusOr<std::string> UploadReceiver::Complete(
-    const std::string& id, const std::string& sha256) {
+absl::StatusOr<std::string> UploadReceiver::Complete(const std::string& id, uint64_t stream,
+                                                     const std::string& sha256) {
   std::unique_lock<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(Upload * u, Find(id));
+  ASSIGN_OR_RETURN(Upload * u, Held(id, stream));
   const UploadProgress p = Measure(u->ranges, u->header.total_bytes);
   if (p.committed_bytes != p.total_bytes) {
     return absl::FailedPreconditionError(absl::StrCat(
         "upload '", id, "' is incomplete: ", p.committed_bytes, " of ",
         p.total_bytes, " bytes committed; send the rest, then the trailer"));
   }
-  ASSIGN_OR_RETURN(const std::string actual, Sha256OfPath(u->data_path));
-  if (actual != sha256) {
-    lock.unlock();
-    Discard(id);
+  // Hashed without the lock (other uploads go on): this stream holds the upload, so no
+  // write reaches its file until Release, and the bytes hashed are the bytes kept.
+  const std::string data_path = u->data_path;
+  lock.unlock();
+  absl::StatusOr<std::string> actual = Sha256OfPath(data_path);
+  if (!actual.ok()) {
+    return absl::Status(actual.status().code(),
+                        absl::StrCat("upload '", id, "': cannot read its data file"));
+  }
+  if (*actual != sha256) {
+    Discard(id, stream);
     return absl::InvalidArgumentError(absl::StrCat(
         "trailer.sha256 ", sha256, " does not match the received file's ",
-        actual, "; the upload was discarded"));
+        *actual, "; the upload was discarded"));
   }
   return u->gguf ? u->data_path : u->dir;
 }
 
-void UploadReceiver::Discard(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!ValidId(id)) return;
-  uploads_.erase(id);
+void UploadReceiver::RemoveFiles(const std::string& id) {
   std::error_code ec;
   fs::remove_all(Base(id) + ".d", ec);
   fs::remove(Base(id) + ".state.json", ec);
+}
+
+void UploadReceiver::Discard(const std::string& id, uint64_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!Held(id, stream).ok()) return;
+  uploads_.erase(id);
+  RemoveFiles(id);
+}
+
+void UploadReceiver::Release(const std::string& id, uint64_t stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = uploads_.find(id); it != uploads_.end() && it->second->holder == stream) {
+    it->second->holder = 0;
+  }
 }
 
 }  // namespace lrkv::service

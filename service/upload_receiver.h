@@ -4,6 +4,12 @@
 // folder, so an upload interrupted by a dropped connection or a server restart
 // resumes where it stopped. Completed uploads are checked against the client's
 // sha256; the caller then validates the checkpoint and keeps or discards it.
+//
+// An upload is held by exactly one stream at a time (Begin to Release): a second stream
+// naming a live upload_id is refused, and only the holder writes, completes or discards
+// it. Without that, a second connection could rewrite bytes after the first had its
+// sha256 checked and before the file reached the store, poisoning the content-addressed
+// entry every later user of that model gets.
 #ifndef LRKV_SERVICE_UPLOAD_RECEIVER_H_
 #define LRKV_SERVICE_UPLOAD_RECEIVER_H_
 
@@ -15,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "service/upload_header.h"
 
 namespace lrkv::service {
 
@@ -30,15 +37,6 @@ struct UploadOptions {
   int64_t abandoned_after_seconds = 7 * 24 * 3600;
 };
 
-struct UploadHeaderInfo {
-  std::string upload_id;
-  std::string
-      file_name;  // its extension picks the format: .gguf or .safetensors
-  int64_t total_bytes = 0;
-  std::string config_json;     // safetensors: the model's config.json
-  std::string tokenizer_json;  // safetensors, optional: tokenizer.lrkv.json
-};
-
 struct UploadProgress {
   int64_t committed_bytes = 0;  // contiguous from offset 0
   int64_t received_bytes = 0;   // in all ranges
@@ -51,27 +49,37 @@ class UploadReceiver {
       const UploadOptions& options);
   ~UploadReceiver();
 
+  // A token naming one stream (one UploadCheckpoint call); never 0.
+  uint64_t NewStream();
   // Starts an upload, or resumes one with the same id and the same header
-  // (FailedPrecondition if the header differs).
-  absl::StatusOr<UploadProgress> Begin(const UploadHeaderInfo& header);
+  // (FailedPrecondition if the header differs), held by `stream` until Release:
+  // Aborted while another stream holds it. The header is checked first
+  // (ValidateUploadHeader).
+  absl::StatusOr<UploadProgress> Begin(const UploadHeaderInfo& header, uint64_t stream);
   // Writes `data` at `offset` (InvalidArgument outside the file or over the
-  // chunk size).
-  absl::Status Write(const std::string& upload_id, int64_t offset,
+  // chunk size; FailedPrecondition unless `stream` holds the upload).
+  absl::Status Write(const std::string& upload_id, uint64_t stream, int64_t offset,
                      const std::string& data);
   absl::StatusOr<UploadProgress> Progress(
       const std::string& upload_id);  // NotFound
-  // Checks that every byte arrived and that the sha256 matches; returns the
-  // staged checkpoint path (a .gguf file, or a folder holding model.safetensors
-  // and config.json). A sha256 mismatch discards the upload.
-  absl::StatusOr<std::string> Complete(const std::string& upload_id,
+  // Checks that every byte arrived and that the sha256 of the bytes as stored
+  // matches `sha256`; returns the staged checkpoint path (a .gguf file, or a
+  // folder holding model.safetensors and config.json), which stays the
+  // holder's until Release or Discard. A sha256 mismatch discards the upload.
+  absl::StatusOr<std::string> Complete(const std::string& upload_id, uint64_t stream,
                                        const std::string& sha256);
-  // Removes the upload's files.
-  void Discard(const std::string& upload_id);
+  // Removes the upload's files (when `stream` holds it).
+  void Discard(const std::string& upload_id, uint64_t stream);
+  // Ends `stream`'s hold on the upload (the upload stays, for a later resume).
+  void Release(const std::string& upload_id, uint64_t stream);
 
  private:
   explicit UploadReceiver(UploadOptions options);
   struct Upload;
   absl::StatusOr<Upload*> Find(const std::string& upload_id);
+  // The upload when `stream` holds it (mu_ held); FailedPrecondition otherwise.
+  absl::StatusOr<Upload*> Held(const std::string& upload_id, uint64_t stream);
+  void RemoveFiles(const std::string& upload_id);
   // Removes the uploads untouched for options_.abandoned_after_seconds (mu_ held, or
   // before the receiver is shared).
   void ExpireAbandoned();
@@ -81,6 +89,7 @@ class UploadReceiver {
   UploadOptions options_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Upload>> uploads_;
+  uint64_t next_stream_ = 1;
 };
 
 }  // namespace lrkv::service

@@ -245,13 +245,15 @@ TEST(UploadReceiverExpiry, AbandonedUploadsAreRemoved) {
   h.total_bytes = 100;
   for (const char* id : {"old", "fresh"}) {
     h.upload_id = id;
-    ASSERT_TRUE((*r)->Begin(h).ok());
-    ASSERT_TRUE((*r)->Write(id, 0, std::string(10, 'x')).ok());
+    const uint64_t stream = (*r)->NewStream();
+    ASSERT_TRUE((*r)->Begin(h, stream).ok());
+    ASSERT_TRUE((*r)->Write(id, stream, 0, std::string(10, 'x')).ok());
+    (*r)->Release(id, stream);  // the stream ended; the upload waits for a resume
   }
   const auto two_hours_ago = fs::file_time_type::clock::now() - std::chrono::hours(2);
   fs::last_write_time(dir / "old.state.json", two_hours_ago);
   h.upload_id = "third";
-  ASSERT_TRUE((*r)->Begin(h).ok());
+  ASSERT_TRUE((*r)->Begin(h, (*r)->NewStream()).ok());
   EXPECT_EQ((*r)->Progress("old").status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(dir / "old.d"));
   EXPECT_FALSE(fs::exists(dir / "old.state.json"));

@@ -15,6 +15,32 @@
 #include "verify/decode_engine.h"
 
 namespace lrkv {
+
+absl::Status ValidateGenerateBenchOptions(const GenerateBenchOptions& o,
+                                          const ModelConfig& config) {
+  if (o.context < 1 || o.context > (1 << 20) || o.tokens < 1 || o.tokens > 100000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--context must lie in [1, 1048576] and --tokens in [1, 100000] (got ", o.context,
+        ", ", o.tokens, ")"));
+  }
+  if (o.dtype != "bf16" && o.dtype != "fp32") {
+    return absl::InvalidArgumentError("--dtype must be bf16 or fp32");
+  }
+  if (o.cache_layout != "auto" && o.cache_layout != "rows" && o.cache_layout != "tiles") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cache-layout must be auto, rows or tiles (got '", o.cache_layout, "')"));
+  }
+  if (o.mode != "auto") RETURN_IF_ERROR(ParseDecodeMode(o.mode).status());
+  // The decode engines attend to their whole cache: past a sliding window they would
+  // time (and compute) another model than the checkpoint's.
+  if (const int64_t w = config.sliding_window; w > 0 && o.context + o.tokens > w) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--context + --tokens = ", o.context + o.tokens, " exceeds the model's sliding_window "
+        "of ", w, "; the decode engines attend to the whole cache"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& w,
@@ -60,30 +86,11 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
 }
 
 absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o) {
-  if (o.context < 1 || o.context > (1 << 20) || o.tokens < 1 || o.tokens > 100000) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--context must lie in [1, 1048576] and --tokens in [1, 100000] (got ", o.context,
-        ", ", o.tokens, ")"));
-  }
-  if (o.dtype != "bf16" && o.dtype != "fp32") {
-    return absl::InvalidArgumentError("--dtype must be bf16 or fp32");
-  }
-  if (o.cache_layout != "auto" && o.cache_layout != "rows" && o.cache_layout != "tiles") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cache-layout must be auto, rows or tiles (got '", o.cache_layout, "')"));
-  }
-  if (o.mode != "auto") RETURN_IF_ERROR(ParseDecodeMode(o.mode).status());
   ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> ckpt, Checkpoint::Open(o.checkpoint));
+  RETURN_IF_ERROR(ValidateGenerateBenchOptions(o, ckpt->config()));
   ASSIGN_OR_RETURN(DecodeMode mode,
                    ParseDecodeMode(o.mode == "auto" ? RopeModeName(ckpt->config().kv.rope_mode)
                                                     : o.mode));
-  // The decode engines attend to their whole cache: past a sliding window they would
-  // time (and compute) another model than the checkpoint's.
-  if (const int64_t w = ckpt->config().sliding_window; w > 0 && o.context + o.tokens > w) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--context + --tokens = ", o.context + o.tokens, " exceeds the model's sliding_window "
-        "of ", w, "; the decode engines attend to the whole cache"));
-  }
   ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
   std::vector<GenerateBenchRow> rows;
   ASSIGN_OR_RETURN(auto expanded, Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted"));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/config.h"
 
 namespace lrkv {
 
@@ -41,6 +42,10 @@ struct GenerateBenchRow {
 };
 
 absl::StatusOr<std::vector<GenerateBenchRow>> RunGenerateBench(const GenerateBenchOptions& o);
+// What RunGenerateBench refuses before any work, for a model of `config` (the service
+// checks a pipeline's bench stage with it at submission).
+absl::Status ValidateGenerateBenchOptions(const GenerateBenchOptions& o,
+                                          const ModelConfig& config);
 
 // Fills row's decode figures (tokens, seconds, tokens/s, median/min/max) from the
 // times of its steps in milliseconds (at least one).
