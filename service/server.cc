@@ -437,7 +437,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       absl::StatusOr<std::string> stored = Sha256OfPath(dest.string());
       if (stored.ok() && *stored == id) return absl::OkStatus();
       const fs::path quarantine = fs::path(options_.data_dir) / "quarantine" /
-                                  absl::StrCat(dest.filename().string(), ".", Now());
+                                  absl::StrCat(dest.filename().string(), ".", Now(), "-",
+                                               std::random_device{}());
       fs::create_directories(quarantine.parent_path(), ec);
       fs::rename(dest, quarantine, ec);
       if (ec) {

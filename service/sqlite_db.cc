@@ -45,11 +45,17 @@ absl::Status Database::Error(const std::string& what) const {
 
 absl::Status Database::Execute(const char* sql) {
   char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    absl::Status st = absl::InternalError(
-        absl::StrCat("sqlite: ", err ? err : "error", " in: ", sql));
+  if (const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err); rc != SQLITE_OK) {
+    const std::string msg = absl::StrCat("sqlite: ", err ? err : "error", " in: ", sql);
     sqlite3_free(err);
-    return st;
+    // A COMMIT that finds the disk full is the same resource running out as a
+    // statement's (Error above), not an internal fault.
+    if ((rc & 0xff) == SQLITE_FULL) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the database could not be written (", msg,
+          "): free space on the data folder's file system and retry"));
+    }
+    return absl::InternalError(msg);
   }
   return absl::OkStatus();
 }

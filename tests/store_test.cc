@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/faulty_sqlite_vfs.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {
@@ -229,6 +230,99 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   EXPECT_TRUE(s->Evaluations("p")->empty());
   EXPECT_TRUE(s->Comparison("p")->empty());
   EXPECT_EQ(*s->IntegrityCheck(), "ok");
+}
+
+
+// A job's end survives a full disk (lrkvd integrity issue, item 3): with every write of
+// the database refused, FinishJob keeps the end in memory, every reader sees it, the job
+// cannot be moved on, and FlushPendingEnds writes it once writes succeed again.
+TEST(StoreJobEnd, AnEndThatCannotBeWrittenIsShownAndWrittenLater) {
+  lrkv::testing::FaultySqliteVfs::Install();
+  const auto dir = lrkv::testing::FreshTempDir("store_job_end");
+  const std::string path = (dir / "lrkv.db").string();
+  auto opened = Store::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& s = **opened;
+  ASSERT_TRUE(s.CreateJob(Job("j", 1)).ok());
+  ASSERT_TRUE(s.CreateJob(Job("other", 2)).ok());
+  ASSERT_TRUE(s.TransitionJob("j", JobState::kRunning, 3).ok());
+  ASSERT_TRUE(s.TransitionJob("other", JobState::kRunning, 3).ok());
+
+  lrkv::testing::FaultySqliteVfs::fail_writes() = true;
+  const int refused_before = lrkv::testing::FaultySqliteVfs::refused();
+  const absl::Status ended = s.FinishJob("j", JobState::kFailed, 4, "No space left on device");
+  EXPECT_EQ(ended.code(), absl::StatusCode::kResourceExhausted) << ended;
+  EXPECT_GT(lrkv::testing::FaultySqliteVfs::refused(), refused_before);  // the write was tried
+  EXPECT_EQ(s.PendingEnds(), 1u);
+  auto j = s.GetJob("j");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state, JobState::kFailed);
+  EXPECT_EQ(j->finished_at, 4);
+  EXPECT_EQ(j->error, "No space left on device");
+  JobFilter running;
+  running.state = JobState::kRunning;
+  auto page = s.ListJobs(running, 10, "");
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->jobs.size(), 1u);  // "j" no longer lists as running
+  EXPECT_EQ(page->jobs[0].id, "other");
+  EXPECT_EQ(s.TransitionJob("j", JobState::kQueued, 5).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(s.FlushPendingEnds().ok());  // still no space
+  EXPECT_EQ(s.PendingEnds(), 1u);
+
+  lrkv::testing::FaultySqliteVfs::fail_writes() = false;
+  EXPECT_TRUE(s.FlushPendingEnds().ok());
+  EXPECT_EQ(s.PendingEnds(), 0u);
+  opened->reset();
+  auto reopened = Store::Open(path);  // what a restart reads
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->GetJob("j")->state, JobState::kFailed);
+  EXPECT_EQ((*reopened)->GetJob("j")->error, "No space left on device");
+  EXPECT_EQ((*reopened)->GetJob("other")->state, JobState::kRunning);
+}
+
+// The reserve: a store opened with one keeps that many bytes in a file beside the
+// database and gives them up when an end cannot be written, so the end is written at
+// once; the reserve comes back once there is room.
+TEST(StoreJobEnd, TheReserveIsGivenUpSoThatTheEndIsWritten) {
+  lrkv::testing::FaultySqliteVfs::Install();
+  const auto dir = lrkv::testing::FreshTempDir("store_reserve");
+  const std::string path = (dir / "lrkv.db").string();
+  const std::string reserve = path + ".reserve";
+  auto opened = Store::Open(path, 256 << 10);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  Store& s = **opened;
+  ASSERT_EQ(std::filesystem::file_size(reserve), 256u << 10);
+  ASSERT_TRUE(s.CreateJob(Job("j", 1)).ok());
+  ASSERT_TRUE(s.TransitionJob("j", JobState::kRunning, 2).ok());
+  // The disk is full until the reserve is gone.
+  lrkv::testing::FaultySqliteVfs::fail_while_exists() = reserve;
+  EXPECT_TRUE(s.FinishJob("j", JobState::kCancelled, 3, "cancelled").ok());
+  lrkv::testing::FaultySqliteVfs::fail_while_exists().clear();
+  EXPECT_FALSE(std::filesystem::exists(reserve));
+  EXPECT_EQ(s.PendingEnds(), 0u);
+  EXPECT_TRUE(s.FlushPendingEnds().ok());
+  EXPECT_EQ(std::filesystem::file_size(reserve), 256u << 10);  // back
+  opened->reset();
+  auto reopened = Store::Open(path);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->GetJob("j")->state, JobState::kCancelled);
+}
+
+// A job whose end waits in memory can be deleted: the row and the pending end go.
+TEST(StoreJobEnd, AJobWhoseEndWaitsCanBeDeleted) {
+  lrkv::testing::FaultySqliteVfs::Install();
+  auto s = OpenFresh("store_pending_delete");
+  ASSERT_TRUE(s->CreateJob(Job("j", 1)).ok());
+  ASSERT_TRUE(s->TransitionJob("j", JobState::kRunning, 2).ok());
+  lrkv::testing::FaultySqliteVfs::fail_writes() = true;
+  EXPECT_FALSE(s->FinishJob("j", JobState::kFailed, 3, "full").ok());
+  EXPECT_EQ(s->DeleteJob("j").code(), absl::StatusCode::kResourceExhausted);
+  lrkv::testing::FaultySqliteVfs::fail_writes() = false;
+  EXPECT_TRUE(s->DeleteJob("j").ok());
+  EXPECT_EQ(s->PendingEnds(), 0u);
+  EXPECT_EQ(s->GetJob("j").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->FinishJob("j", JobState::kFailed, 4).code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace
