@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang and fuzzes each parser for SECONDS (default
-# 60), seeded with the malformed corpus (and the shared model for GGUF).
+# Builds the libFuzzer targets with clang and fuzzes each for SECONDS (default 60): the
+# checkpoint parsers, seeded with the malformed corpus (and the shared model for GGUF),
+# and what the service parses of a client's bytes first — params_json and an upload's
+# header — seeded from fuzz/seeds/. A crash, a sanitizer report or a stack overflow
+# fails the run (exit non-zero) and leaves the input as build-fuzz/crash-*.
 #   scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,11 +11,17 @@ seconds="${1:-60}"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DLRKV_BUILD_SCOPE=formats \
   -DLRKV_FUZZ=ON -DLRKV_BUILD_TESTS=OFF >/dev/null
 cmake --build build-fuzz
-for kind in safetensors gguf; do
+for kind in safetensors gguf params_json upload_header; do
   corpus="build-fuzz/corpus-$kind"
   mkdir -p "$corpus"
-  cp tests/fixtures/malformed/*."$kind" "$corpus"/
+  case "$kind" in
+    safetensors|gguf) cp tests/fixtures/malformed/*."$kind" "$corpus"/ ;;
+    *) cp fuzz/seeds/"$kind"/* "$corpus"/ ;;
+  esac
   [ "$kind" = gguf ] && [ -f ../shared/models/stories260K.gguf ] && \
     cp ../shared/models/stories260K.gguf "$corpus"/
-  ./build-fuzz/bin/fuzz_"$kind" -max_total_time="$seconds" -max_len=65536 "$corpus"
+  echo "== fuzz_$kind for $seconds s"
+  ./build-fuzz/bin/fuzz_"$kind" -max_total_time="$seconds" -max_len=65536 \
+    -artifact_prefix=build-fuzz/ -print_final_stats=1 "$corpus" 2>&1 | tail -n 12
+  [ "${PIPESTATUS[0]}" -eq 0 ]
 done

@@ -187,6 +187,11 @@ TEST_F(DiskFullTest, FullStorageIsResourceExhaustedAndLosesNothing) {
   auto failed_row = (*store)->GetJob(job.id());
   ASSERT_TRUE(failed_row.ok());
   EXPECT_EQ(failed_row->state, JobState::kFailed);
+  // A clean stop after a full disk leaves no job running (the next start would count
+  // a crash attempt and run it again).
+  JobFilter running;
+  running.state = JobState::kRunning;
+  EXPECT_TRUE((*store)->ListJobs(running, 100, "")->jobs.empty());
 }
 
 }  // namespace

@@ -17,6 +17,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/content_hash.h"
+#include "service/job_runner.h"
+#include "service/store.h"
+#include "tests/faulty_sqlite_vfs.h"
 #include "tests/service_fixture.h"
 
 namespace lrkv::service {
@@ -211,8 +214,57 @@ TEST_F(IntegrityTest, APoisonedStoreEntryIsQuarantinedAndReplaced) {
   }
 }
 
-// Item 3 is in store_test (StoreJobEnd: a full disk at the moment of a job's end) and
-// disk_full_test (a real full tmpfs).
+// Item 3: a job's end the database cannot take (every write refused, as on a full disk)
+// is what every reader sees at once — Cancel answers "already finished", the job is not
+// moved on — and the runner writes it once writes succeed again; a clean stop leaves no
+// job running. (store_test covers the store's side, disk_full_test a real full tmpfs.)
+TEST(RunnerJobEnd, AnEndTheDiskRefusedIsShownThenStoredAndStopLeavesNoneRunning) {
+  lrkv::testing::FaultySqliteVfs::Install();
+  const fs::path dir = lrkv::testing::FreshTempDir("runner_job_end");
+  const std::string db = (dir / "lrkv.db").string();
+  auto store = Store::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const char* id : {"a", "b"}) {
+    JobRecord j;
+    j.id = id;
+    j.kind = "convert";
+    j.checkpoint_id = "ck";
+    j.params_json = "{}";
+    j.created_at = 1;
+    ASSERT_TRUE((*store)->CreateJob(j).ok());
+    ASSERT_TRUE((*store)->TransitionJob(id, JobState::kRunning, 2).ok());
+  }
+  RunnerOptions o;
+  o.data_dir = dir.string();
+  {
+    JobRunner runner(store->get(), o);
+    ASSERT_TRUE(runner.Start().ok());
+    lrkv::testing::FaultySqliteVfs::fail_writes() = true;
+    EXPECT_FALSE((*store)->FinishJob("a", JobState::kFailed, 3, "No space left on device").ok());
+    EXPECT_EQ((*store)->GetJob("a")->state, JobState::kFailed);
+    EXPECT_EQ(runner.Cancel("a").code(), absl::StatusCode::kFailedPrecondition);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // flushes fail meanwhile
+    EXPECT_EQ((*store)->PendingEnds(), 1u);
+    lrkv::testing::FaultySqliteVfs::fail_writes() = false;
+    for (int i = 0; i < 50 && (*store)->PendingEnds() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ((*store)->PendingEnds(), 0u);  // the flusher wrote it
+    // A second end refused, then space back: the stop writes it at the latest.
+    lrkv::testing::FaultySqliteVfs::fail_writes() = true;
+    EXPECT_FALSE((*store)->FinishJob("b", JobState::kCancelled, 4, "cancelled").ok());
+    lrkv::testing::FaultySqliteVfs::fail_writes() = false;
+    runner.Stop();
+  }
+  store->reset();
+  auto reopened = Store::Open(db);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->GetJob("a")->state, JobState::kFailed);
+  EXPECT_EQ((*reopened)->GetJob("b")->state, JobState::kCancelled);
+  JobFilter running;
+  running.state = JobState::kRunning;
+  EXPECT_TRUE((*reopened)->ListJobs(running, 10, "")->jobs.empty());
+}
 
 // Item 4: every stage of a pipeline is checked at submission, the bench stage too.
 TEST_F(IntegrityTest, EveryPipelineStageIsValidatedAtSubmission) {
