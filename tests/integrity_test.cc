@@ -327,6 +327,42 @@ TEST_F(IntegrityTest, TrailingBytesNulsAndBinaryInputsAreRefused) {
   ExpectServerAlive();
 }
 
+// Item 6: invalid UTF-8 in a request's text field (a name, a path, params_json) is
+// INVALID_ARGUMENT naming the field — gRPC's own answer was INTERNAL with no message.
+TEST_F(IntegrityTest, InvalidUtf8InARequestIsInvalidArgumentNamingTheField) {
+  v1::Checkpoint source;
+  ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
+  v1::Job job;
+  grpc::Status st = Submit(v1::CONVERT, source.id(), "{\"label\": \"\xff\xfe\"}", &job);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("'params_json' is not valid UTF-8"));
+  v1::Checkpoint ck;
+  st = Register("/models/\xc3\x28.gguf", &ck);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("'path' is not valid UTF-8"));
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id("job-\x80");
+    st = stub_->GetJob(&ctx, req, &job);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr("'job_id'"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::Checkpoint out;
+    auto writer = stub_->UploadCheckpoint(&ctx, &out);
+    v1::UploadCheckpointRequest header = Header("utf8", 100);
+    header.mutable_header()->set_file_name("\xfe.gguf");
+    writer->Write(header);
+    writer->WritesDone();
+    st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  }
+  EXPECT_EQ(FilesUnder(dir_ / "data" / "uploads"), 0);
+  ExpectServerAlive();
+}
+
 // Item 6: errors of an upload name the client's file, never the server's staging path.
 TEST_F(IntegrityTest, UploadErrorsNameNoServerPath) {
   const std::string data = ReadAll(lrkv::testing::FixturePath("malformed/gguf_bad_magic.gguf"));
