@@ -10,7 +10,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 namespace lrkv::kernels {
 namespace {

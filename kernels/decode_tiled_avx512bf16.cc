@@ -19,7 +19,7 @@
 #include <type_traits>
 
 #include "kernels/decode_simd.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 namespace lrkv::kernels::avx512bf16 {
 namespace {

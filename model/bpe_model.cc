@@ -6,8 +6,8 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
-#include "model/utf8.h"
+#include "base/status_macros.h"
+#include "base/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "model/deepseek_config.h"
-#include "model/json_fields.h"
-#include "model/json_limits.h"
-#include "model/status_macros.h"
+#include "base/json_fields.h"
+#include "base/json_limits.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

@@ -155,7 +155,7 @@ struct ModelConfig {
   /// Compressed K/V projections of a converted model (dense for source models).
   KvCompression kv;
   /// The checkpoint stores MLA with decoupled RoPE in the DeepSeek-V3 layout (fused
-  /// q_proj, kv_a_proj_with_mqa, kv_b_proj; model/deepseek_layout.h); loading splits
+  /// q_proj, kv_a_proj_with_mqa, kv_b_proj; runtime/deepseek_layout.h); loading splits
   /// it into this project's tensors, and writers write their own layout.
   bool deepseek_layout = false;
 

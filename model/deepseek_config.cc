@@ -2,8 +2,8 @@
 #include "model/deepseek_config.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/json_fields.h"
-#include "model/status_macros.h"
+#include "base/json_fields.h"
+#include "base/status_macros.h"
 
 namespace lrkv {
 namespace {

@@ -1,5 +1,5 @@
 // Reading a DeepSeek-V2/V3 config.json (HF DeepseekV3ForCausalLM) of MLA with
-// decoupled RoPE, as lrkv exports it (model/deepseek_layout.h has the layout's
+// decoupled RoPE, as lrkv exports it (runtime/deepseek_layout.h has the layout's
 // rules). No LibTorch.
 #ifndef LRKV_MODEL_DEEPSEEK_CONFIG_H_
 #define LRKV_MODEL_DEEPSEEK_CONFIG_H_

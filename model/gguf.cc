@@ -5,9 +5,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "model/block_quant.h"
-#include "model/status_macros.h"
-#include "model/utf8.h"
+#include "base/block_quant.h"
+#include "base/status_macros.h"
+#include "base/utf8.h"
 
 namespace lrkv {
 namespace {

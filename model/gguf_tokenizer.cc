@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/pre_tokenizer.h"
 #include "model/spm_tokenizer.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

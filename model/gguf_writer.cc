@@ -7,7 +7,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 #include "model/gguf.h"
 
 namespace lrkv {

@@ -3,11 +3,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "model/json_limits.h"
+#include "base/json_limits.h"
 #include "model/checkpoint_files.h"
 #include "model/pre_tokenizer.h"
 #include "model/spm_tokenizer.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/unicode_text.h"
 #include "nlohmann/json.hpp"
 

@@ -2,7 +2,7 @@
 #include "model/pre_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/tokenizer_json.h"
 #include "model/unicode_text.h"
 #include "nlohmann/json.hpp"

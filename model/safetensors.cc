@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "model/json_limits.h"
+#include "base/json_limits.h"
 #include "model/safetensors_writer.h"
-#include "model/status_macros.h"
-#include "model/utf8.h"
+#include "base/status_macros.h"
+#include "base/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

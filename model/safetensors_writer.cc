@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 #include "model/tensor_view.h"
 
 namespace lrkv {

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint_files.h"
-#include "model/json_limits.h"
-#include "model/status_macros.h"
-#include "model/utf8.h"
+#include "base/json_limits.h"
+#include "base/status_macros.h"
+#include "base/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 namespace lrkv {
 

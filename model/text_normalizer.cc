@@ -2,7 +2,7 @@
 #include "model/text_normalizer.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/tokenizer_json.h"
 #include "nlohmann/json.hpp"
 

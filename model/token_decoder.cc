@@ -2,10 +2,10 @@
 #include "model/token_decoder.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/tokenizer_json.h"
 #include "model/unicode_text.h"
-#include "model/utf8.h"
+#include "base/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

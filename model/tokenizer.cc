@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/gguf_tokenizer.h"
 #include "model/hf_tokenizer.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/unicode_text.h"
 
 namespace lrkv {

@@ -2,7 +2,7 @@
 #include "model/tokenizer_json.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "model/utf8.h"
+#include "base/utf8.h"
 
 namespace lrkv {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "model/status_macros.h"
-#include "model/utf8.h"
+#include "base/status_macros.h"
+#include "base/utf8.h"
 #include "service/content_hash.h"
 
 namespace lrkv::service {

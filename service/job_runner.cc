@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
-#include "model/provenance.h"
+#include "runtime/provenance.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "service/job_params.h"
 #include "verify/generate_bench.h"
 

@@ -9,8 +9,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
-#include "model/blas_core.h"
-#include "model/threads.h"
+#include "runtime/blas_core.h"
+#include "runtime/threads.h"
 #include "service/server.h"
 
 namespace {

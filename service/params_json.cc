@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "model/json_limits.h"
-#include "model/status_macros.h"
+#include "base/json_limits.h"
+#include "base/status_macros.h"
 
 namespace lrkv::service {
 

@@ -1,5 +1,5 @@
 // A job's params_json as the client sent it: parsed within the request limits
-// (model/json_limits.h) and rewritten where it names input files. No LibTorch and no gRPC,
+// (base/json_limits.h) and rewritten where it names input files. No LibTorch and no gRPC,
 // so that the fuzz targets (fuzz/fuzz_params_json.cc) build it in the sanitizer scope.
 #ifndef LRKV_SERVICE_PARAMS_JSON_H_
 #define LRKV_SERVICE_PARAMS_JSON_H_

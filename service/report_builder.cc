@@ -1,7 +1,7 @@
 // Builds a job's typed report from the store (see report_builder.h).
 #include "service/report_builder.h"
 
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv::service {
 

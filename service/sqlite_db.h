@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv::service {
 

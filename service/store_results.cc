@@ -3,7 +3,7 @@
 // Every write is one IMMEDIATE transaction; every read is ordered.
 #include <mutex>
 
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "service/store.h"
 
 namespace lrkv::service {

@@ -4,8 +4,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "model/json_limits.h"
-#include "model/utf8.h"
+#include "base/json_limits.h"
+#include "base/utf8.h"
 
 namespace lrkv::service {
 

@@ -15,7 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "service/content_hash.h"
 

@@ -4,8 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include "absl/strings/str_cat.h"
-#include "model/perplexity.h"
-#include "model/status_macros.h"
+#include "runtime/perplexity.h"
+#include "base/status_macros.h"
 
 namespace lrkv {
 

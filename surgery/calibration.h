@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/stop_check.h"
+#include "base/stop_check.h"
 #include "model/tokenizer.h"
-#include "model/transformer.h"
+#include "runtime/transformer.h"
 
 namespace lrkv {
 

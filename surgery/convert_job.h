@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/stop_check.h"
+#include "base/stop_check.h"
 #include "surgery/conversion_options.h"
 #include "surgery/conversion_report.h"
 
@@ -54,7 +54,7 @@ struct ConvertJobOptions {
   bool expand = false;
   /// "safetensors" (config.json + model.safetensors + tokenizer files) or "gguf"
   /// (model.gguf, what llama.cpp loads: plain layouts only, i.e. GQA/MQA or --expand), or
-  /// "deepseek" (MLA with decoupled RoPE in the DeepSeek-V3 layout, model/deepseek_layout.h).
+  /// "deepseek" (MLA with decoupled RoPE in the DeepSeek-V3 layout, runtime/deepseek_layout.h).
   std::string format = "safetensors";
   /// Storage of the written matrices: "auto" (the source's own: bf16 stays bf16, f16
   /// stays f16, float32 and quantised GGUF sources give f32), "f32", "f16" or "bf16"

@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "model/rope.h"
-#include "model/status_macros.h"
+#include "runtime/rope.h"
+#include "base/status_macros.h"
 #include "surgery/baselines.h"
 #include "surgery/decoupled_rope.h"
 #include "surgery/budget_allocation.h"

@@ -9,8 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
-#include "model/llama_weights.h"
-#include "model/stop_check.h"
+#include "runtime/llama_weights.h"
+#include "base/stop_check.h"
 #include "surgery/cache_accounting.h"
 #include "surgery/calibration.h"
 #include "surgery/conversion_options.h"

@@ -1,7 +1,7 @@
 // The RoRoPE split of MLA with decoupled RoPE (see header).
 #include "surgery/decoupled_rope.h"
 
-#include "model/rope.h"
+#include "runtime/rope.h"
 #include "surgery/complex_planes.h"
 
 namespace lrkv {

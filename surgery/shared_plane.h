@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/llama_weights.h"
+#include "runtime/llama_weights.h"
 
 namespace lrkv {
 

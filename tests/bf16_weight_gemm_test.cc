@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/bf16_weight_gemm.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 namespace lrkv::kernels {
 namespace {

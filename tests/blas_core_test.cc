@@ -7,7 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "model/blas_core.h"
+#include "runtime/blas_core.h"
 
 namespace lrkv {
 namespace {

@@ -8,10 +8,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/block_quant.h"
+#include "base/block_quant.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
 #include "model/safetensors.h"

@@ -1,5 +1,5 @@
 // Test-only quantizers to ggml's Q8_0, Q4_K and Q6_K block layouts (the inverse of
-// model/block_quant.cc's decoding, written from the layout, not from its code), so
+// base/block_quant.cc's decoding, written from the layout, not from its code), so
 // that tests can write quantized GGUF files and let llama.cpp read them. Rounding is
 // plain nearest: the quality of the encoding is not what the tests measure.
 #ifndef LRKV_TESTS_GGML_QUANTIZE_H_
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 namespace lrkv::testing {
 

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "model/llama_weights.h"
+#include "runtime/llama_weights.h"
 #include "model/safetensors.h"
 #include "model/text_corpus.h"
 #include "nlohmann/json.hpp"

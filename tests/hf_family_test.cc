@@ -11,10 +11,10 @@
 
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "model/dtype.h"
-#include "model/llama_weights.h"
+#include "base/dtype.h"
+#include "runtime/llama_weights.h"
 #include "model/safetensors.h"
-#include "model/transformer.h"
+#include "runtime/transformer.h"
 #include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
 #include "verify/generate_bench.h"

@@ -274,8 +274,8 @@ TEST_F(IntegrityTest, EveryPipelineStageIsValidatedAtSubmission) {
     std::string params, phrase;
   };
   const std::vector<Case> cases = {
-      {R"({"convert": {"rank": 2}, "bench": {"context": -5}})", "'context' -5"},
-      {R"({"convert": {"rank": 2}, "bench": {"tokens": -1}})", "'tokens' -1"},
+      {R"({"convert": {"rank": 2}, "bench": {"context": -5}})", "bench: --context must lie in"},
+      {R"({"convert": {"rank": 2}, "bench": {"tokens": -1}})", "(got 512, -1)"},
       {R"({"convert": {"rank": 2}, "bench": {"context": 1e9}})", "wrong type"},
       {R"({"convert": {"rank": 2}, "bench": {"context": 1000000000}})", "[1, 1048576]"},
       {R"({"convert": {"rank": 2}, "bench": {"contxt": 64}})", "unknown parameter 'contxt'"},

@@ -13,7 +13,7 @@
 #include "kernels/cuda/decode_attention_cuda.h"
 #include "kernels/cuda/decode_bench_cuda.h"
 #include "kernels/decode_attention.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 #include "tests/kernel_test_util.h"
 
 namespace lrkv::kernels {

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 #include "tests/kernel_test_util.h"
 
 namespace lrkv::kernels {

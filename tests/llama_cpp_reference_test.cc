@@ -10,13 +10,13 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
-#include "model/block_quant.h"
+#include "base/block_quant.h"
 #include "model/checkpoint.h"
-#include "model/gguf_export.h"
-#include "model/language_model.h"
-#include "model/llama_weights.h"
+#include "runtime/gguf_export.h"
+#include "runtime/language_model.h"
+#include "runtime/llama_weights.h"
 #include "model/text_corpus.h"
-#include "model/transformer.h"
+#include "runtime/transformer.h"
 #include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
 #include "tests/ggml_quantize.h"

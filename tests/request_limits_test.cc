@@ -1,4 +1,4 @@
-// Bounded parsing of what a client sends (model/json_limits.h, service/params_json.h,
+// Bounded parsing of what a client sends (base/json_limits.h, service/params_json.h,
 // service/upload_header.h): size, depth, NUL, UTF-8, duplicates and trailing bytes are
 // refused naming the limit, before any recursion on the client's nesting. Runs in the
 // sanitizer suite too.
@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/json_limits.h"
+#include "base/json_limits.h"
 #include "service/params_json.h"
 #include "service/upload_header.h"
 

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
 #include "kernels/weight_matvec.h"
-#include "model/dtype.h"
+#include "base/dtype.h"
 
 namespace lrkv::kernels {
 namespace {

@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "model/checkpoint.h"
-#include "model/llama_weights.h"
-#include "model/perplexity.h"
+#include "runtime/llama_weights.h"
+#include "runtime/perplexity.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/text_corpus.h"
-#include "model/transformer.h"
+#include "runtime/transformer.h"
 #include "train/healer.h"
 
 namespace lrkv {

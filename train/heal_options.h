@@ -54,7 +54,7 @@ struct HealOptions {
   /// out from the training data, not on the --eval text the final perplexity uses.
   bool keep_best = true;
   /// Keep only each layer's input for the backward pass and recompute the layer there
-  /// (model/layer_checkpoint.h): one layer's activations in memory instead of all of
+  /// (runtime/layer_checkpoint.h): one layer's activations in memory instead of all of
   /// them, for about a third more compute. CPU only for now.
   bool activation_checkpointing = false;
   /// Write a checkpoint to checkpoint_dir every N steps (0: never).

@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
-#include "model/transformer.h"
+#include "base/status_macros.h"
+#include "runtime/transformer.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

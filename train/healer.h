@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
-#include "model/llama_weights.h"
+#include "runtime/llama_weights.h"
 #include "train/heal_options.h"
 #include "train/token_data.h"
 

@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
-#include "model/llama_weights.h"
+#include "runtime/llama_weights.h"
 #include "model/safetensors.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {

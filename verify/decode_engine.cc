@@ -2,7 +2,7 @@
 #include "verify/decode_engine.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/layers.h"
+#include "runtime/layers.h"
 #include "verify/engines.h"
 
 namespace lrkv {

@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
-#include "model/llama_weights.h"
-#include "model/rope.h"
+#include "runtime/llama_weights.h"
+#include "runtime/rope.h"
 
 namespace lrkv {
 

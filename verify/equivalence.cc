@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv {
 namespace {

@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
-#include "model/llama_weights.h"
-#include "model/stop_check.h"
+#include "runtime/llama_weights.h"
+#include "base/stop_check.h"
 #include "verify/decode_engine.h"
 #include "verify/verify_report.h"
 

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "kernels/decode_attention.h"
-#include "model/layers.h"
+#include "runtime/layers.h"
 #include "verify/engines.h"
 
 namespace lrkv {

@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/tokenizer.h"
-#include "model/transformer.h"
+#include "runtime/transformer.h"
 #include "verify/verify_report.h"
 
 namespace lrkv {

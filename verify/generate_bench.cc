@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
-#include "model/llama_weights.h"
-#include "model/status_macros.h"
-#include "model/stored_linear.h"
+#include "runtime/llama_weights.h"
+#include "base/status_macros.h"
+#include "runtime/stored_linear.h"
 #include "verify/decode_engine.h"
 
 namespace lrkv {

@@ -24,7 +24,7 @@ struct GenerateBenchOptions {
   std::string dtype = "bf16";
   std::string cache_layout = "auto";  // plane mode's cache: auto | rows | tiles
   // The prefill's products with bf16 weights round the activations to bf16 (fp32 sums),
-  // as llama.cpp's do (model/stored_linear.h); false: the exact widened products.
+  // as llama.cpp's do (runtime/stored_linear.h); false: the exact widened products.
   bool bf16_products = true;
 };
 

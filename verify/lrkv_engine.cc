@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
-#include "model/layers.h"
+#include "runtime/layers.h"
 #include "verify/engines.h"
 
 namespace lrkv {

@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "kernels/decode_attention.h"
-#include "model/layers.h"
+#include "runtime/layers.h"
 #include "verify/engines.h"
 
 namespace lrkv {

@@ -8,8 +8,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "model/layers.h"
-#include "model/status_macros.h"
+#include "runtime/layers.h"
+#include "base/status_macros.h"
 #include "verify/engines.h"
 
 namespace lrkv {

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/checkpoint.h"
-#include "model/llama_weights.h"
-#include "model/status_macros.h"
+#include "runtime/llama_weights.h"
+#include "base/status_macros.h"
 #include "model/text_corpus.h"
-#include "model/transformer.h"
+#include "runtime/transformer.h"
 #include "surgery/conversion_options.h"
 #include "verify/decode_engine.h"
 #include "verify/equivalence.h"

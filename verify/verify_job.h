@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/stop_check.h"
+#include "base/stop_check.h"
 #include "verify/verify_report.h"
 
 namespace lrkv {

@@ -17,8 +17,8 @@
 #include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
 #include "model/checkpoint.h"
-#include "model/status_macros.h"
-#include "model/threads.h"
+#include "base/status_macros.h"
+#include "runtime/threads.h"
 #include "nlohmann/json.hpp"
 #include "verify/generate_bench.h"
 

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/yaml_config.h"
-#include "model/provenance.h"
+#include "runtime/provenance.h"
 
 namespace lrkv::cli {
 

@@ -19,7 +19,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "model/stop_check.h"
+#include "base/stop_check.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
@@ -98,7 +98,7 @@ int EmitLocalReport(nlohmann::json report, const std::string& table,
                     const std::string& json_out);
 
 // `--products bf16|fp32` on `cmd` (eval, generate, bench generate): how prefill-sized
-// products with bf16-stored weights are computed (model/stored_linear.h).
+// products with bf16-stored weights are computed (runtime/stored_linear.h).
 void AddProductsOption(CLI::App* cmd, std::string* products);
 
 void AddModelCommands(CLI::App& app, int* exit_code);  // eval, generate, sysinfo, version

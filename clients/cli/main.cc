@@ -9,8 +9,8 @@
 
 #include "clients/cli/commands.h"
 #include "clients/cli/yaml_config.h"
-#include "model/blas_core.h"
-#include "model/threads.h"
+#include "runtime/blas_core.h"
+#include "runtime/threads.h"
 
 namespace {
 

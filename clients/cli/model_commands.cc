@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
 #include "kernels/decode_attention.h"
-#include "model/blas_core.h"
-#include "model/language_model.h"
-#include "model/threads.h"
+#include "runtime/blas_core.h"
+#include "runtime/language_model.h"
+#include "runtime/threads.h"
 #include "model/text_corpus.h"
 #include "nlohmann/json.hpp"
 

@@ -26,7 +26,7 @@
 #include "kernels/cuda/decode_attention_cuda.h"
 #include "kernels/cuda/split_kernel.cuh"
 #include "kernels/decode_attention.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {

@@ -28,7 +28,7 @@
 #include <cmath>
 
 #include "kernels/cuda/split_kernel.cuh"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {

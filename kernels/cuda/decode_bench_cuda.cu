@@ -18,7 +18,7 @@
 #include "kernels/cuda/decode_attention_cuda.h"
 #include "kernels/cuda/decode_bench_cuda.h"
 #include "kernels/cuda/split_kernel.cuh"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {

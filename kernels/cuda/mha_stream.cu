@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/split_kernel.cuh"
 #include "kernels/cuda/stream_common.cuh"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace lrkv::kernels::cuda {
 namespace {

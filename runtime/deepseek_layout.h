@@ -1,0 +1,61 @@
+// MLA with decoupled RoPE in the DeepSeek-V2/V3 checkpoint layout (HF
+// DeepseekV3ForCausalLM): config.json with kv_lora_rank, qk_rope_head_dim,
+// qk_nope_head_dim and v_head_dim; fused q_proj ([q_nope | q_rope] per head),
+// kv_a_proj_with_mqa ([latent | shared rotated key]) and kv_b_proj ([k_nope |
+// v] per head). Read and written with these rules, documented in the README:
+//  - q_lora_rank null, dense MLP in every layer (first_k_dense_replace =
+//  layers), no
+//    attention biases (DeepSeek's q_proj has none), v_head_dim =
+//    qk_nope_head_dim;
+//  - no RMSNorm on the latent: the converted model's latent is linear in x, and
+//  a norm
+//    over it would change the function. The config says "qk_latent_layernorm":
+//    false (the field TransMLA's DeepSeek loaders read); transformers'
+//    DeepseekV3 always applies kv_a_layernorm, so it does not run these
+//    checkpoints as they are meant;
+//  - rope_interleave: pair m of the rotated parts is dims (2m, 2m+1) and turns
+//  with
+//    DeepSeek's m-th frequency rope_theta^(-2m/qk_rope_head_dim), times
+//    1/factor under linear rope_scaling;
+//  - DeepSeek scales scores by 1/sqrt(qk_nope + qk_rope); the export folds
+//    sqrt((d_h + d_rope)/d_h) into q_proj so that scores keep the source's
+//    1/sqrt(d_h).
+#ifndef LRKV_RUNTIME_DEEPSEEK_LAYOUT_H_
+#define LRKV_RUNTIME_DEEPSEEK_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/deepseek_config.h"
+#include "base/dtype.h"
+#include "runtime/llama_weights.h"
+#include "model/tokenizer.h"
+
+namespace lrkv {
+
+// Splits the fused tensors a deepseek_layout load leaves in each layer's wq,
+// kv_down and k_up into wq, q_rope, kv_down, k_rope, k_up and v_up (float32).
+absl::Status UnfuseDeepseekAttention(const ModelConfig& config,
+                                     LlamaWeights* weights);
+
+// Whether SaveDeepseekCheckpoint can write a model with `config` (the errors it
+// would return), checked before any work.
+absl::Status CheckDeepseekExport(const ModelConfig& config);
+
+// Writes a decoupled-RoPE MLA model as a DeepSeek-V3 checkpoint in `dir`:
+// shards (model.safetensors[.index.json]), config.json, tokenizer files.
+// InvalidArgument for a model the layout cannot hold (biases, QK-norm,
+// per-layer latents, NoPE layers, sliding windows, post-norm blocks),
+// FailedPrecondition where the kept planes' frequencies are not one geometric
+// progression (DeepSeek's rotary computes them so).
+absl::Status SaveDeepseekCheckpoint(const std::string& dir,
+                                    const ModelConfig& config,
+                                    const LlamaWeights& weights,
+                                    const Tokenizer* tokenizer, DType matrices,
+                                    uint64_t max_shard_bytes);
+
+}  // namespace lrkv
+
+#endif  // LRKV_RUNTIME_DEEPSEEK_LAYOUT_H_

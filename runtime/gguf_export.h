@@ -1,0 +1,36 @@
+// Exports a plain (dense K/V) model as the GGUF file llama.cpp loads: architecture
+// `llama` (Q/K rows in llama.cpp's adjacent-pair RoPE layout), `qwen2` or `qwen3`
+// (half-split, as llama.cpp keeps them), float32 tensors under GGUF names, and the
+// tokenizer's vocabulary as tokenizer.ggml.* metadata.
+#ifndef LRKV_RUNTIME_GGUF_EXPORT_H_
+#define LRKV_RUNTIME_GGUF_EXPORT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "model/config.h"
+#include "model/gguf_writer.h"
+#include "runtime/llama_weights.h"
+#include "model/tokenizer.h"
+
+namespace lrkv {
+
+// InvalidArgument for what GGUF cannot hold as a plain model: LRKV/MLA layouts (export
+// them with --expand), partial-RoPE conversions, rope scaling other than linear/yarn.
+// `matrices`: the storage of every 2-D tensor (kF32, kF16, kBF16); norms and other
+// vectors are float32, as llama.cpp requires.
+absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& config,
+                                const LlamaWeights& weights, const Tokenizer& tokenizer,
+                                DType matrices = DType::kF32);
+
+// The same file as a builder not yet written (float32 tensors whose data `keep` owns),
+// for callers that store some tensors differently.
+absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
+                                              const LlamaWeights& weights,
+                                              const Tokenizer& tokenizer,
+                                              std::vector<at::Tensor>* keep,
+                                              DType matrices = DType::kF32);
+
+}  // namespace lrkv
+
+#endif  // LRKV_RUNTIME_GGUF_EXPORT_H_

@@ -1,0 +1,582 @@
+// Llama weights as ATen tensors: load, random init, RoPE layout permutation,
+// save.
+#include "runtime/llama_weights.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/deepseek_layout.h"
+#include "model/safetensors.h"
+#include "model/safetensors_writer.h"
+#include "base/status_macros.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string LayerName(int64_t i, const char* rest) {
+  return absl::StrCat("model.layers.", i, ".", rest);
+}
+
+// Calls `fn(name, tensor*)` for every tensor slot `config` uses, in file order.
+void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
+                 const std::function<void(const std::string&, at::Tensor*,
+                                          std::vector<int64_t>)>& fn) {
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim,
+                kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  fn("model.embed_tokens.weight", &w->embed, {c.vocab_size, d});
+  w->layers.resize(c.num_layers);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    LayerWeights& l = w->layers[i];
+    if (!c.post_norm) fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
+    if (!c.deepseek_layout) fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
+    if (c.qkv_bias) fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
+    switch (c.kv.layout) {
+      case KvLayout::kDense:
+        fn(LayerName(i, "self_attn.k_proj.weight"), &l.wk, {kv, d});
+        fn(LayerName(i, "self_attn.v_proj.weight"), &l.wv, {kv, d});
+        if (c.qkv_bias) {
+          fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
+          fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
+        }
+        break;
+      case KvLayout::kLrkv: {
+        const int64_t r = c.kv.RankAt(i), hkv = c.num_kv_heads, dh = c.head_dim;
+        for (auto [p, lr] : {std::pair{"k", &l.k_lr}, {"v", &l.v_lr}}) {
+          const std::string base = absl::StrCat("self_attn.", p);
+          // Shared-plane K: its H_kv·r latents are shared by every head.
+          const int64_t up_cols =
+              c.kv.rope_mode == RopeMode::kSharedPlane && lr == &l.k_lr ? hkv * r : r;
+          fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared,
+             {dh, d});
+          fn(LayerName(i, (base + "_down.weight").c_str()), &lr->down,
+             {hkv * r, d});
+          fn(LayerName(i, (base + "_up.weight").c_str()), &lr->up,
+             {hkv, dh, up_cols});
+          if (c.qkv_bias) {
+            fn(LayerName(i, (base + "_shared.bias").c_str()), &lr->shared_bias,
+               {dh});
+            fn(LayerName(i, (base + "_head_bias").c_str()), &lr->head_bias,
+               {kv});
+          }
+        }
+        break;
+      }
+      case KvLayout::kMla:
+        if (c.deepseek_layout) {
+          // DeepSeek-V3's fused tensors, held in wq, kv_down and k_up until
+          // UnfuseDeepseekAttention splits them (deepseek_layout.h).
+          const int64_t w = c.kv.RopeWidth(), dc = c.kv.LatentAt(i);
+          fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {c.num_heads * (c.head_dim + w), d});
+          fn(LayerName(i, "self_attn.kv_a_proj_with_mqa.weight"), &l.kv_down, {dc + w, d});
+          fn(LayerName(i, "self_attn.kv_b_proj.weight"), &l.k_up,
+             {c.num_heads * 2 * c.head_dim, dc});
+          break;
+        }
+        fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down,
+           {c.kv.LatentAt(i), d});
+        fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.LatentAt(i)});
+        fn(LayerName(i, "self_attn.v_up.weight"), &l.v_up, {kv, c.kv.LatentAt(i)});
+        if (c.qkv_bias) {
+          fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
+          fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
+        }
+        if (c.kv.DecoupledRope()) {
+          const int64_t w = c.kv.RopeWidth();
+          fn(LayerName(i, "self_attn.k_rope.weight"), &l.k_rope, {w, d});
+          fn(LayerName(i, "self_attn.q_rope.weight"), &l.q_rope, {c.num_heads * w, d});
+          if (c.qkv_bias) {
+            fn(LayerName(i, "self_attn.k_rope.bias"), &l.bk_rope, {w});
+            fn(LayerName(i, "self_attn.q_rope.bias"), &l.bq_rope, {c.num_heads * w});
+          }
+        }
+        break;
+    }
+    if (c.qk_norm) {
+      const int64_t qn = c.qk_norm_over_heads ? q : c.head_dim,
+                    kn = c.qk_norm_over_heads ? kv : c.head_dim;
+      fn(LayerName(i, "self_attn.q_norm.weight"), &l.q_norm, {qn});
+      fn(LayerName(i, "self_attn.k_norm.weight"), &l.k_norm, {kn});
+    }
+    fn(LayerName(i, "self_attn.o_proj.weight"), &l.wo, {d, q});
+    if (c.post_norm) {  // OLMo-2: norms of the block outputs
+      fn(LayerName(i, "post_attention_layernorm.weight"), &l.attn_norm, {d});
+      fn(LayerName(i, "post_feedforward_layernorm.weight"), &l.ffn_norm, {d});
+    } else {
+      fn(LayerName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
+    }
+    fn(LayerName(i, "mlp.gate_proj.weight"), &l.w_gate, {ff, d});
+    fn(LayerName(i, "mlp.up_proj.weight"), &l.w_up, {ff, d});
+    fn(LayerName(i, "mlp.down_proj.weight"), &l.w_down, {d, ff});
+  }
+  fn("model.norm.weight", &w->final_norm, {d});
+  if (!c.tie_word_embeddings)
+    fn("lm_head.weight", &w->lm_head, {c.vocab_size, d});
+}
+
+bool IsIgnorableExtra(const std::string& name) {
+  // Buffers some exporters store that the runtime recomputes.
+  return name.find("rotary_emb.inv_freq") != std::string::npos ||
+         name == "rope_freqs.weight";
+}
+
+// Source index (in layout `from`) of each destination dim (in layout `to`).
+std::vector<int64_t> RopePermutation(int64_t head_dim, int64_t rope_dim,
+                                     RopeLayout from, RopeLayout to) {
+  std::vector<int64_t> perm(head_dim);
+  const int64_t half = rope_dim / 2;
+  for (int64_t j = 0; j < head_dim; ++j) perm[j] = j;
+  if (from == to) return perm;
+  for (int64_t i = 0; i < half; ++i) {
+    if (to == RopeLayout::kHalfSplit) {  // from adjacent
+      perm[i] = 2 * i;
+      perm[i + half] = 2 * i + 1;
+    } else {  // from half-split
+      perm[2 * i] = i;
+      perm[2 * i + 1] = i + half;
+    }
+  }
+  return perm;
+}
+
+at::Tensor PermuteHeads(const at::Tensor& t, int64_t heads, int64_t head_dim,
+                        const at::Tensor& index) {
+  if (!t.defined() || t.numel() == 0) return t;
+  auto shape = t.sizes().vec();
+  auto v = t.reshape({heads, head_dim, -1}).index_select(1, index);
+  return v.reshape(shape).contiguous();
+}
+
+}  // namespace
+
+namespace {
+
+at::ScalarType StoredScalar(DType dtype) {
+  return dtype == DType::kF16 ? at::kHalf : dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
+}
+
+// `t` as stored in `dtype`: rounded to nearest even, once, from its value (a tensor
+// already in `dtype` is used as it is, without a copy).
+at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
+  const at::ScalarType scalar = StoredScalar(dtype);
+  at::Tensor cpu = t.detach().to(at::kCPU);
+  if (cpu.scalar_type() != scalar) cpu = cpu.to(at::kFloat).to(scalar);
+  return cpu.contiguous();
+}
+
+absl::Status CheckWrittenDType(DType matrices) {
+  if (matrices == DType::kF32 || matrices == DType::kF16 || matrices == DType::kBF16) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
+}
+
+// One tensor of a random model: norms ~1 + N(0, 0.1²), biases N(0, 0.1²), the rest
+// N(0, 0.02²).
+at::Tensor RandomWeight(const std::string& name, const std::vector<int64_t>& shape,
+                        at::Generator& gen) {
+  const at::Tensor t = at::randn(shape, gen, at::kFloat);
+  if (name.find("norm") != std::string::npos) return 1.0 + 0.1 * t;
+  if (name.find(".bias") != std::string::npos) return 0.1 * t;
+  return 0.02 * t;
+}
+
+// `keep_alive` non-null: F32/F16/BF16 tensors become views of the mapped file that
+// hold it alive; otherwise (and for block types) float32 copies.
+absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
+                                  std::shared_ptr<const Checkpoint> keep_alive) {
+  const ModelConfig& c = ckpt.config();
+  LlamaWeights w;
+  absl::Status status;
+  std::set<std::string> used;
+  ForEachSlot(
+      c, &w,
+      [&](const std::string& name, at::Tensor* slot,
+          std::vector<int64_t> shape) {
+        if (!status.ok()) return;
+        const TensorView* t = ckpt.Find(name);
+        if (t == nullptr) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat(ckpt.path(), ": missing tensor '", name, "'"));
+          return;
+        }
+        used.insert(name);
+        if (t->shape != shape) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat(ckpt.path(), ": tensor '", name, "' has shape ",
+                           ShapeString(t->shape), ", expected ",
+                           ShapeString(shape), " from the config"));
+          return;
+        }
+        if (!IsFloatWeightDType(t->dtype)) {
+          status = absl::InvalidArgumentError(absl::StrCat(
+              ckpt.path(), ": tensor '", name, "' has dtype ",
+              DTypeName(t->dtype), "; weights must be F32, F16 or BF16"));
+          return;
+        }
+        const bool plain = DTypeSize(t->dtype) > 0;  // not a block-quantised type
+        at::Tensor out;
+        if (keep_alive != nullptr && plain) {
+          // Read-only pages of the map: nothing may write to this tensor.
+          out = at::from_blob(const_cast<uint8_t*>(t->data), shape,
+                              [keep = keep_alive](void*) {},
+                              at::TensorOptions().dtype(StoredScalar(t->dtype)));
+        } else {
+          out = at::empty(shape, at::kFloat);
+          ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
+                           out.data_ptr<float>());
+        }
+        // A NaN/Inf weight would make every comparison downstream false (and
+        // verify read "max error 0"): refused here, naming the tensor.
+        const NonFiniteCount bad =
+            plain ? CountNonFinite(t->dtype, t->data, static_cast<size_t>(t->numel()))
+                  : CountNonFinite(DType::kF32, out.data_ptr(), static_cast<size_t>(out.numel()));
+        if (bad.nan + bad.inf > 0) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat(ckpt.path(), ": tensor '", name, "' holds ", bad.nan, " NaN and ",
+                           bad.inf, " infinite values"));
+          return;
+        }
+        *slot = out;
+      });
+  RETURN_IF_ERROR(status);
+  for (const auto& t : ckpt.tensors()) {
+    if (used.count(t.name) == 0 && !IsIgnorableExtra(t.name) &&
+        !(c.tie_word_embeddings && t.name == "lm_head.weight")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          ckpt.path(), ": unexpected tensor '", t.name, "' (not part of a ",
+          c.model_type, " model with this config)"));
+    }
+  }
+  if (c.tie_word_embeddings) w.lm_head = w.embed;
+  if (c.deepseek_layout) RETURN_IF_ERROR(UnfuseDeepseekAttention(c, &w));
+  return w;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
+  return Load(ckpt, nullptr);
+}
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const Checkpoint> ckpt,
+                                              const WeightLoadOptions& options) {
+  const Checkpoint& c = *ckpt;
+  return Load(c, options.stored_dtype ? std::move(ckpt) : nullptr);
+}
+
+DType StoredMatrixDType(const LlamaWeights& w) {
+  switch (w.embed.scalar_type()) {
+    case at::kHalf:
+      return DType::kF16;
+    case at::kBFloat16:
+      return DType::kBF16;
+    default:
+      return DType::kF32;
+  }
+}
+
+LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  LlamaWeights w;
+  ForEachSlot(c, &w,
+              [&](const std::string& name, at::Tensor* slot,
+                  std::vector<int64_t> shape) {
+                *slot = RandomWeight(name, shape, gen);
+              });
+  if (c.tie_word_embeddings) w.lm_head = w.embed;
+  return w;
+}
+
+absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& c, uint64_t seed,
+                                DType matrices, uint64_t max_shard_bytes) {
+  RETURN_IF_ERROR(CheckWrittenDType(matrices));
+  RETURN_IF_ERROR(c.Validate());
+  std::vector<TensorSpec> specs;
+  LlamaWeights unused;
+  ForEachSlot(c, &unused, [&](const std::string& name, at::Tensor*, std::vector<int64_t> shape) {
+    specs.push_back({name, shape.size() >= 2 ? matrices : DType::kF32, shape});
+  });
+  SafetensorsShardOptions shard_options;
+  shard_options.max_shard_bytes = max_shard_bytes;
+  ASSIGN_OR_RETURN(auto writer, SafetensorsCheckpointWriter::Create(dir, specs, shard_options));
+  // One tensor at a time, as RandomLlamaWeights draws them: an 8B model is written in
+  // the memory of its largest tensor.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const TensorSpec& spec : specs) {
+    const at::Tensor t = StoredTensor(RandomWeight(spec.name, spec.shape, gen), spec.dtype);
+    RETURN_IF_ERROR(writer->Write(spec.name, t.data_ptr(), t.numel() * t.element_size()));
+  }
+  return writer->Finish();
+}
+
+void PermuteRopeLayout(ModelConfig* c, LlamaWeights* w, RopeLayout to) {
+  if (c->rope_layout == to) return;
+  const auto perm =
+      RopePermutation(c->head_dim, c->rope_dim, c->rope_layout, to);
+  const at::Tensor index = at::tensor(perm, at::kLong);
+  for (auto& l : w->layers) {
+    l.wq = PermuteHeads(l.wq, c->num_heads, c->head_dim, index);
+    l.bq = PermuteHeads(l.bq, c->num_heads, c->head_dim, index);
+    l.wk = PermuteHeads(l.wk, c->num_kv_heads, c->head_dim, index);
+    l.bk = PermuteHeads(l.bk, c->num_kv_heads, c->head_dim, index);
+    l.k_up = PermuteHeads(l.k_up, c->num_kv_heads, c->head_dim, index);
+    if (l.k_lr.shared.defined()) {
+      l.k_lr.shared = PermuteHeads(l.k_lr.shared, 1, c->head_dim, index);
+      l.k_lr.shared_bias =
+          PermuteHeads(l.k_lr.shared_bias, 1, c->head_dim, index);
+      l.k_lr.up = PermuteHeads(l.k_lr.up, c->num_kv_heads, c->head_dim, index);
+      l.k_lr.head_bias =
+          PermuteHeads(l.k_lr.head_bias, c->num_kv_heads, c->head_dim, index);
+    }
+    if (c->qk_norm_over_heads) {  // one weight per coordinate of every head
+      l.q_norm = PermuteHeads(l.q_norm, c->num_heads, c->head_dim, index);
+      l.k_norm = PermuteHeads(l.k_norm, c->num_kv_heads, c->head_dim, index);
+    } else {
+      if (l.q_norm.defined())
+        l.q_norm = l.q_norm.index_select(0, index).contiguous();
+      if (l.k_norm.defined())
+        l.k_norm = l.k_norm.index_select(0, index).contiguous();
+    }
+  }
+  c->rope_layout = to;
+}
+
+namespace {
+
+// Every tensor of `w` through `convert` (undefined ones stay undefined; tied
+// embeddings stay tied).
+template <typename Convert>
+LlamaWeights MapWeights(const LlamaWeights& w, const Convert& convert) {
+  auto move = [&](const at::Tensor& t) { return t.defined() ? convert(t.detach()) : t; };
+  LlamaWeights out;
+  out.embed = move(w.embed);
+  out.final_norm = move(w.final_norm);
+  out.lm_head = w.lm_head.is_same(w.embed) ? out.embed : move(w.lm_head);
+  for (const auto& l : w.layers) {
+    LayerWeights m;
+    for (auto [dst, src] : {std::pair{&m.attn_norm, &l.attn_norm},
+                            {&m.wq, &l.wq},
+                            {&m.wo, &l.wo},
+                            {&m.wk, &l.wk},
+                            {&m.wv, &l.wv},
+                            {&m.bq, &l.bq},
+                            {&m.bk, &l.bk},
+                            {&m.bv, &l.bv},
+                            {&m.q_norm, &l.q_norm},
+                            {&m.k_norm, &l.k_norm},
+                            {&m.ffn_norm, &l.ffn_norm},
+                            {&m.w_gate, &l.w_gate},
+                            {&m.w_up, &l.w_up},
+                            {&m.w_down, &l.w_down},
+                            {&m.kv_down, &l.kv_down},
+                            {&m.k_up, &l.k_up},
+                            {&m.v_up, &l.v_up},
+                            {&m.k_rope, &l.k_rope},
+                            {&m.q_rope, &l.q_rope},
+                            {&m.bk_rope, &l.bk_rope},
+                            {&m.bq_rope, &l.bq_rope}}) {
+      *dst = move(*src);
+    }
+    for (auto [dst, src] : {std::pair{&m.k_lr, &l.k_lr}, {&m.v_lr, &l.v_lr}}) {
+      dst->shared = move(src->shared);
+      dst->shared_bias = move(src->shared_bias);
+      dst->down = move(src->down);
+      dst->up = move(src->up);
+      dst->head_bias = move(src->head_bias);
+    }
+    out.layers.push_back(std::move(m));
+  }
+  return out;
+}
+
+}  // namespace
+
+LlamaWeights ToDevice(const LlamaWeights& w, at::Device device) {
+  return MapWeights(w, [&](const at::Tensor& t) { return t.to(device); });
+}
+
+LlamaWeights ToDtype(const LlamaWeights& w, at::ScalarType dtype) {
+  return MapWeights(w, [&](const at::Tensor& t) { return t.to(dtype); });
+}
+
+LlamaWeights ForCompute(const LlamaWeights& w, at::ScalarType dtype) {
+  // The matrices Linear streams as stored, recognised by their data.
+  std::set<const void*> streamed = {w.embed.data_ptr(), w.lm_head.data_ptr()};
+  for (const LayerWeights& l : w.layers) {
+    for (const at::Tensor* t : {&l.wq, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (t->defined()) streamed.insert(t->data_ptr());
+    }
+  }
+  return MapWeights(w, [&](const at::Tensor& t) {
+    return streamed.count(t.data_ptr()) > 0 ? t : t.to(dtype);
+  });
+}
+
+DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
+  DenseKv out;
+  const int64_t hkv = c.num_kv_heads, dh = c.head_dim;
+  switch (c.kv.layout) {
+    case KvLayout::kDense:
+      out = {l.wk, l.bk, l.wv, l.bv};
+      break;
+    case KvLayout::kLrkv: {
+      auto expand = [&](const LowRankProjection& p, at::Tensor* w,
+                        at::Tensor* b) {
+        const int64_t d = p.shared.size(1), r = p.up.size(2);
+        // W_hᵀ = Sᵀ + B_h U_hᵀ for every head at once: [Hkv, dh, r] @ [Hkv, r,
+        // d], in float64 and rounded once: the shared and residual parts can be
+        // large and cancel (healing grows both), and the expanded weights are
+        // the reference the factored engines are checked against.
+        const auto f64 = at::kDouble;
+        // Per-head latents [Hkv, r, d], or (shared-plane K) one set every head reads.
+        const bool shared = p.down.size(0) == r;
+        auto residual = shared ? at::matmul(p.up.to(f64), p.down.to(f64))
+                               : at::matmul(p.up.to(f64), p.down.view({hkv, r, d}).to(f64));
+        *w = (p.shared.to(f64).unsqueeze(0) + residual)
+                 .reshape({hkv * dh, d})
+                 .to(p.shared.scalar_type());
+        if (p.shared_bias.defined()) {
+          *b = (p.shared_bias.unsqueeze(0) + p.head_bias.view({hkv, dh}))
+                   .reshape({-1});
+        }
+      };
+      expand(l.k_lr, &out.wk, &out.bk);
+      expand(l.v_lr, &out.wv, &out.bv);
+      break;
+    }
+    case KvLayout::kMla:
+      out.wk = at::matmul(l.k_up, l.kv_down);
+      out.wv = at::matmul(l.v_up, l.kv_down);
+      out.bk = l.bk;
+      out.bv = l.bv;
+      out.wk_rope = l.k_rope;
+      out.bk_rope = l.bk_rope;
+      break;
+  }
+  return out;
+}
+
+namespace {
+
+// Calls fn(name, dtype, shape, tensor) for every tensor `c`'s layout stores, in file
+// order: matrices in `matrices`, vectors in F32. InvalidArgument for a missing or
+// misshaped one.
+absl::Status ForEachStoredWeight(
+    const ModelConfig& c, const LlamaWeights& weights, DType matrices,
+    const std::function<absl::Status(const std::string&, DType, const std::vector<int64_t>&,
+                                     const at::Tensor&)>& fn) {
+  RETURN_IF_ERROR(CheckWrittenDType(matrices));
+  LlamaWeights w = weights;
+  absl::Status status;
+  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot, std::vector<int64_t> shape) {
+    if (!status.ok()) return;
+    if (!slot->defined() || slot->sizes().vec() != shape) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "' is missing or has the wrong shape"));
+      return;
+    }
+    status = fn(name, shape.size() >= 2 ? matrices : DType::kF32, shape, *slot);
+  });
+  return status;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
+                                                   const LlamaWeights& weights,
+                                                   std::vector<at::Tensor>* keep,
+                                                   DType matrices) {
+  std::vector<TensorView> views;
+  RETURN_IF_ERROR(ForEachStoredWeight(
+      c, weights, matrices,
+      [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+          const at::Tensor& slot) {
+        at::Tensor t = StoredTensor(slot, dtype);
+        keep->push_back(t);
+        TensorView v;
+        v.name = name;
+        v.dtype = dtype;
+        v.shape = shape;
+        v.data = static_cast<const uint8_t*>(t.data_ptr());
+        v.nbytes = t.numel() * static_cast<int64_t>(t.element_size());
+        views.push_back(std::move(v));
+        return absl::OkStatus();
+      }));
+  return views;
+}
+
+LlamaWeights MatricesIn(const ModelConfig& c, const LlamaWeights& weights, DType matrices) {
+  LlamaWeights w = weights;
+  ForEachSlot(c, &w, [&](const std::string&, at::Tensor* slot, std::vector<int64_t> shape) {
+    if (slot->defined() && shape.size() >= 2) *slot = StoredTensor(*slot, matrices);
+  });
+  if (c.tie_word_embeddings) w.lm_head = w.embed;
+  return w;
+}
+
+absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
+                                       const ModelConfig& config,
+                                       const LlamaWeights& weights,
+                                       const Tokenizer* tokenizer, DType matrices,
+                                       uint64_t max_shard_bytes) {
+  RETURN_IF_ERROR(config.Validate());
+  ModelConfig c = config;
+  c.deepseek_layout = false;  // written in this project's own layout
+  LlamaWeights w = weights;
+  PermuteRopeLayout(&c, &w, RopeLayout::kHalfSplit);
+  RETURN_IF_ERROR(SaveSafetensorsWeights(dir, c, w, matrices, max_shard_bytes));
+  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
+                                      ConfigToHfJson(c, TorchDTypeName(matrices))));
+  return WriteTokenizerFiles(dir, tokenizer);
+}
+
+absl::Status WriteTokenizerFiles(const std::string& dir, const Tokenizer* tokenizer) {
+  if (tokenizer != nullptr) {
+    for (const TokenizerFile& f : tokenizer->Files()) {
+      RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SaveSafetensorsWeights(const std::string& dir, const ModelConfig& c,
+                                    const LlamaWeights& w, DType matrices,
+                                    uint64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(dir, ": cannot create: ", ec.message()));
+  }
+  // Planned first (shard boundaries go in each shard's header), then streamed a tensor
+  // at a time: only one converted tensor is ever held besides the model itself.
+  std::vector<TensorSpec> specs;
+  RETURN_IF_ERROR(ForEachStoredWeight(
+      c, w, matrices,
+      [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+          const at::Tensor&) {
+        specs.push_back({name, dtype, shape});
+        return absl::OkStatus();
+      }));
+  SafetensorsShardOptions shard_options;
+  shard_options.max_shard_bytes = max_shard_bytes;
+  ASSIGN_OR_RETURN(auto writer,
+                   SafetensorsCheckpointWriter::Create(dir, std::move(specs), shard_options));
+  RETURN_IF_ERROR(ForEachStoredWeight(
+      c, w, matrices,
+      [&](const std::string& name, DType dtype, const std::vector<int64_t>&,
+          const at::Tensor& slot) {
+        const at::Tensor t = StoredTensor(slot, dtype);
+        return writer->Write(name, t.data_ptr(), t.numel() * t.element_size());
+      }));
+  return writer->Finish();
+}
+
+}  // namespace lrkv

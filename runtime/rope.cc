@@ -1,0 +1,201 @@
+// Rotary position embedding (see rope.h).
+#include "runtime/rope.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lrkv {
+namespace {
+
+// Dynamic NTK's rope_theta for sequences of `len` tokens (float64, any shape):
+// unscaled within the trained context.
+at::Tensor DynamicNtkBase(const ModelConfig& c, const at::Tensor& len) {
+  const RopeScaling& s = c.rope_scaling;
+  const double trained = static_cast<double>(s.original_max_position_embeddings > 0
+                                                 ? s.original_max_position_embeddings
+                                                 : c.max_position_embeddings);
+  const double dim = static_cast<double>(c.rope_dim);
+  return c.rope_theta *
+         (s.factor * len.clamp_min(trained) / trained - (s.factor - 1.0)).pow(dim / (dim - 2.0));
+}
+
+// 2i / rope_dim for the rotation planes i: base^-exponent is a plane's frequency.
+at::Tensor PlaneExponents(const ModelConfig& c, const at::TensorOptions& options) {
+  return at::arange(0, c.rope_dim / 2, options) * 2.0 / static_cast<double>(c.rope_dim);
+}
+
+}  // namespace
+
+at::Tensor RopeInverseFrequencies(const ModelConfig& c, int64_t seq_len) {
+  const RopeScaling& s = c.rope_scaling;
+  const at::Tensor base =
+      s.type == RopeScalingType::kDynamic
+          ? DynamicNtkBase(c, at::scalar_tensor(static_cast<double>(seq_len), at::kDouble))
+          : at::scalar_tensor(c.rope_theta, at::kDouble);
+  at::Tensor inv_freq = base.pow(-PlaneExponents(c, at::kDouble));
+  const int64_t half = c.rope_dim / 2;
+  const double dim = static_cast<double>(c.rope_dim);
+  switch (s.type) {
+    case RopeScalingType::kNone:
+    case RopeScalingType::kDynamic:
+      break;
+    case RopeScalingType::kLinear:
+      inv_freq = inv_freq / s.factor;
+      break;
+    case RopeScalingType::kLlama3: {
+      auto f = inv_freq.accessor<double, 1>();
+      for (int64_t i = 0; i < half; ++i) f[i] = Llama3InverseFrequency(s, f[i]);
+      break;
+    }
+    case RopeScalingType::kYarn: {
+      const double orig = static_cast<double>(s.original_max_position_embeddings);
+      auto correction_dim = [&](double rotations) {
+        return dim * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(c.rope_theta));
+      };
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1.0);
+      if (low == high) high += 0.001;
+      const auto ramp =
+          ((at::arange(0, half, at::kDouble) - low) / (high - low)).clamp(0.0, 1.0);
+      const auto extrapolation = 1.0 - ramp;  // weight of the unscaled frequency
+      inv_freq = inv_freq / s.factor * (1.0 - extrapolation) + inv_freq * extrapolation;
+      break;
+    }
+  }
+  return inv_freq;
+}
+
+Rope::Rope(const ModelConfig& config) : config_(config), half_(config.rope_dim / 2) {
+  // Angles in float64 so that long positions keep their precision.
+  inv_freq_ = RopeInverseFrequencies(config, 0);
+}
+
+namespace {
+
+ModelConfig ForLayer(ModelConfig c, int64_t layer) {
+  if (!c.UsesRope(layer)) c.rope_dim = 0;
+  return c;
+}
+
+}  // namespace
+
+Rope::Rope(const ModelConfig& config, int64_t layer) : Rope(ForLayer(config, layer)) {}
+
+std::vector<Rope> LayerRopes(const ModelConfig& config) {
+  std::vector<Rope> out;
+  for (int64_t i = 0; i < config.num_layers; ++i) out.emplace_back(config, i);
+  return out;
+}
+
+bool Rope::PlaneRotates(int64_t plane) const {
+  return config_.kv.rope_mode != RopeMode::kPartial || plane < config_.kv.rope_planes_kept;
+}
+
+std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
+  if (plane >= half_) {
+    const int64_t first = config_.rope_dim + 2 * (plane - half_);
+    return {first, first + 1};
+  }
+  if (config_.rope_layout == RopeLayout::kAdjacent) return {2 * plane, 2 * plane + 1};
+  return {plane, plane + half_};
+}
+
+std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) const {
+  at::Tensor angles;
+  const RopeScaling& s = config_.rope_scaling;
+  if (s.type == RopeScalingType::kDynamic) {
+    // Dynamic NTK: position p turns with the frequencies of a sequence of p + 1
+    // tokens (unscaled within the trained context). transformers scales per forward
+    // call by the longest position in it, so its result past the trained context
+    // depends on how the sequence is cut into calls; per position is what its
+    // token-by-token decoding computes, and the one rule under which a cached key
+    // keeps its rotation, so every engine and cache agrees.
+    const auto pos = positions.to(at::kDouble);
+    const auto base = DynamicNtkBase(config_, pos + 1.0);
+    angles = pos.unsqueeze(-1) * base.unsqueeze(-1).pow(-PlaneExponents(config_, pos.options()));
+  } else {
+    angles = positions.to(at::kDouble).unsqueeze(-1) * inv_freq_.to(positions.device());
+  }
+  auto cos = angles.cos(), sin = angles.sin();
+  if (config_.kv.rope_mode == RopeMode::kPartial) {
+    const int64_t kept = std::min(config_.kv.rope_planes_kept, half_);
+    cos.narrow(-1, kept, half_ - kept).fill_(1.0);
+    sin.narrow(-1, kept, half_ - kept).fill_(0.0);
+  }
+  if (const double af = config_.rope_scaling.attention_factor; af != 1.0) {
+    cos = cos * af;
+    sin = sin * af;
+  }
+  return {cos, sin};
+}
+
+at::Tensor Rope::Rotate(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t r = config_.rope_dim;
+  if (r == 0) return x;
+  auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
+  const int64_t b = positions.dim() == 2 ? positions.size(0) : 1;
+  const auto cos = cos_d.to(x.scalar_type()).view({b, -1, 1, half_});
+  const auto sin = sin_d.to(x.scalar_type()).view({b, -1, 1, half_});
+  auto rot = x.narrow(-1, 0, r);
+  at::Tensor out;
+  if (config_.rope_layout == RopeLayout::kAdjacent) {
+    auto pairs = rot.unflatten(-1, {half_, 2});
+    auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+    out = at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2);
+  } else {
+    auto x0 = rot.narrow(-1, 0, half_), x1 = rot.narrow(-1, half_, half_);
+    out = at::cat({x0 * cos - x1 * sin, x1 * cos + x0 * sin}, -1);
+  }
+  if (r == x.size(-1)) return out;
+  return at::cat({out, x.narrow(-1, r, x.size(-1) - r)}, -1);
+}
+
+at::Tensor Rope::RotatePairs(const at::Tensor& z, const at::Tensor& positions,
+                             const at::Tensor& planes) const {
+  const int64_t r = z.size(-1), pairs = r / 2;
+  if (pairs == 0) return z;
+  auto [cos_d, sin_d] = Angles(positions);  // [T, half]
+  if (const int64_t free = head_planes() - half_; free > 0) {
+    // Position-free planes: the identity, without the attention factor (the
+    // pass-through dims of a partial rotary are not scaled).
+    cos_d = at::cat({cos_d, at::ones({cos_d.size(0), free}, cos_d.options())}, 1);
+    sin_d = at::cat({sin_d, at::zeros({sin_d.size(0), free}, sin_d.options())}, 1);
+  }
+  // Gather each head's plane frequencies: [T, n, pairs].
+  const auto index = planes.reshape({-1});
+  const int64_t n = planes.size(0), t = positions.size(0);
+  const auto cos = cos_d.index_select(1, index).view({1, t, n, pairs}).to(z.scalar_type());
+  const auto sin = sin_d.index_select(1, index).view({1, t, n, pairs}).to(z.scalar_type());
+  auto p = z.narrow(-1, 0, 2 * pairs).unflatten(-1, {pairs, 2});
+  auto z0 = p.select(-1, 0), z1 = p.select(-1, 1);
+  auto out = at::stack({z0 * cos - z1 * sin, z0 * sin + z1 * cos}, -1).flatten(-2);
+  if (2 * pairs == r) return out;
+  return at::cat({out, z.narrow(-1, 2 * pairs, 1)}, -1);
+}
+
+at::Tensor Rope::RotateLeadingPlanes(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t k = x.size(-1) / 2;
+  if (k == 0) return x;
+  auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
+  const int64_t rotated = std::min(k, half_);
+  auto pad = [&](const at::Tensor& a, double fill) {
+    auto part = a.narrow(-1, 0, rotated);
+    if (rotated == k) return part;
+    auto sizes = part.sizes().vec();
+    sizes.back() = k - rotated;
+    return at::cat({part, at::full(sizes, fill, part.options())}, -1);
+  };
+  const int64_t b = positions.dim() == 2 ? positions.size(0) : 1;
+  const auto cos = pad(cos_d, 1.0).to(x.scalar_type()).view({b, -1, 1, k});
+  const auto sin = pad(sin_d, 0.0).to(x.scalar_type()).view({b, -1, 1, k});
+  auto p = x.unflatten(-1, {k, 2});
+  auto x0 = p.select(-1, 0), x1 = p.select(-1, 1);
+  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2);
+}
+
+}  // namespace lrkv
