@@ -1,4 +1,4 @@
-// Building blocks shared by the runtime and the decode engines of verify/.
+// Building blocks shared by the transformer and the decode engines.
 #ifndef LRKV_RUNTIME_LAYERS_H_
 #define LRKV_RUNTIME_LAYERS_H_
 

@@ -13,7 +13,7 @@
 #include "model/safetensors.h"
 #include "base/status_macros.h"
 #include "service/job_params.h"
-#include "verify/generate_bench.h"
+#include "runtime/generate_bench.h"
 
 namespace lrkv::service {
 namespace {

@@ -35,7 +35,7 @@
 #include "service/job_params.h"
 #include "service/report_builder.h"
 #include "surgery/conversion_options.h"
-#include "verify/generate_bench.h"
+#include "runtime/generate_bench.h"
 
 namespace lrkv::service {
 namespace {

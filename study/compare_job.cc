@@ -14,7 +14,7 @@
 #include "model/text_corpus.h"
 #include "surgery/conversion_options.h"
 #include "train/heal_job.h"
-#include "verify/generate_bench.h"
+#include "runtime/generate_bench.h"
 #include "verify/verify_job.h"
 
 namespace lrkv {

@@ -17,7 +17,7 @@
 #include "runtime/transformer.h"
 #include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
-#include "verify/generate_bench.h"
+#include "runtime/generate_bench.h"
 #include "verify/verify_job.h"
 #include "tests/reference_forward.h"
 #include "tests/test_paths.h"

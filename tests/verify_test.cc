@@ -11,7 +11,7 @@
 #include "surgery/converter.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
-#include "verify/decode_engine.h"
+#include "runtime/decode_engine.h"
 #include "kernels/decode_attention.h"
 #include <ATen/Parallel.h>
 #include "absl/strings/str_cat.h"

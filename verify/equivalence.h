@@ -31,7 +31,7 @@
 #include "model/config.h"
 #include "runtime/llama_weights.h"
 #include "base/stop_check.h"
-#include "verify/decode_engine.h"
+#include "runtime/decode_engine.h"
 #include "verify/verify_report.h"
 
 namespace lrkv {

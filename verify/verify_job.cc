@@ -12,7 +12,7 @@
 #include "model/text_corpus.h"
 #include "runtime/transformer.h"
 #include "surgery/conversion_options.h"
-#include "verify/decode_engine.h"
+#include "runtime/decode_engine.h"
 #include "verify/equivalence.h"
 #include "verify/fidelity.h"
 #include "verify/head_diversity.h"

@@ -20,7 +20,7 @@
 #include "base/status_macros.h"
 #include "runtime/threads.h"
 #include "nlohmann/json.hpp"
-#include "verify/generate_bench.h"
+#include "runtime/generate_bench.h"
 
 namespace lrkv::cli {
 namespace {

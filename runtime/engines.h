@@ -1,12 +1,12 @@
-// Constructors of the concrete decode engines (internal to verify/; use
+// Constructors of the concrete decode engines (internal to runtime/; use
 // CreateDecodeEngine).
-#ifndef LRKV_VERIFY_ENGINES_H_
-#define LRKV_VERIFY_ENGINES_H_
+#ifndef LRKV_RUNTIME_ENGINES_H_
+#define LRKV_RUNTIME_ENGINES_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "verify/decode_engine.h"
+#include "runtime/decode_engine.h"
 
 namespace lrkv {
 
@@ -26,4 +26,4 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeLrkvEngine(const ModelConfig& 
 
 }  // namespace lrkv
 
-#endif  // LRKV_VERIFY_ENGINES_H_
+#endif  // LRKV_RUNTIME_ENGINES_H_

@@ -7,7 +7,7 @@
 
 #include "kernels/decode_attention.h"
 #include "runtime/layers.h"
-#include "verify/engines.h"
+#include "runtime/engines.h"
 
 namespace lrkv {
 namespace {

@@ -1,5 +1,5 @@
 // End-to-end decode throughput at long context (see generate_bench.h).
-#include "verify/generate_bench.h"
+#include "runtime/generate_bench.h"
 
 #include <c10/util/Exception.h>
 
@@ -12,7 +12,7 @@
 #include "runtime/llama_weights.h"
 #include "base/status_macros.h"
 #include "runtime/stored_linear.h"
-#include "verify/decode_engine.h"
+#include "runtime/decode_engine.h"
 
 namespace lrkv {
 

@@ -1,8 +1,8 @@
 // `lrkv bench generate`: end-to-end decode throughput of a whole model at long context
 // through the decode engines with real caches: a converted checkpoint's factored engine
 // beside its expanded engine, and the source model when given.
-#ifndef LRKV_VERIFY_GENERATE_BENCH_H_
-#define LRKV_VERIFY_GENERATE_BENCH_H_
+#ifndef LRKV_RUNTIME_GENERATE_BENCH_H_
+#define LRKV_RUNTIME_GENERATE_BENCH_H_
 
 #include <cstdint>
 #include <string>
@@ -53,4 +53,4 @@ void SetDecodeSteps(std::vector<double> step_ms, GenerateBenchRow* row);
 
 }  // namespace lrkv
 
-#endif  // LRKV_VERIFY_GENERATE_BENCH_H_
+#endif  // LRKV_RUNTIME_GENERATE_BENCH_H_

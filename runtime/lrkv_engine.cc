@@ -13,7 +13,7 @@
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "runtime/layers.h"
-#include "verify/engines.h"
+#include "runtime/engines.h"
 
 namespace lrkv {
 namespace {

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/layers.h"
 #include "base/status_macros.h"
-#include "verify/engines.h"
+#include "runtime/engines.h"
 
 namespace lrkv {
 namespace {

@@ -16,8 +16,8 @@
 //                a per-head complex factor: rotated at write time (exact, O(L·(d_h+2m))).
 // QK-norm: the key is rebuilt once at write time and σ = 1/rms(k) is cached per KV head
 // and token; γ is folded into the shared key, the write-time rotation or the rebuild.
-#ifndef LRKV_VERIFY_DECODE_ENGINE_H_
-#define LRKV_VERIFY_DECODE_ENGINE_H_
+#ifndef LRKV_RUNTIME_DECODE_ENGINE_H_
+#define LRKV_RUNTIME_DECODE_ENGINE_H_
 
 #include <ATen/ATen.h>
 
@@ -224,4 +224,4 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
 
 }  // namespace lrkv
 
-#endif  // LRKV_VERIFY_DECODE_ENGINE_H_
+#endif  // LRKV_RUNTIME_DECODE_ENGINE_H_

@@ -1,9 +1,9 @@
 // The model shell shared by every decode engine, and the engine factory.
-#include "verify/decode_engine.h"
+#include "runtime/decode_engine.h"
 
 #include "absl/strings/str_cat.h"
 #include "runtime/layers.h"
-#include "verify/engines.h"
+#include "runtime/engines.h"
 
 namespace lrkv {
 
