@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/faulty_sqlite_vfs.h"
+#include "tests/service/faulty_sqlite_vfs.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {
@@ -231,7 +231,6 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   EXPECT_TRUE(s->Comparison("p")->empty());
   EXPECT_EQ(*s->IntegrityCheck(), "ok");
 }
-
 
 // A job's end survives a full disk (lrkvd integrity issue, item 3): with every write of
 // the database refused, FinishJob keeps the end in memory, every reader sees it, the job

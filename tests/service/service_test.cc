@@ -24,7 +24,7 @@
 #include "nlohmann/json.hpp"
 #include "service/content_hash.h"
 #include "service/server.h"
-#include "tests/service_fixture.h"
+#include "tests/service/service_fixture.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {

@@ -1,7 +1,7 @@
 // The in-process service fixture of the service tests: a server on an ephemeral
 // loopback port over a fresh data folder, a stub, and the helpers the tests share.
-#ifndef LRKV_TESTS_SERVICE_FIXTURE_H_
-#define LRKV_TESTS_SERVICE_FIXTURE_H_
+#ifndef LRKV_TESTS_SERVICE_SERVICE_FIXTURE_H_
+#define LRKV_TESTS_SERVICE_SERVICE_FIXTURE_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -149,4 +149,4 @@ class ServiceTest : public ::testing::Test {
 
 }  // namespace lrkv::service
 
-#endif  // LRKV_TESTS_SERVICE_FIXTURE_H_
+#endif  // LRKV_TESTS_SERVICE_SERVICE_FIXTURE_H_

@@ -20,8 +20,8 @@
 #include "gtest/gtest.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "service/store.h"
-#include "tests/daemon_process.h"
-#include "tests/service_fixture.h"
+#include "tests/service/daemon_process.h"
+#include "tests/service/service_fixture.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {

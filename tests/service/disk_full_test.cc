@@ -18,7 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "service/store.h"
-#include "tests/daemon_process.h"
+#include "tests/service/daemon_process.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {

@@ -3,8 +3,8 @@
 // while the file it names exists) every write answers SQLITE_FULL, as a file system
 // without space does. Installed as the default VFS by Install(), so a Store opened by
 // path uses it; with the flag off it changes nothing.
-#ifndef LRKV_TESTS_FAULTY_SQLITE_VFS_H_
-#define LRKV_TESTS_FAULTY_SQLITE_VFS_H_
+#ifndef LRKV_TESTS_SERVICE_FAULTY_SQLITE_VFS_H_
+#define LRKV_TESTS_SERVICE_FAULTY_SQLITE_VFS_H_
 
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -130,4 +130,4 @@ class FaultySqliteVfs {
 
 }  // namespace lrkv::testing
 
-#endif  // LRKV_TESTS_FAULTY_SQLITE_VFS_H_
+#endif  // LRKV_TESTS_SERVICE_FAULTY_SQLITE_VFS_H_

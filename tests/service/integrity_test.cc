@@ -19,8 +19,8 @@
 #include "service/content_hash.h"
 #include "service/job_runner.h"
 #include "service/store.h"
-#include "tests/faulty_sqlite_vfs.h"
-#include "tests/service_fixture.h"
+#include "tests/service/faulty_sqlite_vfs.h"
+#include "tests/service/service_fixture.h"
 
 namespace lrkv::service {
 namespace {

@@ -1,8 +1,8 @@
 // lrkvd as a child process for the tests that kill it, restart it or run it on
 // a file system of their own: start (reading the port it prints), connect,
 // wait.
-#ifndef LRKV_TESTS_DAEMON_PROCESS_H_
-#define LRKV_TESTS_DAEMON_PROCESS_H_
+#ifndef LRKV_TESTS_SERVICE_DAEMON_PROCESS_H_
+#define LRKV_TESTS_SERVICE_DAEMON_PROCESS_H_
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 
 #include "gtest/gtest.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
-#include "tests/service_fixture.h"
+#include "tests/service/service_fixture.h"
 #include "tests/test_paths.h"
 
 namespace lrkv::service {
@@ -136,4 +136,4 @@ inline bool Ended(const v1::Job& j) {
 
 }  // namespace lrkv::service
 
-#endif  // LRKV_TESTS_DAEMON_PROCESS_H_
+#endif  // LRKV_TESTS_SERVICE_DAEMON_PROCESS_H_
