@@ -81,7 +81,7 @@ absl::StatusOr<nlohmann::json> ParseJsonBounded(std::string_view text, const Jso
     j = limits.refuse_duplicate_keys ? json::parse(text.begin(), text.end(), on_event)
                                      : json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": not valid JSON: ", e.what()));
   }
   if (!duplicate.empty()) {
     return absl::InvalidArgumentError(

@@ -8,7 +8,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "model/deepseek_config.h"
 #include "base/json_fields.h"
 #include "base/json_limits.h"
@@ -294,12 +293,7 @@ absl::Status ModelConfig::Validate() const {
 
 absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
                                              const std::string& source) {
-  absl::StatusOr<json> parsed = ParseJsonBounded(json_text, kFileJsonLimits, source);
-  if (!parsed.ok()) {
-    return Invalid(absl::StrReplaceAll(parsed.status().message(),
-                                       {{" is not valid JSON", ": not valid JSON"}}));
-  }
-  json j = *std::move(parsed);
+  ASSIGN_OR_RETURN(json j, ParseJsonBounded(json_text, kFileJsonLimits, source));
   if (!j.is_object()) return Invalid(absl::StrCat(source, ": not a JSON object"));
   ModelConfig c;
   std::string arch;

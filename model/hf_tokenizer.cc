@@ -2,7 +2,6 @@
 #include "model/hf_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "base/json_limits.h"
 #include "model/checkpoint_files.h"
 #include "model/pre_tokenizer.h"
@@ -19,12 +18,8 @@ using nlohmann::json;
 absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
 absl::StatusOr<json> ParseJson(const std::string& text, const std::string& where) {
-  absl::StatusOr<json> j = ParseJsonBounded(text, kFileJsonLimits, where);
-  if (!j.ok()) {
-    return Invalid(absl::StrReplaceAll(j.status().message(),
-                                       {{" is not valid JSON", ": not valid JSON"}}));
-  }
-  if (!j->is_object()) return Invalid(absl::StrCat(where, ": not a JSON object"));
+  ASSIGN_OR_RETURN(json j, ParseJsonBounded(text, kFileJsonLimits, where));
+  if (!j.is_object()) return Invalid(absl::StrCat(where, ": not a JSON object"));
   return j;
 }
 

@@ -134,9 +134,8 @@ absl::StatusOr<std::unique_ptr<SpmTokenizer>> SpmTokenizer::FromGguf(const GgufC
 absl::StatusOr<std::unique_ptr<SpmTokenizer>> SpmTokenizer::FromJson(
     const std::string& text, const std::string& source) {
   using nlohmann::json;
-  RETURN_IF_ERROR(CheckJsonText(text, kFileJsonLimits, source));
+  ASSIGN_OR_RETURN(const json j, ParseJsonBounded(text, kFileJsonLimits, source));
   try {
-    const json j = json::parse(text);
     if (j.value("model", std::string()) != "sentencepiece-bpe") {
       return Invalid(absl::StrCat(source, ": field 'model' must be 'sentencepiece-bpe'"));
     }

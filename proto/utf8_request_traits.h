@@ -3,8 +3,8 @@
 // proto3 string fields must be UTF-8, and protobuf's C++ parser refuses a message whose
 // strings are not; gRPC then answers the call INTERNAL with an empty message before the
 // server sees it — the client cannot tell its own bad bytes from a server fault. This
-// header replaces gRPC's protobuf SerializationTraits for each request type of lrkv.v1:
-// the same serialization and parse, and when the parse fails, a second look at the raw
+// header replaces gRPC's protobuf SerializationTraits for the messages' base type: the
+// same serialization and parse, and when the parse fails, a second look at the raw
 // fields (protobuf's UnknownFieldSet, no UTF-8 check) against the message's descriptor
 // to name the string field at fault. It is force-included (-include) in every
 // translation unit that uses the generated API (proto/CMakeLists.txt), so that every
@@ -21,8 +21,6 @@
 
 #include <string>
 #include <vector>
-
-#include "lrkv/v1/lrkv.pb.h"
 
 namespace lrkv::proto_internal {
 
@@ -52,16 +50,17 @@ inline std::string FirstInvalidUtf8Field(const google::protobuf::Descriptor* d,
   return "";
 }
 
-template <class T>
+// gRPC's traits for protobuf messages (grpcpp/impl/codegen/proto_utils.h), with the
+// second look at a parse that failed.
 class Utf8CheckedTraits {
  public:
   static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb,
                                 bool* own_buffer) {
-    return grpc::GenericSerialize<grpc::ProtoBufferWriter, T>(msg, bb, own_buffer);
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, grpc::protobuf::MessageLite>(msg, bb, own_buffer);
   }
   static grpc::Status Deserialize(grpc::ByteBuffer* buffer, grpc::protobuf::MessageLite* msg) {
     grpc::ByteBuffer kept(*buffer);  // shares the slices: the parse below clears `buffer`
-    grpc::Status st = grpc::GenericDeserialize<grpc::ProtoBufferReader, T>(buffer, msg);
+    grpc::Status st = grpc::GenericDeserialize<grpc::ProtoBufferReader, grpc::protobuf::MessageLite>(buffer, msg);
     if (st.ok()) return st;
     std::vector<grpc::Slice> slices;
     std::string bytes;
@@ -81,35 +80,16 @@ class Utf8CheckedTraits {
 
 }  // namespace lrkv::proto_internal
 
-#define LRKV_UTF8_CHECKED_REQUEST(Type)                                                    \
-  namespace grpc {                                                                         \
-  template <>                                                                              \
-  class SerializationTraits<lrkv::v1::Type, void>                                          \
-      : public lrkv::proto_internal::Utf8CheckedTraits<lrkv::v1::Type> {};                 \
-  }
-
-// The generated unary and server-streaming handlers deserialize through the base type
-// (RpcMethodHandler<..., MessageLite, MessageLite>): that one specialization covers them,
-// for every message of the binary (only a parse that fails takes the second look).
+// The generated handlers and stubs (de)serialize through the base type
+// (RpcMethodHandler<..., MessageLite, MessageLite>, BlockingUnaryCall likewise): this one
+// specialization covers every message of the binary, and only a parse that fails takes
+// the second look. (A client-streamed read, ServerReader<T>::Read, uses T's own traits,
+// but gRPC drops that read's status: the handler sees only that no message came.)
 namespace grpc {
 template <>
 class SerializationTraits<grpc::protobuf::MessageLite, void>
-    : public lrkv::proto_internal::Utf8CheckedTraits<grpc::protobuf::MessageLite> {};
+    : public lrkv::proto_internal::Utf8CheckedTraits {};
 }  // namespace grpc
-// Client-streaming reads (ServerReader<UploadCheckpointRequest>) use the concrete type.
-LRKV_UTF8_CHECKED_REQUEST(UploadCheckpointRequest)
-LRKV_UTF8_CHECKED_REQUEST(GetUploadStatusRequest)
-LRKV_UTF8_CHECKED_REQUEST(RegisterCheckpointRequest)
-LRKV_UTF8_CHECKED_REQUEST(SubmitJobRequest)
-LRKV_UTF8_CHECKED_REQUEST(GetJobRequest)
-LRKV_UTF8_CHECKED_REQUEST(ListJobsRequest)
-LRKV_UTF8_CHECKED_REQUEST(WatchJobRequest)
-LRKV_UTF8_CHECKED_REQUEST(CancelJobRequest)
-LRKV_UTF8_CHECKED_REQUEST(DeleteJobRequest)
-LRKV_UTF8_CHECKED_REQUEST(GetReportRequest)
-LRKV_UTF8_CHECKED_REQUEST(GetArtifactRequest)
-
-#undef LRKV_UTF8_CHECKED_REQUEST
 
 #endif  // __cplusplus
 

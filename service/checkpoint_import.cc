@@ -12,10 +12,13 @@
 #include <filesystem>
 #include <random>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "base/utf8.h"
+#include "model/text_corpus.h"
 #include "service/content_hash.h"
 
 namespace lrkv::service {
@@ -128,18 +131,6 @@ absl::Status Stage(int fd, const std::string& dest) {
   return absl::OkStatus();
 }
 
-// Whether the opened file `fd` holds a NUL byte.
-absl::StatusOr<bool> HoldsNul(int fd) {
-  std::vector<char> buf(1 << 20);
-  for (off_t off = 0;;) {
-    const ssize_t n = ::pread(fd, buf.data(), buf.size(), off);
-    if (n < 0) return absl::InternalError(absl::StrCat("read failed: ", std::strerror(errno)));
-    if (n == 0) return false;
-    if (std::memchr(buf.data(), '\0', static_cast<size_t>(n)) != nullptr) return true;
-    off += n;
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<ImportedCheckpoint> ImportCheckpoint(const std::string& path,
@@ -225,14 +216,14 @@ absl::StatusOr<std::string> ImportTextInput(const std::string& path,
     fs::remove(staged, ec);
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
-  // A binary file is refused here, before it is kept: text inputs hold no NUL byte
-  // (the rule of model/text_corpus.cc, which would refuse it when the job runs).
-  if (absl::StatusOr<bool> binary = HoldsNul(fd.get()); !binary.ok() || *binary) {
+  // A file no job could read as text (a binary, a folder) is refused here, before it
+  // is kept, by the rule the job's own check applies (model/text_corpus.h); the message
+  // names the client's path, not the staged copy.
+  if (absl::Status text = CheckTextFile(staged, ""); !text.ok()) {
     fs::remove(staged, ec);
-    return binary.ok() ? absl::InvalidArgumentError(absl::StrCat(
-                             path, ": a binary file, not text (it holds NUL bytes)"))
-                       : absl::Status(binary.status().code(),
-                                      absl::StrCat(path, ": ", binary.status().message()));
+    return absl::Status(text.code(),
+                        absl::StripLeadingAsciiWhitespace(
+                            absl::StrReplaceAll(text.message(), {{staged, path}})));
   }
   auto sha = Sha256OfPath(staged);
   if (!sha.ok()) {

@@ -27,6 +27,18 @@ const std::set<std::string> kHealParams = {
     "trainable", "loss",  "temperature", "eval_every", "seed",      "activation_checkpointing",
     "keep_best"};
 
+// InvalidArgument naming the first key of object `j` that is not in `known`.
+absl::Status CheckKnownKeys(const json& j, const std::set<std::string>& known,
+                            const std::string& where) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (known.count(it.key()) == 0) {
+      return Invalid(absl::StrCat(where, "unknown parameter '", it.key(),
+                                  "'; valid: ", absl::StrJoin(known, ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<json> ParseObject(const std::string& text,
                                  const std::set<std::string>& known) {
   ASSIGN_OR_RETURN(json j, ParseParamsJson(text));
@@ -40,12 +52,7 @@ absl::StatusOr<json> ParseObject(const std::string& text,
     }
     j.erase(it);
   }
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (known.count(it.key()) == 0) {
-      return Invalid(absl::StrCat("params_json: unknown parameter '", it.key(),
-                                  "'; valid: ", absl::StrJoin(known, ", ")));
-    }
-  }
+  RETURN_IF_ERROR(CheckKnownKeys(j, known, "params_json: "));
   return j;
 }
 
@@ -217,12 +224,7 @@ absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
   if (auto b = j.find("bench"); b != j.end()) {
     if (!b->is_object())
       return Invalid("params_json: 'bench' must be an object");
-    for (auto it = b->begin(); it != b->end(); ++it) {
-      if (it.key() != "context" && it.key() != "tokens") {
-        return Invalid(absl::StrCat("params_json: bench: unknown parameter '", it.key(),
-                                    "'; valid: context, tokens"));
-      }
-    }
+    RETURN_IF_ERROR(CheckKnownKeys(*b, {"context", "tokens"}, "params_json: bench: "));
     RETURN_IF_ERROR(Read(*b, "context", &p.bench_context));
     RETURN_IF_ERROR(Read(*b, "tokens", &p.bench_tokens));
     // Their ranges are `lrkv bench generate`'s, checked by ValidateGenerateBenchOptions

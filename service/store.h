@@ -224,6 +224,9 @@ class Store {
     std::string error;
   };
   void ApplyPendingEnd(JobRecord* job) const;  // mu_ held
+  // Writes `end` as the job's transition, giving up the reserve and trying once more
+  // when the first write fails (mu_ held).
+  absl::Status WriteEnd(const std::string& id, const PendingEnd& end);
   // The reserve file (store_job_end.cc): created up to reserve_bytes_ when there is
   // room; Release removes it and says whether there was one to free.
   void EnsureReserve();

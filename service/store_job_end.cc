@@ -22,6 +22,12 @@ bool Terminal(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
 
+// Whether `st`, from writing a job's end, is a refusal about the job (not found, not in
+// a state that may end) rather than a failure to write: such an end is not kept.
+bool Refused(const absl::Status& st) {
+  return absl::IsFailedPrecondition(st) || absl::IsNotFound(st);
+}
+
 }  // namespace
 
 void Store::ApplyPendingEnd(JobRecord* job) const {
@@ -52,6 +58,14 @@ bool Store::ReleaseReserve() {
   return !reserve_path_.empty() && std::filesystem::remove(reserve_path_, ec);
 }
 
+absl::Status Store::WriteEnd(const std::string& id, const PendingEnd& end) {
+  absl::Status st = TransitionJob(id, end.state, end.finished_at, end.error);
+  if (!st.ok() && !Refused(st) && ReleaseReserve()) {
+    st = TransitionJob(id, end.state, end.finished_at, end.error);
+  }
+  return st;
+}
+
 absl::Status Store::FinishJob(const std::string& id, JobState to, int64_t now,
                               const std::string& error) {
   if (!Terminal(to)) {
@@ -59,32 +73,23 @@ absl::Status Store::FinishJob(const std::string& id, JobState to, int64_t now,
         absl::StrCat("FinishJob: ", JobStateName(to), " is not an end state"));
   }
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  absl::Status st = TransitionJob(id, to, now, error);
-  if (!st.ok() && !absl::IsFailedPrecondition(st) && !absl::IsNotFound(st) &&
-      ReleaseReserve()) {
-    st = TransitionJob(id, to, now, error);
-  }
-  if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) return st;
-  pending_ends_[id] = PendingEnd{to, now, error};
+  const PendingEnd end{to, now, error};
+  absl::Status st = WriteEnd(id, end);
+  if (!st.ok() && !Refused(st)) pending_ends_[id] = end;
   return st;
 }
 
 absl::Status Store::FlushPendingEnds() {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   absl::Status first = absl::OkStatus();
-  for (auto it = pending_ends_.begin(); it != pending_ends_.end();) {
-    // Written as the transition it is: the row (still running) moves to its end.
-    const PendingEnd end = it->second;
-    const std::string id = it->first;
-    it = pending_ends_.erase(it);
-    absl::Status st = TransitionJob(id, end.state, end.finished_at, end.error);
-    if (!st.ok() && !absl::IsFailedPrecondition(st) && !absl::IsNotFound(st) &&
-        ReleaseReserve()) {
-      st = TransitionJob(id, end.state, end.finished_at, end.error);
-    }
-    if (st.ok() || absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) continue;
-    it = pending_ends_.emplace(id, end).first;
-    ++it;
+  // Each end is taken out while it is written, so that the row (still running) is what
+  // the transition moves, and put back when the write fails.
+  std::map<std::string, PendingEnd> waiting;
+  waiting.swap(pending_ends_);
+  for (const auto& [id, end] : waiting) {
+    absl::Status st = WriteEnd(id, end);
+    if (st.ok() || Refused(st)) continue;
+    pending_ends_.emplace(id, end);
     if (first.ok()) first = st;
   }
   if (pending_ends_.empty()) EnsureReserve();

@@ -24,16 +24,15 @@ absl::Status ValidateUploadHeader(const UploadHeaderInfo& h, int64_t max_bytes) 
                      h.upload_id.size(), " bytes)"));
   }
   const std::string ext = std::filesystem::path(h.file_name).extension().string();
-  if (h.file_name.size() > kMaxUploadFileNameBytes || !IsValidUtf8(h.file_name) ||
-      h.file_name.find('\0') != std::string::npos || h.file_name.find('/') != std::string::npos ||
+  // Echoed only when it is printable text of a sane length.
+  const bool text = h.file_name.size() <= kMaxUploadFileNameBytes &&
+                    IsValidUtf8(h.file_name) && h.file_name.find('\0') == std::string::npos;
+  if (!text || h.file_name.find('/') != std::string::npos ||
       (ext != ".gguf" && ext != ".safetensors")) {
     return absl::InvalidArgumentError(absl::StrCat(
         "header.file_name must be a plain UTF-8 name of at most ", kMaxUploadFileNameBytes,
         " bytes ending in .gguf or .safetensors",
-        IsValidUtf8(h.file_name) && h.file_name.find('\0') == std::string::npos &&
-                h.file_name.size() <= kMaxUploadFileNameBytes
-            ? absl::StrCat(" (got '", h.file_name, "')")
-            : ""));
+        text ? absl::StrCat(" (got '", h.file_name, "')") : ""));
   }
   if (h.total_bytes < 1) {
     return absl::InvalidArgumentError(

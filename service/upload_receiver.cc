@@ -101,8 +101,7 @@ void UploadReceiver::ExpireAbandoned() {
     }
   }
   for (const std::string& id : expired) {
-    fs::remove(Base(id) + ".state.json", ec);
-    fs::remove_all(Base(id) + ".d", ec);
+    RemoveFiles(id);
     uploads_.erase(id);
   }
 }
