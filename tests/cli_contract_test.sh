@@ -139,22 +139,24 @@ expect 0 --json -- init --tokenizer-from "$model" --layers 1 --hidden 32 --heads
 expect 2 -- init --tokenizer-from "$model"
 
 echo "== through lrkvd"
-start_server() {  # NAME [lrkvd options...]: prints the port
+# NAME [lrkvd options...]: sets server_port. Not called in $(...), so that the pid reaches
+# this shell's pids and cleanup stops the server before removing its data directory.
+start_server() {
   local name=$1; shift
   mkdir -p "$work/$name"
   "$build/bin/lrkvd" --listen 127.0.0.1:0 --data-dir "$work/$name" "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do
-    local port
-    port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$work/$name.log")
-    [ -n "$port" ] && { echo "$port"; return; }
+    server_port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$work/$name.log")
+    [ -n "$server_port" ] && return
     sleep 0.1
   done
   echo "lrkvd $name did not start" >&2; cat "$work/$name.log" >&2; exit 1
 }
 mkdir -p "$work/reg"
 cp -r "$work/free" "$work/reg/free"  # a converted folder: weights, config, tokenizer, reports
-port=$(start_server plain --allow-dir "$shared" --allow-dir "$work/reg")
+start_server plain --allow-dir "$shared" --allow-dir "$work/reg"
+port=$server_port
 server="127.0.0.1:$port"
 # Global options before or after the subcommand.
 expect 0 --json -- --server "$server" jobs list --json
@@ -245,7 +247,8 @@ expect 2 --stderr "--token-file /nope: cannot read" -- --server "$server" --toke
 echo "not a certificate" >"$work/bad.pem"
 expect 2 --stderr "holds no PEM certificate" -- --server "$server" --tls-ca "$work/bad.pem" jobs list
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/token"
-auth_port=$(start_server auth --auth-token-file "$work/token")
+start_server auth --auth-token-file "$work/token"
+auth_port=$server_port
 expect 3 --stderr "refused the credentials" -- --server "127.0.0.1:$auth_port" jobs list
 expect 0 --json -- --server "127.0.0.1:$auth_port" --token-file "$work/token" jobs list --json
 

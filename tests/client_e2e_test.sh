@@ -25,7 +25,9 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# start_server NAME [lrkvd options...]: prints the port.
+# start_server NAME [lrkvd options...]: sets server_port. Not called in $(...): the pid
+# must reach this shell's pids, or cleanup leaves the server running while it removes
+# its data directory (a CI failure: "rm: cannot remove ...: Directory not empty").
 start_server() {
   local name=$1; shift
   mkdir -p "$work/$name"
@@ -33,15 +35,16 @@ start_server() {
     "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do
-    port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$work/$name.log")
-    [ -n "$port" ] && { echo "$port"; return; }
+    server_port=$(sed -n 's/^lrkvd listening on port \([0-9]*\)$/\1/p' "$work/$name.log")
+    [ -n "$server_port" ] && return
     sleep 0.1
   done
   cat "$work/$name.log" >&2
   fail "lrkvd $name did not start"
 }
 
-port=$(start_server plain)
+start_server plain
+port=$server_port
 export LRKV_SERVER="127.0.0.1:$port" LRKV_NO_PROGRESS=1
 model="$shared/models/stories260K.gguf"
 text="$shared/data/tinystories-valid-excerpt.txt"
@@ -106,7 +109,8 @@ grep -q "step vs MHA at L = 64" "$work/dom.html" || fail "the step ratio does no
 echo "== 4. TLS"
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$work/key.pem" -out "$work/cert.pem" \
   -days 1 -subj "/CN=localhost" -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" 2>/dev/null
-tls_port=$(start_server tls --tls-cert "$work/cert.pem" --tls-key "$work/key.pem")
+start_server tls --tls-cert "$work/cert.pem" --tls-key "$work/key.pem"
+tls_port=$server_port
 "$lrkv" jobs list --server "localhost:$tls_port" --tls-ca "$work/cert.pem" >/dev/null \
   || fail "a client trusting the certificate must connect"
 set +e
