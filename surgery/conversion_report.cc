@@ -48,8 +48,8 @@ nlohmann::json ConversionReport::ToJson() const {
       {"rank", target.rank},
       {"kv_heads", target.kv_heads},
       {"latent", target.latent},
-      {"metric", metric},
-      {"rope_mode", rope_mode},
+      {"metric", SurgeryMetricName(metric)},
+      {"rope_mode", RopeModeName(rope_mode)},
       {"rope_planes_kept", rope_planes_kept},
       {"rope_dim", target.rope_dim},
       {"budget", budget},
@@ -62,7 +62,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"calibration_tokens", calibration_tokens},
       {"damping", damping},
       {"solver", {{"max_iters", solver_max_iters}, {"tol", solver_tol}}},
-      {"allocation", {{"method", allocation}}},
+      {"allocation", {{"method", SizeAllocationName(allocation)}}},
       {"wall_seconds", wall_seconds},
       {"calibration_seconds", calibration_seconds},
       {"evaluation_seconds", evaluation_seconds},
@@ -73,13 +73,13 @@ nlohmann::json ConversionReport::ToJson() const {
   if (perplexity_before) j["perplexity_before"] = *perplexity_before;
   if (perplexity_after) j["perplexity_after"] = *perplexity_after;
   if (eval_tokens > 0) j["eval_tokens"] = eval_tokens;
-  if (allocation == "layers") {
+  if (allocation == SizeAllocation::kLayers) {
     j["allocation"]["estimated_error"] = allocation_estimated_error;
     j["allocation"]["uniform_estimated_error"] = allocation_uniform_error;
     j["allocation"]["budget_elements_per_token"] = allocation_budget_elements;
     j["allocation"]["kept_uniform"] = allocation_kept_uniform;
     j["allocation"]["sizes"] = target.layer_sizes;
-    j["allocation"]["objective"] = allocation_objective;
+    j["allocation"]["objective"] = AllocationObjectiveName(allocation_objective);
     auto curves = nlohmann::json::array();
     for (size_t l = 0; l < allocation_curves.size(); ++l) {
       curves.push_back({{"layer", l},
@@ -87,7 +87,7 @@ nlohmann::json ConversionReport::ToJson() const {
                         {"errors", allocation_curves[l].errors}});
     }
     j["allocation"]["curves"] = curves;
-    if (allocation_objective == "loss") {
+    if (allocation_objective == AllocationObjective::kLoss) {
       j["allocation"]["source_loss"] = allocation_source_loss;
       j["allocation"]["loss_tokens"] = allocation_loss_tokens;
       j["allocation"]["plan_loss"] = allocation_plan_loss;

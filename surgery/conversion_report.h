@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "surgery/budget_allocation.h"
 #include "surgery/cache_accounting.h"
+#include "surgery/conversion_options.h"
 
 namespace lrkv {
 
@@ -44,8 +45,8 @@ struct ConversionReport {
   std::string output;
   AttentionShape shape;
   KvConfig target;
-  std::string metric;     // "weight" | "activation"
-  std::string rope_mode;  // "reconstruct" | "plane" | "partial"
+  SurgeryMetric metric = SurgeryMetric::kWeight;
+  RopeMode rope_mode = RopeMode::kReconstruct;
   int64_t rope_planes_kept = 0;
   double budget = 0;      // requested budget (0 when an explicit size was given)
   CacheFootprint footprint;         // per token per layer, ratios
@@ -61,13 +62,14 @@ struct ConversionReport {
   double total_seconds = 0;
   int threads = 0;                  // intra-op threads LibTorch used
   std::vector<LayerReport> layers;
-  // "uniform" or "layers"; for "layers", what the curves measured ("error" or "loss"),
+  // Uniform or per-layer sizes; for per-layer, what the curves measured (error or loss),
   // their estimate of the summed error of the plan and of the uniform one (for "loss":
   // the summed loss changes, nats/token), the cache elements (all layers, per token)
   // allowed, whether the uniform plan was kept (rated no worse), every layer's curve,
   // and for "loss" the source's calibration loss and the tokens it was measured on.
-  std::string allocation = "uniform";
-  std::string allocation_objective;
+  SizeAllocation allocation = SizeAllocation::kUniform;
+  // kError or kLoss (resolved from kAuto).
+  AllocationObjective allocation_objective = AllocationObjective::kError;
   double allocation_estimated_error = 0, allocation_uniform_error = 0;
   int64_t allocation_budget_elements = 0;
   bool allocation_kept_uniform = false;

@@ -23,6 +23,7 @@
 #include "runtime/transformer.h"
 #include "surgery/calibration.h"
 #include "surgery/converter.h"
+#include "surgery/kv_scheme.h"
 
 namespace lrkv {
 namespace {
@@ -147,7 +148,10 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   ASSIGN_OR_RETURN(ConvertedModel converted,
                    ConvertModel(config, weights, o.conversion, calib ? &*calib : nullptr,
                                 &report, o.should_stop, loss_probe));
-  if (report.allocation_objective == "loss") report.allocation_loss_tokens = probe_tokens;
+  if (report.allocation == SizeAllocation::kLayers &&
+      report.allocation_objective == AllocationObjective::kLoss) {
+    report.allocation_loss_tokens = probe_tokens;
+  }
   converted.weights = MatricesIn(converted.config, converted.weights, *matrices);
   if (!eval_docs.empty()) {
     progress(absl::StrCat("perplexity before and after on ", eval_docs.size(), " documents"));
@@ -197,7 +201,10 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
 }  // namespace
 
 absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpoint& source) {
-  RETURN_IF_ERROR(ResolveTarget(source.config(), o.conversion).status());
+  // The target resolved and its scheme found, as the conversion will (an impossible
+  // size or budget is refused here, before any work).
+  ASSIGN_OR_RETURN(const std::unique_ptr<KvScheme> scheme,
+                   MakeKvScheme(source.config(), o.conversion));
   const bool activation = o.conversion.metric == SurgeryMetric::kActivation;
   if (activation && o.calib_path.empty()) {
     return Invalid("--metric activation needs --calib FILE");
@@ -230,14 +237,8 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o, const Checkpo
       return Invalid("--format deepseek: DeepSeek's layout has one kv_lora_rank for every "
                      "layer (use --allocation uniform)");
     }
-    // The converted model's config, to check the layout can hold it before any work.
-    ASSIGN_OR_RETURN(const KvConfig target, ResolveTarget(source.config(), o.conversion));
-    ModelConfig converted = source.config();
-    converted.kv.layout = KvLayout::kMla;
-    converted.kv.latent = target.latent;
-    converted.kv.rope_mode = RopeMode::kPartial;
-    converted.kv.rope_planes_kept = RopePlanesKept(source.config(), o.conversion);
-    RETURN_IF_ERROR(CheckDeepseekExport(converted));
+    // The converted model's config: can the layout hold it?
+    RETURN_IF_ERROR(CheckDeepseekExport(scheme->converted_config()));
   }
   if (o.weight_dtype != "auto" && !ParseWeightDType(o.weight_dtype)) {
     return Invalid(absl::StrCat("--weight-dtype '", o.weight_dtype,

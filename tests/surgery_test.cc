@@ -461,7 +461,7 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
     o.conversion.allocation_objective = AllocationObjective::kError;
     auto report = RunConvertJob(o);
     ASSERT_TRUE(report.ok()) << report.status();
-    EXPECT_EQ(report->allocation_objective, "error");
+    EXPECT_EQ(report->allocation_objective, AllocationObjective::kError);
     const std::vector<int64_t>& sizes = report->target.layer_sizes;
     ASSERT_EQ(sizes.size(), 5u);
     EXPECT_FALSE(report->allocation_kept_uniform);
@@ -585,7 +585,7 @@ TEST(Surgery, LossAllocationBeatsTheUniformPlanOnHeldOutText) {
     o.conversion.allocation = SizeAllocation::kLayers;
     auto layers = RunConvertJob(o);
     ASSERT_TRUE(layers.ok()) << layers.status();
-    EXPECT_EQ(layers->allocation_objective, "loss");
+    EXPECT_EQ(layers->allocation_objective, AllocationObjective::kLoss);
     EXPECT_GE(layers->allocation_loss_tokens, 2048);
     EXPECT_LE(layers->allocation_plan_loss, layers->allocation_uniform_loss);
     EXPECT_LE(layers->allocation_plan_loss, layers->allocation_curves_plan_loss);
