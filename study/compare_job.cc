@@ -8,13 +8,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "model/checkpoint.h"
-#include "runtime/language_model.h"
 #include "base/status_macros.h"
+#include "model/checkpoint.h"
 #include "model/text_corpus.h"
+#include "runtime/generate_bench.h"
+#include "runtime/language_model.h"
 #include "surgery/conversion_options.h"
 #include "train/heal_job.h"
-#include "runtime/generate_bench.h"
 #include "verify/verify_job.h"
 
 namespace lrkv {
@@ -26,8 +26,8 @@ absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
 }
 
-// A plan's RoPE mode from its (validated) name, which is the RoPE mode's own; the
-// dense plans' "expanded" converts with exact RoPE.
+// A plan's RoPE mode from its (validated) name, which is the RoPE mode's own;
+// the dense plans' "expanded" converts with exact RoPE.
 RopeMode RopeModeOf(const std::string& mode) {
   return ParseRopeMode(mode).value_or(RopeMode::kReconstruct);
 }
@@ -60,9 +60,11 @@ absl::Status Validate(const CompareJobOptions& o) {
     }
   }
   for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct" && m != "partial" && m != "shared-plane") {
-      return Invalid(absl::StrCat("--rope-mode: '", m,
-                                  "' must be plane, reconstruct, partial or shared-plane"));
+    if (m != "plane" && m != "reconstruct" && m != "partial" &&
+        m != "shared-plane") {
+      return Invalid(absl::StrCat(
+          "--rope-mode: '", m,
+          "' must be plane, reconstruct, partial or shared-plane"));
     }
   }
   if (o.heal_steps < 0 || o.heal_steps > 1000000) {
@@ -133,13 +135,14 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
       RETURN_IF_ERROR(
           add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
     }
-    const bool partial =
-        std::find(o.rope_modes.begin(), o.rope_modes.end(), "partial") != o.rope_modes.end();
+    const bool partial = std::find(o.rope_modes.begin(), o.rope_modes.end(),
+                                   "partial") != o.rope_modes.end();
     if (variants.count("mla")) {
       RETURN_IF_ERROR(
           add(b, KvVariant::kMla, "reconstruct", RopeMode::kReconstruct));
       // Decoupled RoPE (the DeepSeek layout), when partial RoPE is compared.
-      if (partial) RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial));
+      if (partial)
+        RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial));
     }
     if (variants.count("lrkv")) {
       for (const auto& m : o.rope_modes) {
@@ -171,13 +174,14 @@ absl::StatusOr<double> Perplexity(const std::string& checkpoint,
   return r.perplexity;
 }
 
-// Whole-model decode steps: timed_tokens greedy steps after `context` cached, as the
-// median, fastest and slowest step.
+// Whole-model decode steps: timed_tokens greedy steps after `context` cached,
+// as the median, fastest and slowest step.
 struct StepTimes {
   double median = 0, min = 0, max = 0;
 };
-absl::StatusOr<StepTimes> StepMs(const std::string& checkpoint, const std::string& mode,
-                                 int64_t context, int64_t tokens) {
+absl::StatusOr<StepTimes> StepMs(const std::string& checkpoint,
+                                 const std::string& mode, int64_t context,
+                                 int64_t tokens) {
   GenerateBenchOptions g;
   g.checkpoint = checkpoint;
   g.mode = mode == "expanded" ? "reconstruct" : mode;
@@ -201,8 +205,10 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
       // Shared key/value dots for every head, latent dots, and the per-step
       // latent projections of q and of the output.
       int64_t macs = 2 * L * H * (dh + r) + 2 * H * r * dh;
-      // shared-plane: every head dots all H_kv·r shared K latents (2×2 factors per pair).
-      if (mode == "shared-plane") macs = L * H * (2 * dh + hkv * r + r) + H * (2 * hkv * r + r * dh);
+      // shared-plane: every head dots all H_kv·r shared K latents (2×2 factors
+      // per pair).
+      if (mode == "shared-plane")
+        macs = L * H * (2 * dh + hkv * r + r) + H * (2 * hkv * r + r * dh);
       // reconstruct: every cached key is rebuilt (up-projection) and rotated.
       if (mode == "reconstruct")
         macs += L * hkv * (r * dh + 2 * dh) + H * L * dh;
@@ -210,8 +216,9 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
     }
     case KvVariant::kMla:
       if (mode == "partial") {
-        // Absorbed (decoupled RoPE): latent and rotated-key dots, latent sums, and the
-        // per-step absorption of each query and up-projection of each output.
+        // Absorbed (decoupled RoPE): latent and rotated-key dots, latent sums,
+        // and the per-step absorption of each query and up-projection of each
+        // output.
         return L * H * (2 * c.latent + c.rope_dim) + 2 * H * dh * c.latent;
       }
       // Exact RoPE: keys and values are materialised per head from the latent.
@@ -221,53 +228,195 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
   }
 }
 
+namespace {
+
+// The study's parameters as its report records them.
+nlohmann::json RunConfigJson(const CompareJobOptions& o) {
+  auto range = [](const DocumentRange& r) {
+    return absl::StrCat(r.begin, ":", r.end);
+  };
+  return {{"checkpoint", o.checkpoint},
+          {"budgets", o.budgets},
+          {"variants", o.variants},
+          {"rope_modes", o.rope_modes},
+          {"allocation", SizeAllocationName(o.allocation)},
+          {"metric", o.calib.empty() ? "weight" : "activation"},
+          {"calib", o.calib},
+          {"calib_range", range(o.calib_range)},
+          {"heal_steps", o.heal_steps},
+          {"data", o.data},
+          {"data_range", range(o.data_range)},
+          {"heal_batch", o.heal_batch},
+          {"heal_seq_len", o.heal_seq_len},
+          {"heal_lr", o.heal_lr},
+          {"heal_warmup", std::min(o.heal_warmup, o.heal_steps)},
+          {"eval", o.eval},
+          {"eval_range", range(o.eval_range)},
+          {"kl_tokens", o.kl_tokens},
+          {"contexts", o.contexts},
+          {"timed_tokens", o.timed_tokens}};
+}
+
+// What every row of one study shares.
+struct Study {
+  const CompareJobOptions& o;
+  AttentionShape shape;
+  std::vector<std::string> eval_docs;
+  std::string kl_text;  // the held-out text as written for the verifier's KL
+  std::map<int64_t, double> mha_ms;  // the source's step at each context
+};
+
+// Converts the row's plan; returns the converted checkpoint.
+absl::StatusOr<std::string> ConvertRow(const Study& st, const Plan& p,
+                                       const std::string& dir,
+                                       CompareRow* row) {
+  const CompareJobOptions& o = st.o;
+  ConvertJobOptions co;
+  co.checkpoint = o.checkpoint;
+  co.out_dir = dir + "/converted";
+  co.conversion.variant = p.variant;
+  // Shared-plane LRKV has one rank for every layer.
+  if ((p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) &&
+      RopeModeOf(p.rope_mode) != RopeMode::kSharedPlane) {
+    co.conversion.allocation = o.allocation;
+  }
+  co.conversion.budget = p.budget;
+  co.conversion.rope_mode = RopeModeOf(p.rope_mode);
+  if (!o.calib.empty()) {
+    co.conversion.metric = SurgeryMetric::kActivation;
+    co.calib_path = o.calib;
+    co.calib_range = o.calib_range;
+  }
+  ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
+  row->config = cr.target.ToString();  // per-layer sizes when allocated
+  row->cache_ratio = cr.footprint.ratio_to_source;
+  row->kv_params = cr.footprint.kv_params_per_layer;
+  ASSIGN_OR_RETURN(row->ppl_before,
+                   Perplexity(co.out_dir, st.eval_docs, nullptr));
+  return co.out_dir;
+}
+
+// Heals the converted model; returns the healed checkpoint.
+absl::StatusOr<std::string> HealRow(const Study& st,
+                                    const std::string& converted,
+                                    const std::string& dir, CompareRow* row) {
+  const CompareJobOptions& o = st.o;
+  HealJobOptions ho;
+  ho.checkpoint = converted;
+  ho.teacher = o.checkpoint;
+  ho.data = o.data;
+  ho.data_range = o.data_range;
+  ho.seq_len = o.heal_seq_len;
+  ho.heal.steps = o.heal_steps;
+  ho.heal.batch = o.heal_batch;
+  ho.heal.lr = o.heal_lr;
+  ho.heal.warmup = std::min(o.heal_warmup, o.heal_steps);
+  // Healing never hurts: the best of the unhealed model and ten evaluations
+  // along the run is kept (judged on rows held out from --data, not on --eval).
+  ho.heal.eval_every = std::max<int64_t>(1, o.heal_steps / 10);
+  ho.heal.keep_best = true;
+  ho.heal.trainable = TrainableSet::kKv;
+  ho.heal.loss = HealLoss::kKd;
+  ho.out_dir = dir + "/healed";
+  ho.heal.should_stop = o.should_stop;
+  ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, nullptr));
+  row->heal_kept_step = hr.kept_step;
+  ASSIGN_OR_RETURN(double after, Perplexity(ho.out_dir, st.eval_docs, nullptr));
+  row->ppl_after = after;
+  return ho.out_dir;
+}
+
+// The row's verdict in its own decode mode (fp32) and its KL to the source.
+absl::Status VerifyRow(const Study& st, const Plan& p, const std::string& model,
+                       CompareRow* row) {
+  VerifyJobOptions vo;
+  vo.checkpoint = model;
+  vo.source = st.o.checkpoint;
+  vo.modes = {p.rope_mode == "expanded" ? "all" : p.rope_mode};
+  vo.prompt_tokens = 16;
+  vo.decode_tokens = 8;
+  vo.text = st.kl_text;
+  vo.fidelity_tokens = st.o.kl_tokens;
+  ASSIGN_OR_RETURN(VerifyReport vr, RunVerifyJob(vo));
+  row->verdict = "n/a (dense cache)";
+  for (const auto& e : vr.equivalence) {
+    if (e.mode == p.rope_mode && e.dtype == "fp32" && e.applicable) {
+      row->verdict = e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
+      row->verify_error = e.candidate_error;
+      row->verify_bound = e.bound;
+    }
+  }
+  if (vr.fidelity) row->kl_mean = vr.fidelity->kl_mean;
+  return absl::OkStatus();
+}
+
+// The row's decode step at every context, beside the source's.
+absl::Status BenchRow(const Study& st, const Plan& p, const std::string& model,
+                      CompareRow* row, CompareReport* report) {
+  for (int64_t L : st.o.contexts) {
+    ASSIGN_OR_RETURN(StepTimes t,
+                     StepMs(model, p.rope_mode, L, st.o.timed_tokens));
+    const double ratio = t.median / st.mha_ms.at(L);
+    report->latency.push_back({report->model, row->config, p.rope_mode, L,
+                               t.median, ratio, t.min, t.max});
+    row->step_ms = t.median;
+    row->step_ratio_to_mha = ratio;
+    row->step_context = L;
+    row->madds_per_step = DecodeMacsPerStep(st.shape, p.target, p.rope_mode, L);
+  }
+  return absl::OkStatus();
+}
+
+// The source's perplexity and decode steps, and the held-out text for the KL.
+absl::Status MeasureSource(Study& st, CompareReport* report) {
+  const CompareJobOptions& o = st.o;
+  ASSIGN_OR_RETURN(
+      report->source_perplexity,
+      Perplexity(o.checkpoint, st.eval_docs, &report->eval_tokens));
+  for (int64_t L : o.contexts) {
+    ASSIGN_OR_RETURN(StepTimes t,
+                     StepMs(o.checkpoint, "expanded", L, o.timed_tokens));
+    st.mha_ms[L] = t.median;
+    report->latency.push_back({report->model, "mha (source)", "expanded", L,
+                               t.median, 1.0, t.min, t.max});
+  }
+  // The verifier's KL reads the file's start.
+  st.kl_text = (fs::path(o.work_dir) / "heldout.txt").string();
+  std::string joined;
+  for (const auto& d : st.eval_docs)
+    absl::StrAppend(&joined, d, "\n<|endoftext|>\n");
+  return WriteFileAtomically(st.kl_text, joined);
+}
+
+}  // namespace
+
 absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
                                             const CompareProgress& progress) {
   RETURN_IF_ERROR(Validate(o));
   // Progress is reported at every stage boundary, which is also where a stop
   // request is honoured.
-  bool stopped = false;
-  auto report_progress = [&](const std::string& stage, int64_t i, int64_t n,
-                             const std::string& m) {
-    if (progress) progress(stage, i, n, m);
-    stopped = stopped || (o.should_stop && o.should_stop());
+  auto stage = [&](const std::string& name, int64_t i, int64_t n,
+                   const std::string& m) -> absl::Status {
+    if (progress) progress(name, i, n, m);
+    if (o.should_stop && o.should_stop()) {
+      return absl::CancelledError("the study was stopped on request");
+    }
+    return absl::OkStatus();
   };
-  const absl::Status kStopped =
-      absl::CancelledError("the study was stopped on request");
   ASSIGN_OR_RETURN(auto source, Checkpoint::Open(o.checkpoint));
   const ModelConfig config = source->config();
   if (config.kv.layout != KvLayout::kDense) {
     return Invalid(absl::StrCat(
         o.checkpoint, ": the study converts a dense (MHA/GQA) source"));
   }
-  const AttentionShape shape = ShapeOf(config);
   CompareReport report;
   report.model =
       o.label.empty() ? fs::path(o.checkpoint).filename().string() : o.label;
-  auto range = [](const DocumentRange& r) { return absl::StrCat(r.begin, ":", r.end); };
-  report.run_config = {{"checkpoint", o.checkpoint},
-                       {"budgets", o.budgets},
-                       {"variants", o.variants},
-                       {"rope_modes", o.rope_modes},
-                       {"allocation", SizeAllocationName(o.allocation)},
-                       {"metric", o.calib.empty() ? "weight" : "activation"},
-                       {"calib", o.calib},
-                       {"calib_range", range(o.calib_range)},
-                       {"heal_steps", o.heal_steps},
-                       {"data", o.data},
-                       {"data_range", range(o.data_range)},
-                       {"heal_batch", o.heal_batch},
-                       {"heal_seq_len", o.heal_seq_len},
-                       {"heal_lr", o.heal_lr},
-                       {"heal_warmup", std::min(o.heal_warmup, o.heal_steps)},
-                       {"eval", o.eval},
-                       {"eval_range", range(o.eval_range)},
-                       {"kl_tokens", o.kl_tokens},
-                       {"contexts", o.contexts},
-                       {"timed_tokens", o.timed_tokens}};
+  report.run_config = RunConfigJson(o);
+  Study st{o, ShapeOf(config)};
   ASSIGN_OR_RETURN(auto eval_docs_all, ReadDocuments(o.eval));
-  const std::vector<std::string> eval_docs = o.eval_range.Slice(eval_docs_all);
-  if (eval_docs.empty()) return Invalid("--eval-range selects no document");
+  st.eval_docs = o.eval_range.Slice(eval_docs_all);
+  if (st.eval_docs.empty()) return Invalid("--eval-range selects no document");
   ASSIGN_OR_RETURN(std::vector<Plan> plans,
                    MakePlans(o, config, &report.notes));
   std::error_code ec;
@@ -276,27 +425,9 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     return absl::PermissionDeniedError(
         absl::StrCat(o.work_dir, ": ", ec.message()));
 
-  report_progress("source", 0, static_cast<int64_t>(plans.size()),
-                  "measuring the source");
-  ASSIGN_OR_RETURN(report.source_perplexity,
-                   Perplexity(o.checkpoint, eval_docs, &report.eval_tokens));
-  std::map<int64_t, double> mha_ms;
-  for (int64_t L : o.contexts) {
-    ASSIGN_OR_RETURN(StepTimes t, StepMs(o.checkpoint, "expanded", L, o.timed_tokens));
-    mha_ms[L] = t.median;
-    report.latency.push_back(
-        {report.model, "mha (source)", "expanded", L, t.median, 1.0, t.min, t.max});
-  }
-  // The held-out text as written for the verifier's KL (it reads the file's
-  // start).
-  const std::string kl_text = (fs::path(o.work_dir) / "heldout.txt").string();
-  {
-    std::string joined;
-    for (const auto& d : eval_docs)
-      absl::StrAppend(&joined, d, "\n<|endoftext|>\n");
-    RETURN_IF_ERROR(WriteFileAtomically(kl_text, joined));
-  }
   const int64_t n = static_cast<int64_t>(plans.size());
+  RETURN_IF_ERROR(stage("source", 0, n, "measuring the source"));
+  RETURN_IF_ERROR(MeasureSource(st, &report));
   for (int64_t i = 0; i < n; ++i) {
     const Plan& p = plans[i];
     const std::string name =
@@ -310,93 +441,16 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     row.variant = KvVariantName(p.variant);
     row.rope_mode = p.rope_mode;
     row.config = p.target.ToString();
-
-    report_progress("convert", i + 1, n, name);
-    if (stopped) return kStopped;
-    ConvertJobOptions co;
-    co.checkpoint = o.checkpoint;
-    co.out_dir = dir + "/converted";
-    co.conversion.variant = p.variant;
-    // Shared-plane LRKV has one rank for every layer.
-    if ((p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) &&
-        RopeModeOf(p.rope_mode) != RopeMode::kSharedPlane) {
-      co.conversion.allocation = o.allocation;
-    }
-    co.conversion.budget = p.budget;
-    co.conversion.rope_mode = RopeModeOf(p.rope_mode);
-    if (!o.calib.empty()) {
-      co.conversion.metric = SurgeryMetric::kActivation;
-      co.calib_path = o.calib;
-      co.calib_range = o.calib_range;
-    }
-    ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
-    row.config = cr.target.ToString();  // per-layer sizes when allocated
-    row.cache_ratio = cr.footprint.ratio_to_source;
-    row.kv_params = cr.footprint.kv_params_per_layer;
-    ASSIGN_OR_RETURN(row.ppl_before,
-                     Perplexity(co.out_dir, eval_docs, nullptr));
-    std::string model = co.out_dir;
-
+    RETURN_IF_ERROR(stage("convert", i + 1, n, name));
+    ASSIGN_OR_RETURN(std::string model, ConvertRow(st, p, dir, &row));
     if (o.heal_steps > 0) {
-      report_progress("heal", i + 1, n, name);
-      if (stopped) return kStopped;
-      HealJobOptions ho;
-      ho.checkpoint = co.out_dir;
-      ho.teacher = o.checkpoint;
-      ho.data = o.data;
-      ho.data_range = o.data_range;
-      ho.seq_len = o.heal_seq_len;
-      ho.heal.steps = o.heal_steps;
-      ho.heal.batch = o.heal_batch;
-      ho.heal.lr = o.heal_lr;
-      ho.heal.warmup = std::min(o.heal_warmup, o.heal_steps);
-      // Healing never hurts: the best of the unhealed model and ten evaluations along
-      // the run is kept (judged on rows held out from --data, not on --eval).
-      ho.heal.eval_every = std::max<int64_t>(1, o.heal_steps / 10);
-      ho.heal.keep_best = true;
-      ho.heal.trainable = TrainableSet::kKv;
-      ho.heal.loss = HealLoss::kKd;
-      ho.out_dir = dir + "/healed";
-      ho.heal.should_stop = o.should_stop;
-      ASSIGN_OR_RETURN(HealReport hr, RunHealJob(ho, nullptr));
-      row.heal_kept_step = hr.kept_step;
-      model = ho.out_dir;
-      ASSIGN_OR_RETURN(double after, Perplexity(model, eval_docs, nullptr));
-      row.ppl_after = after;
+      RETURN_IF_ERROR(stage("heal", i + 1, n, name));
+      ASSIGN_OR_RETURN(model, HealRow(st, model, dir, &row));
     }
-
-    report_progress("verify", i + 1, n, name);
-    if (stopped) return kStopped;
-    VerifyJobOptions vo;
-    vo.checkpoint = model;
-    vo.source = o.checkpoint;
-    vo.modes = {p.rope_mode == "expanded" ? "all" : p.rope_mode};
-    vo.prompt_tokens = 16;
-    vo.decode_tokens = 8;
-    vo.text = kl_text;
-    vo.fidelity_tokens = o.kl_tokens;
-    ASSIGN_OR_RETURN(VerifyReport vr, RunVerifyJob(vo));
-    row.verdict = "n/a (dense cache)";
-    for (const auto& e : vr.equivalence) {
-      if (e.mode == p.rope_mode && e.dtype == "fp32" && e.applicable) {
-        row.verdict = e.equivalent ? "EQUIVALENT" : "NOT EQUIVALENT";
-        row.verify_error = e.candidate_error;
-        row.verify_bound = e.bound;
-      }
-    }
-    if (vr.fidelity) row.kl_mean = vr.fidelity->kl_mean;
-
-    report_progress("bench", i + 1, n, name);
-    if (stopped) return kStopped;
-    for (int64_t L : o.contexts) {
-      ASSIGN_OR_RETURN(StepTimes t, StepMs(model, p.rope_mode, L, o.timed_tokens));
-      report.latency.push_back({report.model, row.config, p.rope_mode, L, t.median,
-                                t.median / mha_ms[L], t.min, t.max});
-      row.step_ms = t.median;
-      row.step_ratio_to_mha = t.median / mha_ms[L];
-      row.step_context = L;
-      row.madds_per_step = DecodeMacsPerStep(shape, p.target, p.rope_mode, L);
-    }
+    RETURN_IF_ERROR(stage("verify", i + 1, n, name));
+    RETURN_IF_ERROR(VerifyRow(st, p, model, &row));
+    RETURN_IF_ERROR(stage("bench", i + 1, n, name));
+    RETURN_IF_ERROR(BenchRow(st, p, model, &row, &report));
     report.rows.push_back(row);
   }
   return report;
@@ -447,7 +501,8 @@ nlohmann::json CompareReport::ToJson() const {
 std::string CompareReport::ToTable() const {
   std::string out = absl::StrFormat(
       "model %s: source perplexity %.4f on %d held-out tokens\n\n"
-      "| budget | config | RoPE | cache | K/V params | ppl before | ppl after (kept step) "
+      "| budget | config | RoPE | cache | K/V params | ppl before | ppl after "
+      "(kept step) "
       "| KL | verdict | "
       "step vs MHA (at L) | MACs/step/layer |\n"
       "|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n",
@@ -455,14 +510,16 @@ std::string CompareReport::ToTable() const {
   for (const auto& r : rows) {
     absl::StrAppendFormat(
         &out,
-        "| %.2f | %s | %s | %.1f%% | %d | %.3f | %s | %s | %s | %.2fx (%d) | %d |\n",
+        "| %.2f | %s | %s | %.1f%% | %d | %.3f | %s | %s | %s | %.2fx (%d) | "
+        "%d |\n",
         r.budget, r.config, r.rope_mode, 100 * r.cache_ratio, r.kv_params,
         r.ppl_before,
-        r.ppl_after ? absl::StrCat(absl::StrFormat("%.3f", *r.ppl_after),
-                                   r.heal_kept_step
-                                       ? absl::StrCat(" (step ", *r.heal_kept_step, ")")
-                                       : "")
-                    : "-",
+        r.ppl_after
+            ? absl::StrCat(absl::StrFormat("%.3f", *r.ppl_after),
+                           r.heal_kept_step
+                               ? absl::StrCat(" (step ", *r.heal_kept_step, ")")
+                               : "")
+            : "-",
         r.kl_mean ? absl::StrFormat("%.3f", *r.kl_mean) : "-", r.verdict,
         r.step_ratio_to_mha, r.step_context, r.madds_per_step);
   }

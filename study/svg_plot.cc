@@ -64,9 +64,9 @@ std::string TickLabel(double v) {
   return absl::StrFormat("%g", v);
 }
 
-// The range of `values`, widened to the ticks just outside it (so every point lies
-// within ticked axis), then padded a little so that markers on the edge stay inside
-// the frame.
+// The range of `values`, widened to the ticks just outside it (so every point
+// lies within ticked axis), then padded a little so that markers on the edge
+// stay inside the frame.
 void Fit(Axis& a, const std::vector<double>& values) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (double v : values) {
@@ -89,7 +89,9 @@ void Fit(Axis& a, const std::vector<double>& values) {
     auto above = [](double t) {
       const double e = std::floor(t), m = std::pow(10.0, t - e);
       if (m <= 1 + 1e-9) return e;
-      return m <= 2 + 1e-9 ? e + std::log10(2.0) : m <= 5 + 1e-9 ? e + std::log10(5.0) : e + 1;
+      return m <= 2 + 1e-9   ? e + std::log10(2.0)
+             : m <= 5 + 1e-9 ? e + std::log10(5.0)
+                             : e + 1;
     };
     a.lo = below(lo + 1e-12);
     a.hi = above(hi - 1e-12);
@@ -105,31 +107,37 @@ void Fit(Axis& a, const std::vector<double>& values) {
 }
 
 // A marker of `shape` centred at (x, y), radius about r.
-std::string Marker(const std::string& shape, double x, double y, double r, const char* color,
-                   bool hollow) {
+std::string Marker(const std::string& shape, double x, double y, double r,
+                   const char* color, bool hollow) {
   const std::string paint =
-      hollow ? absl::StrFormat("fill=\"white\" stroke=\"%s\" stroke-width=\"2\"", color)
+      hollow ? absl::StrFormat(
+                   "fill=\"white\" stroke=\"%s\" stroke-width=\"2\"", color)
              : absl::StrFormat("fill=\"%s\"", color);
   if (shape == "square") {
-    return absl::StrFormat("<rect class=\"marker\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                           "height=\"%.1f\" %s>",
-                           x - r, y - r, 2 * r, 2 * r, paint);
+    return absl::StrFormat(
+        "<rect class=\"marker\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+        "height=\"%.1f\" %s>",
+        x - r, y - r, 2 * r, 2 * r, paint);
   }
   if (shape == "triangle" || shape == "diamond") {
     const std::string pts =
         shape == "triangle"
-            ? absl::StrFormat("%.1f,%.1f %.1f,%.1f %.1f,%.1f", x, y - 1.2 * r, x + 1.1 * r,
-                              y + 0.8 * r, x - 1.1 * r, y + 0.8 * r)
-            : absl::StrFormat("%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f", x, y - 1.3 * r,
-                              x + 1.3 * r, y, x, y + 1.3 * r, x - 1.3 * r, y);
-    return absl::StrFormat("<polygon class=\"marker\" points=\"%s\" %s>", pts, paint);
+            ? absl::StrFormat("%.1f,%.1f %.1f,%.1f %.1f,%.1f", x, y - 1.2 * r,
+                              x + 1.1 * r, y + 0.8 * r, x - 1.1 * r,
+                              y + 0.8 * r)
+            : absl::StrFormat("%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f", x,
+                              y - 1.3 * r, x + 1.3 * r, y, x, y + 1.3 * r,
+                              x - 1.3 * r, y);
+    return absl::StrFormat("<polygon class=\"marker\" points=\"%s\" %s>", pts,
+                           paint);
   }
-  return absl::StrFormat("<circle class=\"marker\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" %s>",
-                         x, y, r, paint);
+  return absl::StrFormat(
+      "<circle class=\"marker\" cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" %s>", x, y,
+      r, paint);
 }
 
 std::string MarkerEnd(const std::string& shape) {
-  return shape == "square" ? "</rect>"
+  return shape == "square"                           ? "</rect>"
          : shape == "triangle" || shape == "diamond" ? "</polygon>"
                                                      : "</circle>";
 }
@@ -159,9 +167,10 @@ std::string EscapeXml(const std::string& text) {
   return out;
 }
 
-std::string RenderSvgPlot(const PlotOptions& o,
-                          const std::vector<PlotSeries>& series) {
-  Axis x{o.log_x}, y{o.log_y};
+namespace {
+
+// Fits both axes to every valid point and error bar of `series`.
+void FitAxes(const std::vector<PlotSeries>& series, Axis& x, Axis& y) {
   std::vector<double> xs, ys;
   for (const auto& s : series) {
     for (size_t i = 0; i < s.points.size(); ++i) {
@@ -178,6 +187,14 @@ std::string RenderSvgPlot(const PlotOptions& o,
   }
   Fit(x, xs);
   Fit(y, ys);
+}
+
+}  // namespace
+
+std::string RenderSvgPlot(const PlotOptions& o,
+                          const std::vector<PlotSeries>& series) {
+  Axis x{o.log_x}, y{o.log_y};
+  FitAxes(series, x, y);
   const double left = 70, right = 270, top = 36, bottom = 52;
   const double pw = o.width - left - right, ph = o.height - top - bottom;
   auto sx = [&](double v) {
@@ -231,32 +248,38 @@ std::string RenderSvgPlot(const PlotOptions& o,
       if (!x.Valid(px) || !y.Valid(py)) continue;
       double cx = sx(px);
       const double cy = sy(py);
-      const int n = taken[{static_cast<int>(cx / 4), static_cast<int>(cy / 4)}]++;
+      const int n =
+          taken[{static_cast<int>(cx / 4), static_cast<int>(cy / 4)}]++;
       cx += 7.0 * ((n + 1) / 2) * (n % 2 == 1 ? 1 : -1);
       absl::StrAppendFormat(&pts, "%.1f,%.1f ", cx, cy);
-      if (i < s.y_error.size() && y.Valid(s.y_error[i].first) && y.Valid(s.y_error[i].second)) {
+      if (i < s.y_error.size() && y.Valid(s.y_error[i].first) &&
+          y.Valid(s.y_error[i].second)) {
         const double y0 = sy(s.y_error[i].first), y1 = sy(s.y_error[i].second);
-        absl::StrAppendFormat(&marks,
-                              "<path class=\"error-bar\" d=\"M%.1f %.1fV%.1fM%.1f %.1fh8M%.1f "
-                              "%.1fh8\" stroke=\"%s\" stroke-width=\"1.5\" fill=\"none\"/>",
-                              cx, y0, y1, cx - 4, y0, cx - 4, y1, color);
+        absl::StrAppendFormat(
+            &marks,
+            "<path class=\"error-bar\" d=\"M%.1f %.1fV%.1fM%.1f %.1fh8M%.1f "
+            "%.1fh8\" stroke=\"%s\" stroke-width=\"1.5\" fill=\"none\"/>",
+            cx, y0, y1, cx - 4, y0, cx - 4, y1, color);
       }
-      absl::StrAppend(&marks, Marker(s.marker, cx, cy, 4.5, color, s.hollow),
-                      absl::StrFormat("<title>%s: (%g, %g)%s</title>", EscapeXml(s.name), px,
-                                      py,
-                                      i < s.y_error.size()
-                                          ? absl::StrFormat(" range %g-%g", s.y_error[i].first,
-                                                            s.y_error[i].second)
-                                          : ""),
-                      MarkerEnd(s.marker));
+      absl::StrAppend(
+          &marks, Marker(s.marker, cx, cy, 4.5, color, s.hollow),
+          absl::StrFormat(
+              "<title>%s: (%g, %g)%s</title>", EscapeXml(s.name), px, py,
+              i < s.y_error.size()
+                  ? absl::StrFormat(" range %g-%g", s.y_error[i].first,
+                                    s.y_error[i].second)
+                  : ""),
+          MarkerEnd(s.marker));
       if (i < s.labels.size() && !s.labels[i].empty()) {
-        absl::StrAppendFormat(&marks,
-                              "<text class=\"point-label\" x=\"%.1f\" y=\"%.1f\" "
-                              "font-size=\"10\" fill=\"%s\">%s</text>",
-                              cx + 7, cy - 6 - 10.0 * n, color, EscapeXml(s.labels[i]));
+        absl::StrAppendFormat(
+            &marks,
+            "<text class=\"point-label\" x=\"%.1f\" y=\"%.1f\" "
+            "font-size=\"10\" fill=\"%s\">%s</text>",
+            cx + 7, cy - 6 - 10.0 * n, color, EscapeXml(s.labels[i]));
       }
     }
-    absl::StrAppend(&svg, "<g class=\"series\" data-name=\"", EscapeXml(s.name), "\">");
+    absl::StrAppend(&svg, "<g class=\"series\" data-name=\"", EscapeXml(s.name),
+                    "\">");
     if (s.line && !pts.empty()) {
       absl::StrAppendFormat(
           &svg,
@@ -268,16 +291,18 @@ std::string RenderSvgPlot(const PlotOptions& o,
     const double ly = top + 10 + 18 * index;
     absl::StrAppend(&svg, "<g class=\"legend\">");
     if (s.line) {
-      absl::StrAppendFormat(&svg,
-                            "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-                            "stroke=\"%s\" stroke-width=\"2\"%s/>",
-                            left + pw + 12, ly, left + pw + 36, ly, color,
-                            s.dashed ? " stroke-dasharray=\"6 4\"" : "");
+      absl::StrAppendFormat(
+          &svg,
+          "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+          "stroke=\"%s\" stroke-width=\"2\"%s/>",
+          left + pw + 12, ly, left + pw + 36, ly, color,
+          s.dashed ? " stroke-dasharray=\"6 4\"" : "");
     }
-    absl::StrAppend(&svg, Marker(s.marker, left + pw + 24, ly, 4.5, color, s.hollow),
-                    MarkerEnd(s.marker),
-                    absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\">%s</text></g>\n",
-                                    left + pw + 42, ly + 4, EscapeXml(s.name)));
+    absl::StrAppend(
+        &svg, Marker(s.marker, left + pw + 24, ly, 4.5, color, s.hollow),
+        MarkerEnd(s.marker),
+        absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\">%s</text></g>\n",
+                        left + pw + 42, ly + 4, EscapeXml(s.name)));
     ++index;
   }
   svg += "</svg>\n";

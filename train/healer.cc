@@ -15,10 +15,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "model/safetensors.h"
 #include "base/status_macros.h"
-#include "runtime/transformer.h"
+#include "model/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "runtime/transformer.h"
 
 namespace lrkv {
 namespace {
@@ -29,11 +29,12 @@ absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
 }
 
-// The tensors `set` trains, in a fixed order (checkpoints rely on it). In plane,
-// partial and shared-plane RoPE modes B_hᴷ and the per-head key biases stay frozen:
-// the factored decode is exact only while B_hᴷ selects whole planes (plane), avoids
-// the rotated planes (partial) or reads each shared plane through a complex factor
-// (shared-plane), and gradient steps would break that.
+// The tensors `set` trains, in a fixed order (checkpoints rely on it). In
+// plane, partial and shared-plane RoPE modes B_hᴷ and the per-head key biases
+// stay frozen: the factored decode is exact only while B_hᴷ selects whole
+// planes (plane), avoids the rotated planes (partial) or reads each shared
+// plane through a complex factor (shared-plane), and gradient steps would break
+// that.
 std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
                                           TrainableSet set) {
   const bool frozen_k_up = c.kv.rope_mode == RopeMode::kPlane ||
@@ -55,8 +56,8 @@ std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
       }
     }
     for (at::Tensor* t :
-         {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up, &l.k_rope, &l.bk_rope,
-          &l.q_rope, &l.bq_rope})
+         {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up, &l.k_rope,
+          &l.bk_rope, &l.q_rope, &l.bq_rope})
       add(*t);
     if (set == TrainableSet::kKv) continue;
     for (at::Tensor* t : {&l.wq, &l.bq, &l.wo, &l.q_norm, &l.k_norm}) add(*t);
@@ -150,13 +151,14 @@ struct Healer::State {
   std::unique_ptr<torch::optim::AdamW> optimizer;
   int64_t step = 0;
   int64_t position = 0;  // rows consumed
-  // keep_best: the lowest evaluation loss so far, its step and its parameters (copies,
-  // only of the trained set), and the unhealed model's loss.
+  // keep_best: the lowest evaluation loss so far, its step and its parameters
+  // (copies, only of the trained set), and the unhealed model's loss.
   int64_t best_step = -1;
   double best_loss = std::numeric_limits<double>::quiet_NaN();
   double unhealed_loss = std::numeric_limits<double>::quiet_NaN();
   std::vector<at::Tensor> best_params;
-  bool kept = false;  // Run restored (or confirmed) best_params at the last step
+  bool kept =
+      false;  // Run restored (or confirmed) best_params at the last step
   int64_t tokens_seen = 0;
   DistributedOptions distributed;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;  // null in a single process
@@ -195,10 +197,23 @@ struct Healer::State {
     return epoch_order[i % n];
   }
 
+  // The loss sums of one optimizer step (this process's, then reduced).
+  struct StepLosses {
+    double loss = 0, kd = 0, lm = 0;
+  };
+  // One micro-batch: forward, loss (KD, LM or both), backward; adds to `sums`.
+  void MicroBatch(StepLosses* sums);
+  // The gradients' norm over the trained set (clipped to options.clip when
+  // positive).
+  double GradNorm();
+  // One optimizer step at learning rate `lr`, as its event.
+  HealEvent TrainStep(double lr);
+
   double LearningRate(int64_t s) const {
     const HealOptions& o = options;
     const int64_t warmup = o.WarmupSteps();
-    if (warmup > 0 && s < warmup) return o.lr * static_cast<double>(s + 1) / warmup;
+    if (warmup > 0 && s < warmup)
+      return o.lr * static_cast<double>(s + 1) / warmup;
     const double span = std::max<int64_t>(1, o.steps - warmup);
     const double progress =
         std::min(1.0, static_cast<double>(s - warmup) / span);
@@ -286,9 +301,10 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
     }
     for (at::Tensor* t :
          TrainableTensors(s->config, s->weights, options.trainable)) {
-      // A writable float32 copy of each trained tensor; the frozen rest may stay in
-      // its stored dtype (read-only views of the checkpoint's map), which autograd
-      // multiplies through FrozenStoredLinear without fp32 copies.
+      // A writable float32 copy of each trained tensor; the frozen rest may
+      // stay in its stored dtype (read-only views of the checkpoint's map),
+      // which autograd multiplies through FrozenStoredLinear without fp32
+      // copies.
       *t = t->detach().to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
       t->requires_grad_(true);
       s->params.push_back(*t);
@@ -298,9 +314,12 @@ absl::StatusOr<std::unique_ptr<Healer>> Healer::Create(
       return Invalid("no trainable parameters in this set");
     ASSIGN_OR_RETURN(s->student, Transformer::Create(s->config, s->weights));
     if (options.activation_checkpointing) {
-      // The recomputation would run outside the forward's bf16 autocast on CUDA.
+      // The recomputation would run outside the forward's bf16 autocast on
+      // CUDA.
       if (!s->device.is_cpu()) {
-        return Invalid("--activation-checkpointing runs on the CPU only for now (--device cpu)");
+        return Invalid(
+            "--activation-checkpointing runs on the CPU only for now (--device "
+            "cpu)");
       }
       s->student->set_activation_checkpointing(true);
     }
@@ -342,6 +361,103 @@ absl::StatusOr<double> Healer::EvalLoss(const TokenDataset& data) const {
   return total / static_cast<double>(count);
 }
 
+void Healer::State::MicroBatch(StepLosses* sums) {
+  const HealOptions& o = options;
+  const int64_t share = o.batch / distributed.world_size;
+  // Every process walks the same global order and takes its share of the rows.
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < o.batch; ++i) {
+    const int64_t row = RowAt(position++);
+    if (i / share == distributed.rank) ids.push_back(row);
+  }
+  const Batch b = MakeBatch(train, ids, device);
+  AutocastScope autocast(device.is_cuda());
+  const auto mask = b.predict.to(at::kFloat);
+  // Normalise by the global batch's predicted tokens, so that summed gradients
+  // equal the one-process gradient.
+  std::vector<at::Tensor> count = {mask.sum().reshape({1})};
+  AllReduce(count);
+  const double predicted = std::max(1.0, count[0].item<double>());
+  auto logits =
+      student->ForwardPacked(b.inputs, b.positions, b.segments).to(at::kFloat);
+  at::Tensor loss = at::zeros({}, logits.options());
+  if (o.loss != HealLoss::kKd) {
+    auto nll =
+        at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}),
+                               b.targets.reshape({-1}), {}, at::Reduction::None)
+            .view(mask.sizes());
+    auto lm = (nll * mask).sum() / predicted;
+    sums->lm += lm.item<double>();  // this process's share; summed in TrainStep
+    loss = loss + (o.loss == HealLoss::kKdLm ? o.lm_weight : 1.0) * lm;
+  }
+  if (o.loss != HealLoss::kLm) {
+    at::Tensor teacher_logp;
+    {
+      at::NoGradGuard no_grad;
+      teacher_logp = at::log_softmax(
+          teacher->ForwardPacked(b.inputs, b.positions, b.segments)
+                  .to(at::kFloat) /
+              o.temperature,
+          -1);
+    }
+    auto student_logp = at::log_softmax(logits / o.temperature, -1);
+    auto kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1);
+    auto kd = (kl * mask).sum() / predicted * (o.temperature * o.temperature);
+    sums->kd += kd.item<double>();
+    loss = loss + (o.loss == HealLoss::kKdLm ? o.kd_weight : 1.0) * kd;
+  }
+  sums->loss += loss.item<double>();
+  (loss / static_cast<double>(o.grad_accum)).backward();
+  tokens_seen += static_cast<int64_t>(predicted);  // global count
+}
+
+double Healer::State::GradNorm() {
+  if (options.clip > 0)
+    return torch::nn::utils::clip_grad_norm_(params, options.clip);
+  double grad_norm = 0;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grad_norm += p.grad().pow(2).sum().item<double>();
+  }
+  return std::sqrt(grad_norm);
+}
+
+HealEvent Healer::State::TrainStep(double lr) {
+  const HealOptions& o = options;
+  for (auto& g : optimizer->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+  }
+  optimizer->zero_grad();
+  StepLosses sums;
+  for (int64_t micro = 0; micro < o.grad_accum; ++micro) MicroBatch(&sums);
+  if (group) {
+    std::vector<at::Tensor> grads;
+    for (auto& p : params) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+      grads.push_back(p.grad());
+    }
+    AllReduce(grads);
+    std::vector<at::Tensor> reduced = {
+        at::tensor({sums.loss, sums.kd, sums.lm}, at::kDouble).to(device)};
+    AllReduce(reduced);
+    sums.loss = reduced[0][0].item<double>();
+    sums.kd = reduced[0][1].item<double>();
+    sums.lm = reduced[0][2].item<double>();
+  }
+  const double grad_norm = GradNorm();
+  optimizer->step();
+  ++step;
+  HealEvent ev;
+  ev.kind = "step";
+  ev.step = step;
+  ev.tokens_seen = tokens_seen;
+  ev.loss = sums.loss / o.grad_accum;
+  ev.kd_loss = sums.kd / o.grad_accum;
+  ev.lm_loss = sums.lm / o.grad_accum;
+  ev.lr = lr;
+  ev.grad_norm = grad_norm;
+  return ev;
+}
+
 absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
                          int64_t stop_at) {
   State& s = *s_;
@@ -352,7 +468,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
         .count();
   };
-  // keep_best: records an evaluation at the current step, the new best if it is lower.
+  // keep_best: records an evaluation at the current step, the new best if it is
+  // lower.
   auto consider = [&](double eval_loss) {
     const bool better = s.best_step < 0 || eval_loss < s.best_loss;
     if (!o.keep_best || !better) return false;
@@ -378,7 +495,8 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
   };
   try {
     // The unhealed model is the first candidate of keep_best.
-    if (o.keep_best && s.eval && s.step == 0 && s.best_step < 0 && s.step < last) {
+    if (o.keep_best && s.eval && s.step == 0 && s.best_step < 0 &&
+        s.step < last) {
       RETURN_IF_ERROR(evaluate());
     }
     while (s.step < last) {
@@ -387,99 +505,7 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
                                                  s.step, " of ", o.steps,
                                                  " on request"));
       }
-      const double lr = s.LearningRate(s.step);
-      for (auto& group : s.optimizer->param_groups()) {
-        static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-      }
-      s.optimizer->zero_grad();
-      double loss_sum = 0, kd_sum = 0, lm_sum = 0;
-      const int64_t world = s.distributed.world_size, share = o.batch / world;
-      for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-        // Every process walks the same global order and takes its share of the
-        // rows.
-        std::vector<int64_t> ids;
-        for (int64_t i = 0; i < o.batch; ++i) {
-          const int64_t row = s.RowAt(s.position++);
-          if (i / share == s.distributed.rank) ids.push_back(row);
-        }
-        const Batch b = MakeBatch(s.train, ids, s.device);
-        AutocastScope autocast(s.device.is_cuda());
-        const auto mask = b.predict.to(at::kFloat);
-        // Normalise by the global batch's predicted tokens, so that summed
-        // gradients equal the one-process gradient.
-        std::vector<at::Tensor> count = {mask.sum().reshape({1})};
-        s.AllReduce(count);
-        const double predicted = std::max(1.0, count[0].item<double>());
-        auto logits =
-            s.student->ForwardPacked(b.inputs, b.positions, b.segments)
-                .to(at::kFloat);
-        at::Tensor loss = at::zeros({}, logits.options());
-        if (o.loss != HealLoss::kKd) {
-          auto nll = at::cross_entropy_loss(
-                         logits.reshape({-1, logits.size(-1)}),
-                         b.targets.reshape({-1}), {}, at::Reduction::None)
-                         .view(mask.sizes());
-          auto lm = (nll * mask).sum() / predicted;
-          lm_sum += lm.item<double>();  // this process's share; summed below
-          loss = loss + (o.loss == HealLoss::kKdLm ? o.lm_weight : 1.0) * lm;
-        }
-        if (o.loss != HealLoss::kLm) {
-          at::Tensor teacher_logp;
-          {
-            at::NoGradGuard no_grad;
-            teacher_logp = at::log_softmax(
-                s.teacher->ForwardPacked(b.inputs, b.positions, b.segments)
-                        .to(at::kFloat) /
-                    o.temperature,
-                -1);
-          }
-          auto student_logp = at::log_softmax(logits / o.temperature, -1);
-          auto kl =
-              (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1);
-          auto kd =
-              (kl * mask).sum() / predicted * (o.temperature * o.temperature);
-          kd_sum += kd.item<double>();
-          loss = loss + (o.loss == HealLoss::kKdLm ? o.kd_weight : 1.0) * kd;
-        }
-        loss_sum += loss.item<double>();
-        (loss / static_cast<double>(o.grad_accum)).backward();
-        s.tokens_seen += static_cast<int64_t>(predicted);  // global count
-      }
-      if (s.group) {
-        std::vector<at::Tensor> grads;
-        for (auto& p : s.params) {
-          if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-          grads.push_back(p.grad());
-        }
-        s.AllReduce(grads);
-        std::vector<at::Tensor> sums = {
-            at::tensor({loss_sum, kd_sum, lm_sum}, at::kDouble).to(s.device)};
-        s.AllReduce(sums);
-        loss_sum = sums[0][0].item<double>();
-        kd_sum = sums[0][1].item<double>();
-        lm_sum = sums[0][2].item<double>();
-      }
-      double grad_norm = 0;
-      if (o.clip > 0) {
-        grad_norm = torch::nn::utils::clip_grad_norm_(s.params, o.clip);
-      } else {
-        for (const auto& p : s.params) {
-          if (p.grad().defined())
-            grad_norm += p.grad().pow(2).sum().item<double>();
-        }
-        grad_norm = std::sqrt(grad_norm);
-      }
-      s.optimizer->step();
-      ++s.step;
-      HealEvent ev;
-      ev.kind = "step";
-      ev.step = s.step;
-      ev.tokens_seen = s.tokens_seen;
-      ev.loss = loss_sum / o.grad_accum;
-      ev.kd_loss = kd_sum / o.grad_accum;
-      ev.lm_loss = lm_sum / o.grad_accum;
-      ev.lr = lr;
-      ev.grad_norm = grad_norm;
+      HealEvent ev = s.TrainStep(s.LearningRate(s.step));
       ev.wall_seconds = wall();
       if (on_event) on_event(ev);
       if (s.eval && ((o.eval_every > 0 && s.step % o.eval_every == 0) ||
@@ -492,10 +518,12 @@ absl::Status Healer::Run(const std::function<void(const HealEvent&)>& on_event,
       }
     }
     if (o.keep_best && s.step == o.steps && s.best_step >= 0 && !s.kept) {
-      // The run is over: end with the best parameters (those of an earlier step, or of
-      // the unhealed model, when later steps only raised the evaluation loss).
+      // The run is over: end with the best parameters (those of an earlier
+      // step, or of the unhealed model, when later steps only raised the
+      // evaluation loss).
       at::NoGradGuard no_grad;
-      for (size_t i = 0; i < s.params.size(); ++i) s.params[i].copy_(s.best_params[i]);
+      for (size_t i = 0; i < s.params.size(); ++i)
+        s.params[i].copy_(s.best_params[i]);
       s.kept = true;
     }
   } catch (const c10::Error& e) {
@@ -524,8 +552,8 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
       params.write(absl::StrCat("p", i), s_->params[i].detach());
     }
     params.save_to((fs::path(dir) / "params.pt.tmp").string());
-    // keep_best's candidate travels with the checkpoint, so a resumed run still ends
-    // with the best parameters of the whole run.
+    // keep_best's candidate travels with the checkpoint, so a resumed run still
+    // ends with the best parameters of the whole run.
     torch::serialize::OutputArchive best;
     for (size_t i = 0; i < s_->best_params.size(); ++i) {
       best.write(absl::StrCat("p", i), s_->best_params[i]);
@@ -536,18 +564,19 @@ absl::Status Healer::SaveCheckpoint(const std::string& dir) const {
     return absl::InternalError(
         absl::StrCat(dir, ": ", e.what_without_backtrace()));
   }
-  nlohmann::json state = {{"step", s_->step},
-                          {"position", s_->position},
-                          {"tokens_seen", s_->tokens_seen},
-                          {"seed", s_->options.seed},
-                          {"steps", s_->options.steps},
-                          {"world_size", s_->distributed.world_size},
-                          {"parameters", s_->params.size()},
-                          {"best_step", s_->best_step},
-                          {"best_loss", s_->best_step >= 0 ? s_->best_loss : 0.0},
-                          {"unhealed_loss", std::isnan(s_->unhealed_loss)
-                                                ? nlohmann::json()
-                                                : nlohmann::json(s_->unhealed_loss)}};
+  nlohmann::json state = {
+      {"step", s_->step},
+      {"position", s_->position},
+      {"tokens_seen", s_->tokens_seen},
+      {"seed", s_->options.seed},
+      {"steps", s_->options.steps},
+      {"world_size", s_->distributed.world_size},
+      {"parameters", s_->params.size()},
+      {"best_step", s_->best_step},
+      {"best_loss", s_->best_step >= 0 ? s_->best_loss : 0.0},
+      {"unhealed_loss", std::isnan(s_->unhealed_loss)
+                            ? nlohmann::json()
+                            : nlohmann::json(s_->unhealed_loss)}};
   RETURN_IF_ERROR(WriteFileAtomically(
       (fs::path(dir) / "state.json").string() + ".tmp", state.dump(2) + "\n"));
   for (const char* f : {"params.pt", "best.pt", "optimizer.pt", "state.json"}) {
@@ -598,7 +627,8 @@ absl::StatusOr<std::string> Healer::LoadCheckpoint(const std::string& dir) {
         at::Tensor t;
         best.read(absl::StrCat("p", i), t);
         if (!t.sizes().equals(s_->params[i].sizes())) {
-          return Invalid(absl::StrCat(dir, ": best parameter ", i, " has the wrong shape"));
+          return Invalid(absl::StrCat(dir, ": best parameter ", i,
+                                      " has the wrong shape"));
         }
         s_->best_params.push_back(t.to(s_->params[i].options()));
       }
@@ -611,14 +641,16 @@ absl::StatusOr<std::string> Healer::LoadCheckpoint(const std::string& dir) {
     s_->tokens_seen = state.at("tokens_seen").get<int64_t>();
     if (s_->step >= s_->options.steps) {
       return Invalid(absl::StrCat(dir, ": the checkpoint is at step ", s_->step,
-                                  ", already at or past --steps ", s_->options.steps));
+                                  ", already at or past --steps ",
+                                  s_->options.steps));
     }
     const int64_t planned = state.value("steps", s_->options.steps);
     if (planned != s_->options.steps) {
-      note = absl::StrCat("resumed at step ", s_->step, " of a run planned for ", planned,
-                          " steps; with --steps ", s_->options.steps,
-                          " the learning-rate schedule (warmup, cosine decay) is that of a ",
-                          s_->options.steps, "-step run from here on");
+      note = absl::StrCat(
+          "resumed at step ", s_->step, " of a run planned for ", planned,
+          " steps; with --steps ", s_->options.steps,
+          " the learning-rate schedule (warmup, cosine decay) is that of a ",
+          s_->options.steps, "-step run from here on");
     }
   } catch (const nlohmann::json::exception& e) {
     return Invalid(absl::StrCat(state_path.string(), ": ", e.what()));

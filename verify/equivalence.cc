@@ -40,16 +40,21 @@ struct Site {
   Errors plain;      // plain expanded engine (kernel) − f64
   Errors reordered;  // plain expanded engine through ATen − f64
   Errors own;        // candidate's algorithm in fp32 − the same in float64
-  Errors rounding;   // FlashAttention's atol term: fl32(f64 + 0.3) − 0.3 − f64
-  Errors values;     // the f64 values themselves (the scale of the site)
-  std::vector<double> candidate_rms;  // the candidate's RMS error up to each step
-  double reference() const { return std::max({plain.rms(), reordered.rms(), own.rms()}); }
+  Errors rounding;  // FlashAttention's atol term: fl32(f64 + 0.3) − 0.3 − f64
+  Errors values;    // the f64 values themselves (the scale of the site)
+  std::vector<double>
+      candidate_rms;  // the candidate's RMS error up to each step
+  double reference() const {
+    return std::max({plain.rms(), reordered.rms(), own.rms()});
+  }
   double bound() const { return 2 * reference() + 2 * rounding.rms(); }
   // The same rule on max errors: greedy ties are judged by it.
   double max_bound() const {
     return 2 * std::max({plain.max, reordered.max, own.max}) + 2 * rounding.max;
   }
-  double Relative(double x) const { return values.rms() > 0 ? x / values.rms() : x; }
+  double Relative(double x) const {
+    return values.rms() > 0 ? x / values.rms() : x;
+  }
 };
 
 // `candidate64` is the candidate's output already in float64.
@@ -83,8 +88,9 @@ ErrorStats Compare(const at::Tensor& candidate, const at::Tensor& reference) {
 }
 
 absl::StatusOr<std::unique_ptr<ReferenceEngines>> ReferenceEngines::Create(
-    const ModelConfig& config, const LlamaWeights& weights, at::ScalarType cache_dtype,
-    int64_t capacity, FactoredCacheLayout factored_layout) {
+    const ModelConfig& config, const LlamaWeights& weights,
+    at::ScalarType cache_dtype, int64_t capacity,
+    FactoredCacheLayout factored_layout) {
   std::unique_ptr<ReferenceEngines> r(new ReferenceEngines());
   r->cache_dtype_ = cache_dtype;
   EngineOptions eo;
@@ -97,26 +103,29 @@ absl::StatusOr<std::unique_ptr<ReferenceEngines>> ReferenceEngines::Create(
   r->weights32_ = ForCompute(weights, at::kFloat);
   r->weights64_ = ForCompute(weights, at::kDouble);
   const LlamaWeights& weights32 = r->weights32_;
-  ASSIGN_OR_RETURN(r->plain_,
-                   CreateDecodeEngine(config, weights32, DecodeMode::kExpanded, eo));
+  ASSIGN_OR_RETURN(r->plain_, CreateDecodeEngine(config, weights32,
+                                                 DecodeMode::kExpanded, eo));
   EngineOptions reordered_options = eo;
   reordered_options.kernels = false;
-  ASSIGN_OR_RETURN(r->reordered_, CreateDecodeEngine(config, weights32, DecodeMode::kExpanded,
-                                                     reordered_options));
+  ASSIGN_OR_RETURN(r->reordered_,
+                   CreateDecodeEngine(config, weights32, DecodeMode::kExpanded,
+                                      reordered_options));
   EngineOptions f64_options = eo;
   f64_options.cache_dtype = at::kDouble;
   f64_options.materialize = true;
-  ASSIGN_OR_RETURN(r->truth_, CreateDecodeEngine(config, r->weights64_, DecodeMode::kExpanded,
-                                                 f64_options));
+  ASSIGN_OR_RETURN(r->truth_,
+                   CreateDecodeEngine(config, r->weights64_,
+                                      DecodeMode::kExpanded, f64_options));
   return r;
 }
 
-absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(int64_t step,
-                                                                          int32_t token) {
+absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(
+    int64_t step, int32_t token) {
   if (step < static_cast<int64_t>(steps_.size())) {
     if (steps_[step].token != token) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "reference step ", step, " ran token ", steps_[step].token, ", asked for ", token));
+      return absl::FailedPreconditionError(
+          absl::StrCat("reference step ", step, " ran token ",
+                       steps_[step].token, ", asked for ", token));
     }
     return &steps_[step];
   }
@@ -129,7 +138,8 @@ absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(int64_
   s.truth_logits = truth_->Step(t);
   s.truth = truth_->attention_outputs();
   // One pass over the weights for both fp32 engines.
-  const auto fp32 = DecodeEngine::StepTogether({plain_.get(), reordered_.get()}, token);
+  const auto fp32 =
+      DecodeEngine::StepTogether({plain_.get(), reordered_.get()}, token);
   s.plain_logits = fp32[0];
   s.plain = plain_->attention_outputs();
   s.reordered_logits = fp32[1];
@@ -137,6 +147,151 @@ absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(int64_
   steps_.push_back(std::move(s));
   return &steps_.back();
 }
+
+namespace {
+
+// A greedy step: whether the candidate chose f64's token, and f64's top-1 minus
+// top-2 logit.
+struct Greedy {
+  bool agreed;
+  double margin;
+};
+
+// The engines one check runs beside the shared references.
+struct CheckEngines {
+  ReferenceEngines* refs;
+  DecodeEngine* candidate;
+  // The candidate's algorithm in fp32 ATen arithmetic, and in float64.
+  DecodeEngine* rounded;
+  DecodeEngine* exact64;
+};
+
+void NoteNonFinite(int64_t step, int64_t layer, EquivalenceResult* r) {
+  if (r->non_finite) return;
+  r->non_finite = true;
+  r->first_bad_step = step;
+  r->first_bad_layer = layer;
+  r->first_bad_error = std::numeric_limits<double>::quiet_NaN();
+}
+
+// Decodes the prompt and then f64's greedy tokens (teacher-forced) on every
+// engine, accumulating each site's errors and each generated token's agreement.
+absl::Status DecodeAndCompare(const CheckEngines& e,
+                              const EquivalenceOptions& o,
+                              std::vector<Site>* sites,
+                              std::vector<Greedy>* greedy,
+                              EquivalenceResult* r) {
+  const size_t layers = sites->size() - 1;
+  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
+  int32_t next = o.prompt[0];
+  for (int64_t step = 0; step < total && !r->non_finite; ++step) {
+    RETURN_IF_ERROR(CheckStop(o.should_stop, "verification"));
+    if (step < static_cast<int64_t>(o.prompt.size())) next = o.prompt[step];
+    const auto token = at::full({1}, next, at::kLong);
+    ASSIGN_OR_RETURN(const ReferenceEngines::StepOutputs* ref,
+                     e.refs->At(step, next));
+    // The candidate and its fp32 twin in one pass over the weights.
+    const auto fp32 =
+        DecodeEngine::StepTogether({e.candidate, e.rounded}, next);
+    const auto& cand_logits = fp32[0];
+    const auto& rounded_logits = fp32[1];
+    const auto exact_logits = e.exact64->Step(token);
+    for (size_t layer = 0; layer <= layers; ++layer) {
+      const bool logits = layer == layers;
+      const at::Tensor& c =
+          logits ? cand_logits : e.candidate->attention_outputs()[layer];
+      const at::Tensor& p = logits ? ref->plain_logits : ref->plain[layer];
+      const at::Tensor& p2 =
+          logits ? ref->reordered_logits : ref->reordered[layer];
+      const at::Tensor& t = logits ? ref->truth_logits : ref->truth[layer];
+      const at::Tensor& r32 =
+          logits ? rounded_logits : e.rounded->attention_outputs()[layer];
+      const at::Tensor& e64 =
+          logits ? exact_logits : e.exact64->attention_outputs()[layer];
+      const int64_t site = logits ? -1 : static_cast<int64_t>(layer);
+      if (!AllFinite(c) || !AllFinite(p) || !AllFinite(t)) {
+        NoteNonFinite(step, site, r);
+        break;
+      }
+      const at::Tensor c64 = c.to(at::kDouble);  // converted once for both
+      Accumulate(&(*sites)[layer], c64, p, p2, t, r32, e64);
+      Worst(logits ? &r->worst_logits : &r->worst_layer, Compare(c64, t));
+    }
+    if (r->non_finite) break;
+    const auto top = ref->truth_logits.topk(2, -1);
+    const auto truth_next =
+        static_cast<int32_t>(std::get<1>(top)[0][0].item<int64_t>());
+    const auto cand_next =
+        static_cast<int32_t>(cand_logits.argmax(-1).item<int64_t>());
+    // Steps P-1 .. P+N-2 produce the N greedy tokens.
+    const int64_t generated = step + 1 - static_cast<int64_t>(o.prompt.size());
+    if (generated >= 0 && generated < o.decode_tokens) {
+      const auto values = std::get<0>(top);
+      greedy->push_back({cand_next == truth_next,
+                         values.size(1) > 1
+                             ? (values[0][0] - values[0][1]).item<double>()
+                             : std::numeric_limits<double>::infinity()});
+    }
+    next = truth_next;  // teacher-forced on the f64 engine's greedy choice
+    ++r->steps;
+  }
+  return absl::OkStatus();
+}
+
+// Whether every site stayed within its bound: the worst site by ratio, and the
+// first step at which a site that fails had left its bound (its RMS error up to
+// that step above the bound).
+bool SitesWithinBounds(const std::vector<Site>& sites, EquivalenceResult* r) {
+  const size_t layers = sites.size() - 1;
+  bool within = true;
+  for (size_t i = 0; i <= layers; ++i) {
+    const Site& s = sites[i];
+    const int64_t site = i == layers ? -1 : static_cast<int64_t>(i);
+    const double e = s.candidate.rms(), bound = s.bound();
+    const double ratio = bound > 0 ? e / bound
+                         : e > 0   ? std::numeric_limits<double>::infinity()
+                                   : 0.0;
+    if (i == 0 || ratio > r->ratio) {
+      r->ratio = ratio;
+      r->worst_site = site;
+      r->candidate_error = s.Relative(e);
+      r->reference_error = s.Relative(s.reference());
+      r->bound = s.Relative(bound);
+    }
+    if (e <= bound) continue;
+    within = false;
+    for (size_t step = 0; step < s.candidate_rms.size(); ++step) {
+      if (s.candidate_rms[step] <= bound) continue;
+      if (r->first_bad_step < 0 ||
+          static_cast<int64_t>(step) < r->first_bad_step) {
+        r->first_bad_step = static_cast<int64_t>(step);
+        r->first_bad_layer = site;
+        r->first_bad_error = s.Relative(s.candidate_rms[step]);
+      }
+      break;
+    }
+  }
+  return within;
+}
+
+// Whether every greedy token agreed with f64's, or differed on a tie within the
+// logits' max-error bound.
+bool TokensAgree(const std::vector<Greedy>& greedy, double logits_bound,
+                 EquivalenceResult* r) {
+  bool ok = true;
+  for (const Greedy& g : greedy) {
+    if (g.agreed) {
+      ++r->tokens_agreed;
+    } else if (g.margin <= logits_bound) {
+      ++r->tokens_tied;
+    } else {
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+}  // namespace
 
 absl::StatusOr<EquivalenceResult> CheckEquivalence(
     const ModelConfig& config, const LlamaWeights& stored, DecodeMode mode,
@@ -155,20 +310,21 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   eo.capacity = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
   eo.factored_layout = o.factored_layout;
   at::NoGradGuard no_grad;
-  // The references convert the weights once per dtype (ForCompute: the K/V factors
-  // and norms, not the big matrices every engine streams as stored); the candidate and
-  // its twins use those conversions.
+  // The references convert the weights once per dtype (ForCompute: the K/V
+  // factors and norms, not the big matrices every engine streams as stored);
+  // the candidate and its twins use those conversions.
   std::unique_ptr<ReferenceEngines> own_references;
   ReferenceEngines* refs = o.references;
   if (refs == nullptr) {
-    ASSIGN_OR_RETURN(own_references, ReferenceEngines::Create(config, stored, o.cache_dtype,
-                                                              eo.capacity, o.factored_layout));
+    ASSIGN_OR_RETURN(own_references,
+                     ReferenceEngines::Create(config, stored, o.cache_dtype,
+                                              eo.capacity, o.factored_layout));
     refs = own_references.get();
   } else if (refs->cache_dtype() != o.cache_dtype) {
-    return absl::InvalidArgumentError("the shared reference engines run another cache dtype");
+    return absl::InvalidArgumentError(
+        "the shared reference engines run another cache dtype");
   }
   const LlamaWeights& weights = refs->weights32();
-  const LlamaWeights& weights64 = refs->weights64();
   EngineOptions candidate_options = eo;
   candidate_options.fault = o.fault;
   auto candidate = CreateDecodeEngine(config, weights, mode, candidate_options);
@@ -188,123 +344,36 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   twin.factored_layout = FactoredCacheLayout::kRows;
   twin.kernels = false;
   twin.float64_sums = false;
-  ASSIGN_OR_RETURN(auto rounded, CreateDecodeEngine(config, weights, mode, twin));
+  ASSIGN_OR_RETURN(auto rounded,
+                   CreateDecodeEngine(config, weights, mode, twin));
   twin.cache_dtype = at::kDouble;
-  ASSIGN_OR_RETURN(auto exact64, CreateDecodeEngine(config, weights64, mode, twin));
+  ASSIGN_OR_RETURN(auto exact64,
+                   CreateDecodeEngine(config, refs->weights64(), mode, twin));
   r.reference = "expanded engine in float64 (weights, cache and arithmetic)";
-  r.plain = absl::StrCat("expanded engine, ", r.dtype, " cache, fp32 arithmetic");
+  r.plain =
+      absl::StrCat("expanded engine, ", r.dtype, " cache, fp32 arithmetic");
   r.rule = absl::StrCat(
-      "per layer output and logits, RMS over the run: |candidate - f64| <= 2 max(|expanded ",
-      r.dtype, " - f64| (kernel and ATen), |candidate's algorithm in fp32 ATen, ", r.dtype,
-      " cache - the same in f64|) + atol (twice fp32 rounding of the f64 values); greedy "
+      "per layer output and logits, RMS over the run: |candidate - f64| <= 2 "
+      "max(|expanded ",
+      r.dtype,
+      " - f64| (kernel and ATen), |candidate's algorithm in fp32 ATen, ",
+      r.dtype,
+      " cache - the same in f64|) + atol (twice fp32 rounding of the f64 "
+      "values); greedy "
       "tokens equal to f64's except ties within the max-error bound");
-  const size_t layers = weights.layers.size();
-  std::vector<Site> sites(layers + 1);  // layers, then the logits
-  struct Greedy {
-    bool agreed;
-    double margin;  // f64's top-1 minus top-2 logit
-  };
+  std::vector<Site> sites(weights.layers.size() +
+                          1);  // layers, then the logits
   std::vector<Greedy> greedy;
-  auto note_non_finite = [&](int64_t step, int64_t layer) {
-    if (r.non_finite) return;
-    r.non_finite = true;
-    r.first_bad_step = step;
-    r.first_bad_layer = layer;
-    r.first_bad_error = std::numeric_limits<double>::quiet_NaN();
-  };
-  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
-  int32_t next = o.prompt[0];
-  for (int64_t step = 0; step < total && !r.non_finite; ++step) {
-    RETURN_IF_ERROR(CheckStop(o.should_stop, "verification"));
-    if (step < static_cast<int64_t>(o.prompt.size())) next = o.prompt[step];
-    const auto token = at::full({1}, next, at::kLong);
-    ASSIGN_OR_RETURN(const ReferenceEngines::StepOutputs* ref, refs->At(step, next));
-    const at::Tensor& truth_logits = ref->truth_logits;
-    const at::Tensor& plain_logits = ref->plain_logits;
-    const at::Tensor& reordered_logits = ref->reordered_logits;
-    // The candidate and its fp32 twin in one pass over the weights.
-    const auto fp32 = DecodeEngine::StepTogether({candidate->get(), rounded.get()}, next);
-    const auto& cand_logits = fp32[0];
-    const auto& rounded_logits = fp32[1];
-    const auto exact_logits = exact64->Step(token);
-    for (size_t layer = 0; layer <= layers; ++layer) {
-      const bool logits = layer == layers;
-      const at::Tensor& c =
-          logits ? cand_logits : (*candidate)->attention_outputs()[layer];
-      const at::Tensor& p = logits ? plain_logits : ref->plain[layer];
-      const at::Tensor& p2 = logits ? reordered_logits : ref->reordered[layer];
-      const at::Tensor& t = logits ? truth_logits : ref->truth[layer];
-      const at::Tensor& r32 = logits ? rounded_logits : rounded->attention_outputs()[layer];
-      const at::Tensor& e64 = logits ? exact_logits : exact64->attention_outputs()[layer];
-      const int64_t site = logits ? -1 : static_cast<int64_t>(layer);
-      if (!AllFinite(c) || !AllFinite(p) || !AllFinite(t)) {
-        note_non_finite(step, site);
-        break;
-      }
-      const at::Tensor c64 = c.to(at::kDouble);  // converted once for both
-      Accumulate(&sites[layer], c64, p, p2, t, r32, e64);
-      Worst(logits ? &r.worst_logits : &r.worst_layer, Compare(c64, t));
-    }
-    if (r.non_finite) break;
-    const auto top = truth_logits.topk(2, -1);
-    const auto truth_next = static_cast<int32_t>(std::get<1>(top)[0][0].item<int64_t>());
-    const auto cand_next = static_cast<int32_t>(cand_logits.argmax(-1).item<int64_t>());
-    // Steps P-1 .. P+N-2 produce the N greedy tokens.
-    const int64_t generated = step + 1 - static_cast<int64_t>(o.prompt.size());
-    if (generated >= 0 && generated < o.decode_tokens) {
-      const auto values = std::get<0>(top);
-      greedy.push_back({cand_next == truth_next,
-                        values.size(1) > 1 ? (values[0][0] - values[0][1]).item<double>()
-                                           : std::numeric_limits<double>::infinity()});
-    }
-    next = truth_next;  // teacher-forced on the f64 engine's greedy choice
-    ++r.steps;
-  }
+  const CheckEngines engines{refs, candidate->get(), rounded.get(),
+                             exact64.get()};
+  RETURN_IF_ERROR(DecodeAndCompare(engines, o, &sites, &greedy, &r));
   r.decode_tokens = static_cast<int64_t>(greedy.size());
-  bool within = !r.non_finite;
-  if (!r.non_finite) {
-    // The worst site by ratio, and the first step at which a site that fails
-    // had left its bound (its RMS error up to that step above the bound).
-    for (size_t i = 0; i <= layers; ++i) {
-      const Site& s = sites[i];
-      const int64_t site = i == layers ? -1 : static_cast<int64_t>(i);
-      const double e = s.candidate.rms(), bound = s.bound();
-      const double ratio = bound > 0 ? e / bound
-                           : e > 0   ? std::numeric_limits<double>::infinity()
-                                     : 0.0;
-      if (i == 0 || ratio > r.ratio) {
-        r.ratio = ratio;
-        r.worst_site = site;
-        r.candidate_error = s.Relative(e);
-        r.reference_error = s.Relative(s.reference());
-        r.bound = s.Relative(bound);
-      }
-      if (e <= bound) continue;
-      within = false;
-      for (size_t step = 0; step < s.candidate_rms.size(); ++step) {
-        if (s.candidate_rms[step] <= bound) continue;
-        if (r.first_bad_step < 0 || static_cast<int64_t>(step) < r.first_bad_step) {
-          r.first_bad_step = static_cast<int64_t>(step);
-          r.first_bad_layer = site;
-          r.first_bad_error = s.Relative(s.candidate_rms[step]);
-        }
-        break;
-      }
-    }
-  }
-  bool tokens_ok = !r.non_finite;
-  const double logits_bound = sites[layers].max_bound();
-  for (const Greedy& g : greedy) {
-    if (g.agreed) {
-      ++r.tokens_agreed;
-    } else if (g.margin <= logits_bound) {
-      ++r.tokens_tied;
-    } else {
-      tokens_ok = false;
-    }
-  }
-  for (auto [m, bytes] : {std::pair{(*candidate)->MeasureCache(), &r.candidate_cache},
-                          {refs->PlainCache(), &r.reference_cache}}) {
+  const bool within = !r.non_finite && SitesWithinBounds(sites, &r);
+  const bool tokens_agree = TokensAgree(greedy, sites.back().max_bound(), &r);
+  const bool tokens_ok = !r.non_finite && tokens_agree;
+  for (auto [m, bytes] :
+       {std::pair{(*candidate)->MeasureCache(), &r.candidate_cache},
+        {refs->PlainCache(), &r.reference_cache}}) {
     *bytes = {m.used_bytes, m.allocated_bytes};
   }
   r.equivalent = within && tokens_ok;

@@ -15,6 +15,10 @@ class SharedPlaneScheme final : public LrkvScheme {
  public:
   using LrkvScheme::LrkvScheme;
 
+  // One latent plane set per layer: per-layer ranks are refused
+  // (ResolveTarget).
+  bool sized() const override { return false; }
+
   absl::StatusOr<LayerReport> ConvertLayer(const SourceLayer& layer,
                                            LayerWeights* l) override {
     const int64_t i = layer.index, size = LayerSize(i);
