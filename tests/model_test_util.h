@@ -4,7 +4,13 @@
 
 #include <ATen/ATen.h>
 
+#include <utility>
+
+#include "gtest/gtest.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
+#include "runtime/llama_weights.h"
+#include "tests/test_paths.h"
 
 namespace lrkv::testing {
 
@@ -27,6 +33,20 @@ inline ModelConfig SmallConfig() {
   c.rope_theta = 10000;
   c.rms_norm_eps = 1e-5;
   return c;
+}
+
+// The shared stories260K model: its config and weights.
+struct StoriesModel {
+  ModelConfig config;
+  LlamaWeights weights;
+};
+
+inline StoriesModel LoadStories() {
+  auto ckpt = Checkpoint::Open(StoriesModelPath());
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  auto w = LoadLlamaWeights(**ckpt);
+  EXPECT_TRUE(w.ok()) << w.status();
+  return {(*ckpt)->config(), std::move(*w)};
 }
 
 }  // namespace lrkv::testing

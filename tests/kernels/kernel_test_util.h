@@ -1,6 +1,6 @@
 // Parameter and comparison helpers shared by the CPU and CUDA kernel tests.
-#ifndef LRKV_TESTS_KERNEL_TEST_UTIL_H_
-#define LRKV_TESTS_KERNEL_TEST_UTIL_H_
+#ifndef LRKV_TESTS_KERNELS_KERNEL_TEST_UTIL_H_
+#define LRKV_TESTS_KERNELS_KERNEL_TEST_UTIL_H_
 
 #include <algorithm>
 #include <cmath>
@@ -90,4 +90,4 @@ inline void ExpectClose(const std::vector<float>& got,
 
 }  // namespace lrkv::kernels::testing
 
-#endif  // LRKV_TESTS_KERNEL_TEST_UTIL_H_
+#endif  // LRKV_TESTS_KERNELS_KERNEL_TEST_UTIL_H_

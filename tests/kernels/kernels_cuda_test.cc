@@ -14,7 +14,7 @@
 #include "kernels/cuda/decode_bench_cuda.h"
 #include "kernels/decode_attention.h"
 #include "base/dtype.h"
-#include "tests/kernel_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace lrkv::kernels {
 namespace {

@@ -12,7 +12,7 @@
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "base/dtype.h"
-#include "tests/kernel_test_util.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace lrkv::kernels {
 namespace {

@@ -2,8 +2,8 @@
 // base/block_quant.cc's decoding, written from the layout, not from its code), so
 // that tests can write quantized GGUF files and let llama.cpp read them. Rounding is
 // plain nearest: the quality of the encoding is not what the tests measure.
-#ifndef LRKV_TESTS_GGML_QUANTIZE_H_
-#define LRKV_TESTS_GGML_QUANTIZE_H_
+#ifndef LRKV_TESTS_RUNTIME_GGML_QUANTIZE_H_
+#define LRKV_TESTS_RUNTIME_GGML_QUANTIZE_H_
 
 #include <algorithm>
 #include <cmath>
@@ -115,4 +115,4 @@ inline std::vector<uint8_t> Quantize(DType dtype, const float* x, size_t n) {
 
 }  // namespace lrkv::testing
 
-#endif  // LRKV_TESTS_GGML_QUANTIZE_H_
+#endif  // LRKV_TESTS_RUNTIME_GGML_QUANTIZE_H_

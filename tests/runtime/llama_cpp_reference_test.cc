@@ -19,7 +19,7 @@
 #include "runtime/transformer.h"
 #include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
-#include "tests/ggml_quantize.h"
+#include "tests/runtime/ggml_quantize.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
 #include "train/model_init.h"
@@ -193,7 +193,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // Quantized GGUF files (Q8_0, Q4_K, Q6_K matrices, norms in F32), encoded by the test's
-// own quantizer (tests/ggml_quantize.h) from a random 256-wide model with the stories
+// own quantizer (tests/runtime/ggml_quantize.h) from a random 256-wide model with the stories
 // tokenizer: lrkv dequantizes on load, llama.cpp reads the blocks itself. llama.cpp's
 // quantized matmuls also round the activations to 8 bits, so the two cannot agree
 // exactly; the rule (FlashAttention's, with the quantization as the plain error): the

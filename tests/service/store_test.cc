@@ -196,7 +196,7 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   ASSERT_TRUE(s->AddEvaluations("p", {{"before healing", 900, 21.8},
                                       {"after healing", 900, 5.9}})
                   .ok());
-  ComparisonRow r;
+  CompareRow r;  // the study's own row type, stored whole
   r.model = "stories260K";
   r.budget = 0.5;
   r.variant = "mla";
@@ -208,6 +208,12 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   r.variant = "lrkv";
   r.ppl_after = 4.1;
   r.kl_mean = 0.2;
+  r.heal_kept_step = 30;
+  r.verdict = "EQUIVALENT";
+  r.verify_error = 5.8e-7;
+  r.verify_bound = 1.4e-6;
+  r.step_context = 2048;
+  r.madds_per_step = 4096;
   ASSERT_TRUE(s->AddComparison("p", r).ok());
   auto conv = s->Conversions("p");
   ASSERT_TRUE(conv.ok());
@@ -222,7 +228,14 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   ASSERT_EQ(cmp->size(), 2u);
   EXPECT_EQ((*cmp)[0].variant, "lrkv");
   EXPECT_DOUBLE_EQ(*(*cmp)[0].ppl_after, 4.1);
+  EXPECT_EQ((*cmp)[0].heal_kept_step, 30);
+  EXPECT_EQ((*cmp)[0].verdict, "EQUIVALENT");
+  EXPECT_DOUBLE_EQ((*cmp)[0].verify_error, 5.8e-7);
+  EXPECT_DOUBLE_EQ((*cmp)[0].verify_bound, 1.4e-6);
+  EXPECT_EQ((*cmp)[0].step_context, 2048);
+  EXPECT_EQ((*cmp)[0].madds_per_step, 4096);
   EXPECT_FALSE((*cmp)[1].ppl_after.has_value());  // NULL stays absent
+  EXPECT_FALSE((*cmp)[1].heal_kept_step.has_value());
   ASSERT_TRUE(s->DeleteJob("p").ok());
   EXPECT_TRUE(s->Conversions("p")->empty());
   EXPECT_TRUE(s->Cache("p")->empty());

@@ -10,26 +10,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/checkpoint.h"
 #include "runtime/llama_weights.h"
 #include "surgery/converter.h"
-#include "tests/test_paths.h"
+#include "tests/model_test_util.h"
 
 namespace lrkv {
 namespace {
 
-struct Stories {
-  ModelConfig config;
-  LlamaWeights weights;
-};
-
-Stories LoadStories() {
-  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  auto w = LoadLlamaWeights(**ckpt);
-  EXPECT_TRUE(w.ok()) << w.status();
-  return {(*ckpt)->config(), std::move(*w)};
-}
+using testing::LoadStories;
+using Stories = testing::StoriesModel;
 
 TEST(KvScheme, EveryTargetHasTheSchemeWhoseConfigTheConversionWrites) {
   const Stories s = LoadStories();
@@ -54,7 +43,10 @@ TEST(KvScheme, EveryTargetHasTheSchemeWhoseConfigTheConversionWrites) {
         continue;
       }
       ++made;
-      const bool sized = v == KvVariant::kLrkv || v == KvVariant::kMla;
+      // Shared-plane LRKV has one rank for every layer.
+      const bool sized =
+          v == KvVariant::kMla ||
+          (v == KvVariant::kLrkv && mode != RopeMode::kSharedPlane);
       EXPECT_EQ((*scheme)->sized(), sized);
       EXPECT_EQ((*scheme)->target().ToString(), target->ToString());
       auto converted = ConvertModel(s.config, s.weights, o, nullptr, nullptr);

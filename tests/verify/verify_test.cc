@@ -26,18 +26,9 @@
 namespace lrkv {
 namespace {
 
-struct Model {
-  ModelConfig config;
-  LlamaWeights weights;
-};
+using Model = testing::StoriesModel;
 
-Model Stories() {
-  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  auto w = LoadLlamaWeights(**ckpt);
-  EXPECT_TRUE(w.ok()) << w.status();
-  return {(*ckpt)->config(), std::move(*w)};
-}
+Model Stories() { return testing::LoadStories(); }
 
 Model RandomQkNorm(int64_t head_dim = 64) {
   ModelConfig c = testing::SmallConfig();
