@@ -300,23 +300,8 @@ absl::StatusOr<nlohmann::json> JobRunner::RunCompare(
                                         int64_t n, const std::string& message) {
                      (void)Stage(job.id, stage, i, n, message);
                    }));
-  for (const auto& row : r.rows) {
-    ComparisonRow c;
-    c.model = row.model;
-    c.budget = row.budget;
-    c.variant = row.variant;
-    c.rope_mode = row.rope_mode;
-    c.config = row.config;
-    c.cache_ratio = row.cache_ratio;
-    c.kv_params = row.kv_params;
-    c.ppl_before = row.ppl_before;
-    c.ppl_after = row.ppl_after;
-    c.kl_mean = row.kl_mean;
-    c.verdict = row.verdict;
-    c.step_ms = row.step_ms;
-    c.step_ratio_to_mha = row.step_ratio_to_mha;
-    c.madds_per_step = row.madds_per_step;
-    RETURN_IF_ERROR(store_->AddComparison(job.id, c));
+  for (const CompareRow& row : r.rows) {
+    RETURN_IF_ERROR(store_->AddComparison(job.id, row));
   }
   std::vector<LatencyRow> latency;
   for (const auto& l : r.latency) {

@@ -96,6 +96,10 @@ absl::Status FillReportSections(Store& store, const std::string& job_id,
     row->set_step_ms(c.step_ms);
     row->set_step_ratio_to_mha(c.step_ratio_to_mha);
     row->set_madds_per_step(c.madds_per_step);
+    if (c.heal_kept_step) row->set_heal_kept_step(*c.heal_kept_step);
+    row->set_verify_error(c.verify_error);
+    row->set_verify_bound(c.verify_bound);
+    row->set_step_context(c.step_context);
   }
   return absl::OkStatus();
 }

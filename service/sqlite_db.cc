@@ -91,6 +91,10 @@ Statement& Statement::Bind(int i, const std::optional<double>& v) {
   return v ? Bind(i, *v) : BindNull(i);
 }
 
+Statement& Statement::Bind(int i, const std::optional<int64_t>& v) {
+  return v ? Bind(i, *v) : BindNull(i);
+}
+
 absl::StatusOr<bool> Statement::Step() {
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;

@@ -54,6 +54,7 @@ class Statement {
   Statement& Bind(int index, const std::string& value);
   Statement& BindNull(int index);
   Statement& Bind(int index, const std::optional<double>& value);
+  Statement& Bind(int index, const std::optional<int64_t>& value);
 
   // True while a row is available, false when done; an error otherwise.
   absl::StatusOr<bool> Step();

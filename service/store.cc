@@ -83,6 +83,14 @@ constexpr const char* kMigrations[] = {
     ALTER TABLE verification_checks ADD COLUMN bound REAL NOT NULL DEFAULT 0;
     ALTER TABLE verification_checks ADD COLUMN ratio REAL NOT NULL DEFAULT 0;
     )sql",
+    // 4: the whole study row (study/compare_row.h): the kept healing step, the
+    // verdict's error and bound, and the context the step was timed at.
+    R"sql(
+    ALTER TABLE comparison_rows ADD COLUMN heal_kept_step INTEGER;
+    ALTER TABLE comparison_rows ADD COLUMN verify_error REAL NOT NULL DEFAULT 0;
+    ALTER TABLE comparison_rows ADD COLUMN verify_bound REAL NOT NULL DEFAULT 0;
+    ALTER TABLE comparison_rows ADD COLUMN step_context INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 
 constexpr char kSelectJob[] =

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "service/sqlite_db.h"
+#include "study/compare_row.h"
 
 namespace lrkv::service {
 
@@ -109,19 +110,6 @@ struct EvaluationRow {
   double perplexity = 0;
 };
 
-// One variant at one budget of a comparison study.
-struct ComparisonRow {
-  std::string model;  // the checkpoint's label
-  double budget = 0;
-  std::string variant, rope_mode, config;
-  double cache_ratio = 0;
-  int64_t kv_params = 0;  // K/V projection parameters per layer
-  double ppl_before = 0;
-  std::optional<double> ppl_after, kl_mean;
-  std::string verdict;  // EQUIVALENT | NOT EQUIVALENT | n/a
-  double step_ms = 0, step_ratio_to_mha = 0;
-  int64_t madds_per_step = 0;
-};
 
 class Store {
  public:
@@ -130,7 +118,7 @@ class Store {
   // when there is room), given up when a job's end cannot be written for lack of space.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
                                                      int64_t reserve_bytes = 0);
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
   int schema_version() const { return version_; }
 
   absl::Status PutCheckpoint(const CheckpointRecord& c);
@@ -207,8 +195,8 @@ class Store {
   absl::StatusOr<std::vector<EvaluationRow>> Evaluations(
       const std::string& job_id);
   absl::Status AddComparison(const std::string& job_id,
-                             const ComparisonRow& row);
-  absl::StatusOr<std::vector<ComparisonRow>> Comparison(
+                             const CompareRow& row);
+  absl::StatusOr<std::vector<CompareRow>> Comparison(
       const std::string& job_id);
 
   // PRAGMA integrity_check; "ok" when healthy.

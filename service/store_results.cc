@@ -14,6 +14,11 @@ std::optional<double> NullableDouble(const Statement& s, int column) {
   return s.Double(column);
 }
 
+std::optional<int64_t> NullableInt64(const Statement& s, int column) {
+  if (s.IsNull(column)) return std::nullopt;
+  return s.Int64(column);
+}
+
 }  // namespace
 
 absl::Status Store::AddConversion(const std::string& job_id,
@@ -187,17 +192,14 @@ absl::StatusOr<std::vector<EvaluationRow>> Store::Evaluations(
   });
 }
 
-absl::Status Store::AddComparison(const std::string& job_id,
-                                  const ComparisonRow& r) {
+absl::Status Store::AddComparison(const std::string& job_id, const CompareRow& r) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
   constexpr char kSql[] =
-      "INSERT OR REPLACE INTO comparison_rows (job_id, model, budget, variant, "
-      "rope_mode, "
-      "config, cache_ratio, kv_params, ppl_before, ppl_after, kl_mean, "
-      "verdict, step_ms, "
-      "step_ratio_to_mha, madds_per_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
-      "?, ?, ?, ?, ?, ?)";
+      "INSERT OR REPLACE INTO comparison_rows (job_id, model, budget, variant, rope_mode, "
+      "config, cache_ratio, kv_params, ppl_before, ppl_after, kl_mean, heal_kept_step, "
+      "verdict, verify_error, verify_bound, step_ms, step_ratio_to_mha, step_context, "
+      "madds_per_step) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   RETURN_IF_ERROR(s.Bind(1, job_id)
                       .Bind(2, r.model)
@@ -210,27 +212,29 @@ absl::Status Store::AddComparison(const std::string& job_id,
                       .Bind(9, r.ppl_before)
                       .Bind(10, r.ppl_after)
                       .Bind(11, r.kl_mean)
-                      .Bind(12, r.verdict)
-                      .Bind(13, r.step_ms)
-                      .Bind(14, r.step_ratio_to_mha)
-                      .Bind(15, r.madds_per_step)
+                      .Bind(12, r.heal_kept_step)
+                      .Bind(13, r.verdict)
+                      .Bind(14, r.verify_error)
+                      .Bind(15, r.verify_bound)
+                      .Bind(16, r.step_ms)
+                      .Bind(17, r.step_ratio_to_mha)
+                      .Bind(18, r.step_context)
+                      .Bind(19, r.madds_per_step)
                       .Run());
   return tx->Commit();
 }
 
-absl::StatusOr<std::vector<ComparisonRow>> Store::Comparison(
-    const std::string& job_id) {
+absl::StatusOr<std::vector<CompareRow>> Store::Comparison(const std::string& job_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
   constexpr char kSql[] =
-      "SELECT model, budget, variant, rope_mode, config, cache_ratio, "
-      "kv_params, ppl_before, "
-      "ppl_after, kl_mean, verdict, step_ms, step_ratio_to_mha, madds_per_step "
-      "FROM comparison_rows WHERE job_id = ? ORDER BY model, budget, variant, "
-      "rope_mode";
+      "SELECT model, budget, variant, rope_mode, config, cache_ratio, kv_params, ppl_before, "
+      "ppl_after, kl_mean, heal_kept_step, verdict, verify_error, verify_bound, step_ms, "
+      "step_ratio_to_mha, step_context, madds_per_step FROM comparison_rows WHERE job_id = ? "
+      "ORDER BY model, budget, variant, rope_mode";
   ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
   s.Bind(1, job_id);
-  return ReadRows<ComparisonRow>(s, [](const Statement& q) {
-    ComparisonRow r;
+  return ReadRows<CompareRow>(s, [](const Statement& q) {
+    CompareRow r;
     r.model = q.Text(0);
     r.budget = q.Double(1);
     r.variant = q.Text(2);
@@ -241,10 +245,14 @@ absl::StatusOr<std::vector<ComparisonRow>> Store::Comparison(
     r.ppl_before = q.Double(7);
     r.ppl_after = NullableDouble(q, 8);
     r.kl_mean = NullableDouble(q, 9);
-    r.verdict = q.Text(10);
-    r.step_ms = q.Double(11);
-    r.step_ratio_to_mha = q.Double(12);
-    r.madds_per_step = q.Int64(13);
+    r.heal_kept_step = NullableInt64(q, 10);
+    r.verdict = q.Text(11);
+    r.verify_error = q.Double(12);
+    r.verify_bound = q.Double(13);
+    r.step_ms = q.Double(14);
+    r.step_ratio_to_mha = q.Double(15);
+    r.step_context = q.Int64(16);
+    r.madds_per_step = q.Int64(17);
     return r;
   });
 }

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "study/compare_row.h"
 #include "surgery/convert_job.h"
 
 namespace lrkv {
@@ -70,26 +71,6 @@ struct CompareJobOptions {
   std::function<bool()> should_stop;
 };
 
-struct CompareRow {
-  std::string model;
-  double budget = 0;
-  std::string variant, rope_mode, config;
-  double cache_ratio = 0;
-  int64_t kv_params = 0;
-  double ppl_before = 0;
-  std::optional<double> ppl_after, kl_mean;
-  // The healing step whose parameters were kept (0: the unhealed model), of heal_steps.
-  std::optional<int64_t> heal_kept_step;
-  std::string verdict;
-  // The verdict's numbers: the fp32 factored engine's error against the float64
-  // reference, and the error model's bound for it (0 when not applicable).
-  double verify_error = 0, verify_bound = 0;
-  // Median decode step at `step_context` tokens (the last --context), and its ratio to
-  // the source's at the same context.
-  double step_ms = 0, step_ratio_to_mha = 0;
-  int64_t step_context = 0;
-  int64_t madds_per_step = 0;
-};
 
 // Whole-model decode step time of one row (or of the source, config "mha") at
 // one context.
