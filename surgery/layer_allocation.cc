@@ -104,12 +104,13 @@ absl::StatusOr<LayerAllocation> AllocateLayerSizes(
                      scheme.Curve(layer, by_loss ? &loss : nullptr));
     out.curves.push_back(std::move(curve));
   }
+  const AttentionShape shape = ShapeOf(config);
   const int64_t budget_elements =
-      o.budget > 0 ? static_cast<int64_t>(
-                         std::floor(o.budget * config.num_layers *
-                                        SourceCacheElements(ShapeOf(config)) +
-                                    1e-9))
-                   : CacheElementsAllLayers(ShapeOf(config), scheme.target());
+      o.budget > 0
+          ? static_cast<int64_t>(std::floor(o.budget * config.num_layers *
+                                                SourceCacheElements(shape) +
+                                            1e-9))
+          : CacheElementsAllLayers(shape, scheme.target());
   const int64_t uniform = scheme.uniform_size();
   const auto cost = [&scheme](int64_t size) { return scheme.CacheCost(size); };
   ASSIGN_OR_RETURN(out.plan,

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "base/status_macros.h"
+#include "runtime/rope.h"
 #include "surgery/schemes/lrkv_scheme.h"
 #include "surgery/schemes/scheme_util.h"
 #include "surgery/shared_plane.h"
@@ -22,10 +23,7 @@ class SharedPlaneScheme final : public LrkvScheme {
   absl::StatusOr<LayerReport> ConvertLayer(const SourceLayer& layer,
                                            LayerWeights* l) override {
     const int64_t i = layer.index, size = LayerSize(i);
-    Planes planes;
-    KeyOptions(i, &planes);
-    uniform_dec_[i].reset();
-    curve_shared_[i].clear();
+    const Planes planes = HeadPlanes(Rope(source_, i));
     // K: H_kv·r/2 latent planes shared by the heads; V: the usual per-head
     // LRKV.
     absl::StatusOr<SharedPlaneDecomposition> kd;
