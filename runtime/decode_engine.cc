@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/layers.h"
 #include "runtime/engines.h"
+#include "runtime/kv_layout.h"
 
 namespace lrkv {
 
@@ -263,40 +264,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
   }
   if (mode == DecodeMode::kExpanded)
     return MakeExpandedEngine(config, weights, options);
-  switch (config.kv.layout) {
-    case KvLayout::kDense:
-      return absl::InvalidArgumentError(
-          absl::StrCat("mode ", DecodeModeName(mode),
-                       " needs a factored (LRKV or MLA) model; a dense ",
-                       "model decodes with the expanded engine only"));
-    case KvLayout::kMla: {
-      const DecodeMode own =
-          config.kv.DecoupledRope() ? DecodeMode::kPartial : DecodeMode::kReconstruct;
-      if (mode != own) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "mode ", DecodeModeName(mode), " does not apply to ",
-            config.kv.DecoupledRope()
-                ? "MLA with decoupled RoPE (it decodes in partial mode: the latent and "
-                  "the shared rotated key, absorbed)"
-                : "MLA (exact MLA decoding with RoPE is reconstruct)"));
-      }
-      return MakeMlaEngine(config, weights, own, options);
-    }
-    case KvLayout::kLrkv:
-      // A shared-plane model's K latents are shared by the heads: it decodes in its
-      // own mode only (and only it decodes in that mode).
-      if ((config.kv.rope_mode == RopeMode::kSharedPlane) != (mode == DecodeMode::kSharedPlane)) {
-        return absl::InvalidArgumentError(
-            mode == DecodeMode::kSharedPlane
-                ? "shared-plane mode needs a model converted with --rope-mode shared-plane"
-                : absl::StrCat("mode ", DecodeModeName(mode),
-                               " does not apply to a shared-plane LRKV model (its K latents "
-                               "are shared by the heads; it decodes in shared-plane mode)"));
-      }
-      if (mode == DecodeMode::kSharedPlane) return MakeSharedPlaneEngine(config, weights, options);
-      return MakeLrkvEngine(config, weights, mode, options);
-  }
-  return absl::InternalError("unknown layout");
+  return KvLayoutTypeOf(config.kv.layout).MakeEngine(config, weights, mode, options);
 }
 
 }  // namespace lrkv

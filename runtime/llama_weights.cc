@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/deepseek_layout.h"
+#include "runtime/kv_layout.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "base/status_macros.h"
@@ -18,10 +19,6 @@ namespace lrkv {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string LayerName(int64_t i, const char* rest) {
-  return absl::StrCat("model.layers.", i, ".", rest);
-}
 
 // Calls `fn(name, tensor*)` for every tensor slot `config` uses, in file order.
 void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
@@ -33,86 +30,26 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
   w->layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[i];
-    if (!c.post_norm) fn(LayerName(i, "input_layernorm.weight"), &l.attn_norm, {d});
-    if (!c.deepseek_layout) fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
-    if (c.qkv_bias) fn(LayerName(i, "self_attn.q_proj.bias"), &l.bq, {q});
-    switch (c.kv.layout) {
-      case KvLayout::kDense:
-        fn(LayerName(i, "self_attn.k_proj.weight"), &l.wk, {kv, d});
-        fn(LayerName(i, "self_attn.v_proj.weight"), &l.wv, {kv, d});
-        if (c.qkv_bias) {
-          fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
-          fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
-        }
-        break;
-      case KvLayout::kLrkv: {
-        const int64_t r = c.kv.RankAt(i), hkv = c.num_kv_heads, dh = c.head_dim;
-        for (auto [p, lr] : {std::pair{"k", &l.k_lr}, {"v", &l.v_lr}}) {
-          const std::string base = absl::StrCat("self_attn.", p);
-          // Shared-plane K: its H_kv·r latents are shared by every head.
-          const int64_t up_cols =
-              c.kv.rope_mode == RopeMode::kSharedPlane && lr == &l.k_lr ? hkv * r : r;
-          fn(LayerName(i, (base + "_shared.weight").c_str()), &lr->shared,
-             {dh, d});
-          fn(LayerName(i, (base + "_down.weight").c_str()), &lr->down,
-             {hkv * r, d});
-          fn(LayerName(i, (base + "_up.weight").c_str()), &lr->up,
-             {hkv, dh, up_cols});
-          if (c.qkv_bias) {
-            fn(LayerName(i, (base + "_shared.bias").c_str()), &lr->shared_bias,
-               {dh});
-            fn(LayerName(i, (base + "_head_bias").c_str()), &lr->head_bias,
-               {kv});
-          }
-        }
-        break;
-      }
-      case KvLayout::kMla:
-        if (c.deepseek_layout) {
-          // DeepSeek-V3's fused tensors, held in wq, kv_down and k_up until
-          // UnfuseDeepseekAttention splits them (deepseek_layout.h).
-          const int64_t w = c.kv.RopeWidth(), dc = c.kv.LatentAt(i);
-          fn(LayerName(i, "self_attn.q_proj.weight"), &l.wq, {c.num_heads * (c.head_dim + w), d});
-          fn(LayerName(i, "self_attn.kv_a_proj_with_mqa.weight"), &l.kv_down, {dc + w, d});
-          fn(LayerName(i, "self_attn.kv_b_proj.weight"), &l.k_up,
-             {c.num_heads * 2 * c.head_dim, dc});
-          break;
-        }
-        fn(LayerName(i, "self_attn.kv_down.weight"), &l.kv_down,
-           {c.kv.LatentAt(i), d});
-        fn(LayerName(i, "self_attn.k_up.weight"), &l.k_up, {kv, c.kv.LatentAt(i)});
-        fn(LayerName(i, "self_attn.v_up.weight"), &l.v_up, {kv, c.kv.LatentAt(i)});
-        if (c.qkv_bias) {
-          fn(LayerName(i, "self_attn.k_proj.bias"), &l.bk, {kv});
-          fn(LayerName(i, "self_attn.v_proj.bias"), &l.bv, {kv});
-        }
-        if (c.kv.DecoupledRope()) {
-          const int64_t w = c.kv.RopeWidth();
-          fn(LayerName(i, "self_attn.k_rope.weight"), &l.k_rope, {w, d});
-          fn(LayerName(i, "self_attn.q_rope.weight"), &l.q_rope, {c.num_heads * w, d});
-          if (c.qkv_bias) {
-            fn(LayerName(i, "self_attn.k_rope.bias"), &l.bk_rope, {w});
-            fn(LayerName(i, "self_attn.q_rope.bias"), &l.bq_rope, {c.num_heads * w});
-          }
-        }
-        break;
-    }
+    if (!c.post_norm) fn(LayerTensorName(i, "input_layernorm.weight"), &l.attn_norm, {d});
+    if (!c.deepseek_layout) fn(LayerTensorName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
+    if (c.qkv_bias) fn(LayerTensorName(i, "self_attn.q_proj.bias"), &l.bq, {q});
+    KvLayoutTypeOf(c.kv.layout).ForEachKvSlot(c, i, l, fn);
     if (c.qk_norm) {
       const int64_t qn = c.qk_norm_over_heads ? q : c.head_dim,
                     kn = c.qk_norm_over_heads ? kv : c.head_dim;
-      fn(LayerName(i, "self_attn.q_norm.weight"), &l.q_norm, {qn});
-      fn(LayerName(i, "self_attn.k_norm.weight"), &l.k_norm, {kn});
+      fn(LayerTensorName(i, "self_attn.q_norm.weight"), &l.q_norm, {qn});
+      fn(LayerTensorName(i, "self_attn.k_norm.weight"), &l.k_norm, {kn});
     }
-    fn(LayerName(i, "self_attn.o_proj.weight"), &l.wo, {d, q});
+    fn(LayerTensorName(i, "self_attn.o_proj.weight"), &l.wo, {d, q});
     if (c.post_norm) {  // OLMo-2: norms of the block outputs
-      fn(LayerName(i, "post_attention_layernorm.weight"), &l.attn_norm, {d});
-      fn(LayerName(i, "post_feedforward_layernorm.weight"), &l.ffn_norm, {d});
+      fn(LayerTensorName(i, "post_attention_layernorm.weight"), &l.attn_norm, {d});
+      fn(LayerTensorName(i, "post_feedforward_layernorm.weight"), &l.ffn_norm, {d});
     } else {
-      fn(LayerName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
+      fn(LayerTensorName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
     }
-    fn(LayerName(i, "mlp.gate_proj.weight"), &l.w_gate, {ff, d});
-    fn(LayerName(i, "mlp.up_proj.weight"), &l.w_up, {ff, d});
-    fn(LayerName(i, "mlp.down_proj.weight"), &l.w_down, {d, ff});
+    fn(LayerTensorName(i, "mlp.gate_proj.weight"), &l.w_gate, {ff, d});
+    fn(LayerTensorName(i, "mlp.up_proj.weight"), &l.w_up, {ff, d});
+    fn(LayerTensorName(i, "mlp.down_proj.weight"), &l.w_down, {d, ff});
   }
   fn("model.norm.weight", &w->final_norm, {d});
   if (!c.tie_word_embeddings)
@@ -420,47 +357,7 @@ LlamaWeights ForCompute(const LlamaWeights& w, at::ScalarType dtype) {
 }
 
 DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
-  DenseKv out;
-  const int64_t hkv = c.num_kv_heads, dh = c.head_dim;
-  switch (c.kv.layout) {
-    case KvLayout::kDense:
-      out = {l.wk, l.bk, l.wv, l.bv};
-      break;
-    case KvLayout::kLrkv: {
-      auto expand = [&](const LowRankProjection& p, at::Tensor* w,
-                        at::Tensor* b) {
-        const int64_t d = p.shared.size(1), r = p.up.size(2);
-        // W_hᵀ = Sᵀ + B_h U_hᵀ for every head at once: [Hkv, dh, r] @ [Hkv, r,
-        // d], in float64 and rounded once: the shared and residual parts can be
-        // large and cancel (healing grows both), and the expanded weights are
-        // the reference the factored engines are checked against.
-        const auto f64 = at::kDouble;
-        // Per-head latents [Hkv, r, d], or (shared-plane K) one set every head reads.
-        const bool shared = p.down.size(0) == r;
-        auto residual = shared ? at::matmul(p.up.to(f64), p.down.to(f64))
-                               : at::matmul(p.up.to(f64), p.down.view({hkv, r, d}).to(f64));
-        *w = (p.shared.to(f64).unsqueeze(0) + residual)
-                 .reshape({hkv * dh, d})
-                 .to(p.shared.scalar_type());
-        if (p.shared_bias.defined()) {
-          *b = (p.shared_bias.unsqueeze(0) + p.head_bias.view({hkv, dh}))
-                   .reshape({-1});
-        }
-      };
-      expand(l.k_lr, &out.wk, &out.bk);
-      expand(l.v_lr, &out.wv, &out.bv);
-      break;
-    }
-    case KvLayout::kMla:
-      out.wk = at::matmul(l.k_up, l.kv_down);
-      out.wv = at::matmul(l.v_up, l.kv_down);
-      out.bk = l.bk;
-      out.bv = l.bv;
-      out.wk_rope = l.k_rope;
-      out.bk_rope = l.bk_rope;
-      break;
-  }
-  return out;
+  return KvLayoutTypeOf(c.kv.layout).Expand(c, l);
 }
 
 namespace {

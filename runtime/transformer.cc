@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/kv_layout.h"
 #include "runtime/layer_checkpoint.h"
 #include "runtime/layers.h"
 
@@ -23,27 +24,7 @@ absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Create(ModelConfig con
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     const LayerWeights& l = weights.layers[i];
     const int64_t layer = static_cast<int64_t>(i);
-    bool kv_ok = false;
-    switch (config.kv.layout) {
-      case KvLayout::kDense:
-        kv_ok = l.wk.defined() && l.wk.size(0) == config.num_kv_heads * config.head_dim;
-        break;
-      case KvLayout::kLrkv:
-        kv_ok = l.k_lr.up.defined() && l.v_lr.up.defined() &&
-                l.k_lr.up.size(2) == (config.kv.rope_mode == RopeMode::kSharedPlane
-                                          ? config.num_kv_heads * config.kv.RankAt(layer)
-                                          : config.kv.RankAt(layer)) &&
-                l.v_lr.up.size(2) == config.kv.RankAt(layer);
-        break;
-      case KvLayout::kMla:
-        kv_ok = l.kv_down.defined() && l.kv_down.size(0) == config.kv.LatentAt(layer);
-        break;
-    }
-    if (config.kv.DecoupledRope()) {
-      const int64_t w = config.kv.RopeWidth();
-      kv_ok = kv_ok && l.k_rope.defined() && l.k_rope.size(0) == w && l.q_rope.defined() &&
-              l.q_rope.size(0) == config.num_heads * w;
-    }
+    const bool kv_ok = KvLayoutTypeOf(config.kv.layout).WeightsMatch(config, layer, l);
     if (!kv_ok || l.wq.size(0) != config.num_heads * config.head_dim ||
         config.qk_norm != l.q_norm.defined() || config.qkv_bias != l.bq.defined()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -72,36 +53,7 @@ void Transformer::ProjectQkv(int64_t layer, const LayerWeights& l, const at::Ten
   const auto& linear = Linear;
   auto qp = linear(x, l.wq, l.bq).view({b, t, config_.num_heads, dh});
   at::Tensor kp, vp;
-  switch (config_.kv.layout) {
-    case KvLayout::kDense:
-      kp = linear(x, l.wk, l.bk);
-      vp = linear(x, l.wv, l.bv);
-      break;
-    case KvLayout::kLrkv: {
-      // Expanded from the factors (differentiable in S, U, B): k_h = x S + (x U_h) B_hᵀ.
-      const int64_t r = config_.kv.RankAt(layer);
-      auto project = [&](const LowRankProjection& p) {
-        auto shared = linear(x, p.shared, p.shared_bias).unsqueeze(2);  // [B,T,1,dh]
-        // Shared-plane K: one set of latents that every head reads (up [Hkv, dh, Hkv·r]).
-        const bool one_set = p.down.size(0) == p.up.size(2) && hkv > 1;
-        auto z = Linear(x, p.down);
-        auto out = one_set ? shared + at::einsum("btr,hdr->bthd", {z, AsDtypeOf(p.up, z)})
-                           : shared + at::einsum("bthr,hdr->bthd",
-                                                 {z.view({b, t, hkv, r}), AsDtypeOf(p.up, z)});
-        if (p.head_bias.defined()) out = out + p.head_bias.view({hkv, dh});
-        return out;
-      };
-      kp = project(l.k_lr);
-      vp = project(l.v_lr);
-      break;
-    }
-    case KvLayout::kMla: {
-      auto c = Linear(x, l.kv_down);
-      kp = linear(c, l.k_up, l.bk);
-      vp = linear(c, l.v_up, l.bv);
-      break;
-    }
-  }
+  KvLayoutTypeOf(config_.kv.layout).ProjectKv(config_, layer, l, x, &kp, &vp);
   kp = kp.reshape({b, t, hkv, dh});
   *v = vp.reshape({b, t, hkv, dh});
   if (config_.kv.DecoupledRope()) {
