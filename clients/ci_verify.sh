@@ -10,7 +10,7 @@ checkpoint=$(realpath "$1")
 # repository).
 junit=$(realpath -m "${2:-lrkv-verify.xml}")
 cd "$(dirname "$0")/.."
-default_params='{"rope_modes": ["all"], "dtype": "both"}'
+default_params='{"rope_mode": ["all"], "dtype": "both"}'
 params="${3:-$default_params}"
 source clients/lrkvd_local.sh
 start_lrkvd "$(dirname "$checkpoint")"

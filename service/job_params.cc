@@ -10,6 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "study/compare_options_schema.h"
+#include "surgery/convert_options_schema.h"
+#include "train/heal_options_schema.h"
+#include "verify/verify_options_schema.h"
 
 namespace lrkv::service {
 namespace {
@@ -19,13 +23,6 @@ using nlohmann::json;
 absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
 }
-
-// The names a heal job's params_json may use (the `lrkv heal` options).
-const std::set<std::string> kHealParams = {
-    "teacher",   "data",  "data_range",  "eval",       "eval_range", "steps",
-    "batch",     "accum", "seq_len",     "lr",         "warmup",     "clip",
-    "trainable", "loss",  "temperature", "eval_every", "seed",      "activation_checkpointing",
-    "keep_best"};
 
 // InvalidArgument naming the first key of object `j` that is not in `known`.
 absl::Status CheckKnownKeys(const json& j, const std::set<std::string>& known,
@@ -39,8 +36,10 @@ absl::Status CheckKnownKeys(const json& j, const std::set<std::string>& known,
   return absl::OkStatus();
 }
 
+// params_json as an object, without the record of the configuration file it came from;
+// the names are checked by `known` when given, else by the kind's option schema.
 absl::StatusOr<json> ParseObject(const std::string& text,
-                                 const std::set<std::string>& known) {
+                                 const std::set<std::string>& known = {}) {
   ASSIGN_OR_RETURN(json j, ParseParamsJson(text));
   if (!j.is_object()) return Invalid("params_json must be a JSON object");
   // The configuration file the parameters came from (`lrkv compare -f study.yaml`), kept
@@ -52,7 +51,7 @@ absl::StatusOr<json> ParseObject(const std::string& text,
     }
     j.erase(it);
   }
-  RETURN_IF_ERROR(CheckKnownKeys(j, known, "params_json: "));
+  if (!known.empty()) RETURN_IF_ERROR(CheckKnownKeys(j, known, "params_json: "));
   return j;
 }
 
@@ -97,114 +96,34 @@ absl::Status Read(const json& j, const char* key, T* out) {
 absl::StatusOr<ConvertJobOptions> ParseConvertParams(
     const std::string& text, const std::string& checkpoint,
     const std::string& out_dir) {
-  ASSIGN_OR_RETURN(
-      json j,
-      ParseObject(text, {"variant", "rank", "kv_heads", "latent", "budget",
-                         "metric", "rope_mode", "rope_planes", "iters",
-                         "tol", "damping", "allocation", "allocation_objective",
-                         "allocation_tokens", "calib", "calib_range", "calib_tokens",
-                         "eval", "eval_range", "expand", "weight_dtype", "max_shard_size"}));
-  ConvertJobOptions o;
-  o.checkpoint = checkpoint;
-  o.out_dir = out_dir;
-  std::string variant = "lrkv", metric = "weight", mode = "reconstruct";
-  std::string calib_range = "0:1", eval_range = "0:1";
-  ConversionOptions& c = o.conversion;
-  RETURN_IF_ERROR(Read(j, "variant", &variant));
-  RETURN_IF_ERROR(Read(j, "rank", &c.rank));
-  RETURN_IF_ERROR(Read(j, "kv_heads", &c.kv_heads));
-  RETURN_IF_ERROR(Read(j, "latent", &c.latent));
-  RETURN_IF_ERROR(Read(j, "budget", &c.budget));
-  RETURN_IF_ERROR(Read(j, "metric", &metric));
-  RETURN_IF_ERROR(Read(j, "rope_mode", &mode));
-  RETURN_IF_ERROR(Read(j, "rope_planes", &c.rope_planes_kept));
-  RETURN_IF_ERROR(Read(j, "iters", &c.max_iters));
-  RETURN_IF_ERROR(Read(j, "tol", &c.tol));
-  std::string allocation = "uniform";
-  RETURN_IF_ERROR(Read(j, "allocation", &allocation));
-  ASSIGN_OR_RETURN(c.allocation, ParseSizeAllocation(allocation));
-  std::string objective = "auto";
-  RETURN_IF_ERROR(Read(j, "allocation_objective", &objective));
-  ASSIGN_OR_RETURN(c.allocation_objective, ParseAllocationObjective(objective));
-  RETURN_IF_ERROR(Read(j, "allocation_tokens", &o.allocation_tokens));
-  RETURN_IF_ERROR(Read(j, "damping", &c.damping));
-  RETURN_IF_ERROR(Read(j, "calib", &o.calib_path));
-  RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));
-  RETURN_IF_ERROR(Read(j, "calib_tokens", &o.calib_tokens));
-  RETURN_IF_ERROR(Read(j, "eval", &o.eval_path));
-  RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
-  RETURN_IF_ERROR(Read(j, "expand", &o.expand));
-  RETURN_IF_ERROR(Read(j, "weight_dtype", &o.weight_dtype));
-  RETURN_IF_ERROR(Read(j, "max_shard_size", &o.max_shard_bytes));
-  ASSIGN_OR_RETURN(c.variant, ParseKvVariant(variant));
-  ASSIGN_OR_RETURN(c.metric, ParseSurgeryMetric(metric));
-  ASSIGN_OR_RETURN(c.rope_mode, ParseRopeMode(mode));
-  ASSIGN_OR_RETURN(o.calib_range, ParseDocumentRange(calib_range));
-  ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
-  return o;
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  ConvertJobOptions base;
+  base.checkpoint = checkpoint;
+  base.out_dir = out_dir;
+  return ConvertOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
 }
 
 absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
     const std::string& text, const std::string& checkpoint) {
-  ASSIGN_OR_RETURN(
-      json j,
-      ParseObject(text, {"source", "rope_modes", "prompt_tokens",
-                         "decode_tokens", "dtype", "text", "fidelity_tokens"}));
-  VerifyJobOptions o;
-  o.checkpoint = checkpoint;
-  RETURN_IF_ERROR(Read(j, "source", &o.source));
-  RETURN_IF_ERROR(Read(j, "rope_modes", &o.modes));
-  RETURN_IF_ERROR(Read(j, "prompt_tokens", &o.prompt_tokens));
-  RETURN_IF_ERROR(Read(j, "decode_tokens", &o.decode_tokens));
-  RETURN_IF_ERROR(Read(j, "dtype", &o.dtype));
-  RETURN_IF_ERROR(Read(j, "text", &o.text));
-  RETURN_IF_ERROR(Read(j, "fidelity_tokens", &o.fidelity_tokens));
-  return o;
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  VerifyJobOptions base;
+  base.checkpoint = checkpoint;
+  return VerifyOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
 }
 
 absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
                                                const std::string& checkpoint,
                                                const std::string& out_dir) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, kHealParams));
-  HealJobOptions o;
-  o.checkpoint = checkpoint;
-  o.out_dir = out_dir;
-  std::string data_range = "0:1", eval_range = "0:1", trainable = "kv",
-              loss = "kd";
-  HealOptions& h = o.heal;
-  RETURN_IF_ERROR(Read(j, "data", &o.data));
-  RETURN_IF_ERROR(Read(j, "data_range", &data_range));
-  RETURN_IF_ERROR(Read(j, "eval", &o.eval));
-  RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
-  RETURN_IF_ERROR(Read(j, "steps", &h.steps));
-  RETURN_IF_ERROR(Read(j, "batch", &h.batch));
-  RETURN_IF_ERROR(Read(j, "accum", &h.grad_accum));
-  RETURN_IF_ERROR(Read(j, "seq_len", &o.seq_len));
-  RETURN_IF_ERROR(Read(j, "lr", &h.lr));
-  RETURN_IF_ERROR(Read(j, "warmup", &h.warmup));
-  RETURN_IF_ERROR(Read(j, "clip", &h.clip));
-  RETURN_IF_ERROR(Read(j, "trainable", &trainable));
-  RETURN_IF_ERROR(Read(j, "loss", &loss));
-  RETURN_IF_ERROR(Read(j, "temperature", &h.temperature));
-  RETURN_IF_ERROR(Read(j, "eval_every", &h.eval_every));
-  RETURN_IF_ERROR(Read(j, "keep_best", &h.keep_best));
-  RETURN_IF_ERROR(Read(j, "activation_checkpointing", &h.activation_checkpointing));
-  RETURN_IF_ERROR(Read(j, "seed", &h.seed));
-  if (o.data.empty())
-    return Invalid("params_json: 'data' (training text) is required");
-  ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
-  ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
-  ASSIGN_OR_RETURN(h.trainable, ParseTrainableSet(trainable));
-  ASSIGN_OR_RETURN(h.loss, ParseHealLoss(loss));
-  RETURN_IF_ERROR(h.Validate());
-  return o;
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  HealJobOptions base;
+  base.checkpoint = checkpoint;
+  base.out_dir = out_dir;
+  return HealOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
 }
 
 absl::StatusOr<std::string> HealTeacherId(const std::string& text) {
-  ASSIGN_OR_RETURN(json j, ParseObject(text, kHealParams));
-  std::string id;
-  RETURN_IF_ERROR(Read(j, "teacher", &id));
-  return id;
+  ASSIGN_OR_RETURN(HealJobOptions o, ParseHealParams(text, "", ""));
+  return o.teacher;
 }
 
 absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
@@ -303,79 +222,11 @@ absl::StatusOr<kernels::DecodeBenchOptions> ParseBenchParams(
 absl::StatusOr<CompareJobOptions> ParseCompareParams(
     const std::string& text, const std::string& checkpoint,
     const std::string& work_dir) {
-  ASSIGN_OR_RETURN(
-      json j, ParseObject(text, {"label", "budget", "variants", "rope_mode",
-                                 "calib", "calib_range", "heal_steps", "data",
-                                 "data_range", "heal_batch", "heal_seq_len",
-                                 "heal_lr", "heal_warmup", "eval", "eval_range",
-                                 "kl_tokens", "context", "timed_tokens", "allocation"}));
-  CompareJobOptions o;
-  o.checkpoint = checkpoint;
-  o.work_dir = work_dir;
-  std::string calib_range = "0:1", data_range = "0:1", eval_range = "0:1";
-  RETURN_IF_ERROR(Read(j, "label", &o.label));
-  RETURN_IF_ERROR(Read(j, "budget", &o.budgets));
-  RETURN_IF_ERROR(Read(j, "variants", &o.variants));
-  RETURN_IF_ERROR(Read(j, "rope_mode", &o.rope_modes));
-  RETURN_IF_ERROR(Read(j, "calib", &o.calib));
-  RETURN_IF_ERROR(Read(j, "calib_range", &calib_range));
-  RETURN_IF_ERROR(Read(j, "heal_steps", &o.heal_steps));
-  RETURN_IF_ERROR(Read(j, "data", &o.data));
-  RETURN_IF_ERROR(Read(j, "data_range", &data_range));
-  RETURN_IF_ERROR(Read(j, "heal_batch", &o.heal_batch));
-  RETURN_IF_ERROR(Read(j, "heal_seq_len", &o.heal_seq_len));
-  RETURN_IF_ERROR(Read(j, "heal_lr", &o.heal_lr));
-  RETURN_IF_ERROR(Read(j, "heal_warmup", &o.heal_warmup));
-  RETURN_IF_ERROR(Read(j, "eval", &o.eval));
-  RETURN_IF_ERROR(Read(j, "eval_range", &eval_range));
-  RETURN_IF_ERROR(Read(j, "kl_tokens", &o.kl_tokens));
-  RETURN_IF_ERROR(Read(j, "context", &o.contexts));
-  RETURN_IF_ERROR(Read(j, "timed_tokens", &o.timed_tokens));
-  std::string allocation = "uniform";
-  RETURN_IF_ERROR(Read(j, "allocation", &allocation));
-  ASSIGN_OR_RETURN(o.allocation, ParseSizeAllocation(allocation));
-  ASSIGN_OR_RETURN(o.calib_range, ParseDocumentRange(calib_range));
-  ASSIGN_OR_RETURN(o.data_range, ParseDocumentRange(data_range));
-  ASSIGN_OR_RETURN(o.eval_range, ParseDocumentRange(eval_range));
-  if (o.eval.empty())
-    return Invalid("params_json: 'eval' (held-out text) is required");
-  if (o.budgets.empty()) return Invalid("params_json: 'budget' lists no budget");
-  for (double b : o.budgets) {
-    if (!(b > 0 && b <= 1)) {
-      return Invalid(absl::StrCat("params_json: 'budget' ", b, " must lie in (0, 1]"));
-    }
-  }
-  if (o.variants.empty()) return Invalid("params_json: 'variants' lists no variant");
-  for (const auto& v : o.variants) {
-    if (v != "gqa" && v != "mqa" && v != "mla" && v != "lrkv") {
-      return Invalid(absl::StrCat("params_json: variant '", v, "' must be gqa, mqa, mla or lrkv"));
-    }
-  }
-  for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct" && m != "partial" && m != "shared-plane") {
-      return Invalid(absl::StrCat("params_json: rope_mode '", m,
-                                  "' must be plane, reconstruct, partial or shared-plane"));
-    }
-  }
-  auto in_range = [](const char* key, int64_t v, int64_t lo, int64_t hi) {
-    return v < lo || v > hi ? Invalid(absl::StrCat("params_json: '", key, "' ", v,
-                                                   " must lie in [", lo, ", ", hi, "]"))
-                            : absl::OkStatus();
-  };
-  RETURN_IF_ERROR(in_range("heal_steps", o.heal_steps, 0, 1'000'000));
-  RETURN_IF_ERROR(in_range("heal_batch", o.heal_batch, 1, 65536));
-  RETURN_IF_ERROR(in_range("heal_seq_len", o.heal_seq_len, 2, 1 << 20));
-  RETURN_IF_ERROR(in_range("heal_warmup", o.heal_warmup, 0, 1'000'000));
-  RETURN_IF_ERROR(in_range("kl_tokens", o.kl_tokens, 1, 1 << 24));
-  RETURN_IF_ERROR(in_range("timed_tokens", o.timed_tokens, 1, 100'000));
-  for (int64_t c : o.contexts) RETURN_IF_ERROR(in_range("context", c, 1, 1 << 20));
-  if (o.heal_steps > 0 && o.data.empty()) {
-    return Invalid("params_json: 'heal_steps' > 0 needs 'data' (training text)");
-  }
-  if (!(o.heal_lr > 0 && o.heal_lr <= 1)) {
-    return Invalid(absl::StrCat("params_json: 'heal_lr' ", o.heal_lr, " must lie in (0, 1]"));
-  }
-  return o;
+  ASSIGN_OR_RETURN(json j, ParseObject(text));
+  CompareJobOptions base;
+  base.checkpoint = checkpoint;
+  base.work_dir = work_dir;
+  return CompareOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
 }
 
 }  // namespace lrkv::service

@@ -18,18 +18,22 @@
 #include "clients/cli/commands.h"
 #include "nlohmann/json.hpp"
 #include "clients/cli/remote.h"
+#include "clients/cli/schema_flags.h"
 #include "train/heal_job.h"
+#include "train/heal_options_schema.h"
 #include "train/model_init.h"
 
 namespace lrkv::cli {
 namespace {
 
+// heal's options: the schema's flags, the checkpoint and output, and this machine's
+// processes and event file.
 struct HealArgs {
-  HealJobOptions job;
+  std::string checkpoint, out_dir;
+  std::shared_ptr<SchemaFlags> flags;
   int nproc = 1;
-  std::string trainable = "kv", loss = "kd", data_range = "0:1",
-              eval_range = "0:1";
   std::string events_path;
+  HealJobOptions job;  // parsed from the flags by RunHeal
 };
 
 // A TCP port that was free a moment ago, for the rendezvous.
@@ -93,20 +97,13 @@ std::vector<pid_t> SpawnRanks(int n, int port) {
 }
 
 int RunHeal(HealArgs a) {
-  if (a.job.out_dir.empty())
-    return Fail(absl::InvalidArgumentError("--out is required"));
-  auto trainable = ParseTrainableSet(a.trainable);
-  if (!trainable.ok()) return Fail(trainable.status());
-  auto loss = ParseHealLoss(a.loss);
-  if (!loss.ok()) return Fail(loss.status());
-  auto dr = ParseDocumentRange(a.data_range);
-  if (!dr.ok()) return Fail(dr.status());
-  auto er = ParseDocumentRange(a.eval_range);
-  if (!er.ok()) return Fail(er.status());
-  a.job.heal.trainable = *trainable;
-  a.job.heal.loss = *loss;
-  a.job.data_range = *dr;
-  a.job.eval_range = *er;
+  if (a.out_dir.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
+  HealJobOptions base;
+  base.checkpoint = a.checkpoint;
+  base.out_dir = a.out_dir;
+  auto job = ParseFlags(*a.flags, HealOptionSchema(), std::move(base));
+  if (!job.ok()) return Fail(job.status());
+  a.job = *std::move(job);
   std::vector<pid_t> children;
   if (a.nproc > 1) {
     if (a.nproc > 64)
@@ -284,71 +281,16 @@ void AddHealCommands(CLI::App& app, int* exit_code) {
   auto h = std::make_shared<HealArgs>();
   auto* cmd =
       app.add_subcommand("heal", "Continued training of a converted model");
-  HealOptions& o = h->job.heal;
-  cmd->add_option("--checkpoint", h->job.checkpoint, "Converted checkpoint")
-      ->required();
-  cmd->add_option("--teacher", h->job.teacher, "Source model (for kd losses)");
-  cmd->add_option("--max-memory", h->job.memory_limit_bytes,
-                  "Memory the heal may use (8GiB, 500MB, bytes; default: the machine's); "
-                  "a heal estimated above it is refused before it starts")
-      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true));
-  cmd->add_option("--data", h->job.data,
-                  "Training text, or a .u16/.u32 token file")
-      ->required();
-  cmd->add_option("--data-range", h->data_range,
-                  "Documents of --data to use, A:B");
-  cmd->add_option("--eval", h->job.eval, "Held-out text");
-  cmd->add_option("--eval-range", h->eval_range,
-                  "Documents of --eval to use, A:B");
-  cmd->add_option("--steps", o.steps, "Optimiser steps")->required();
-  cmd->add_option("--batch", o.batch, "Rows per micro-batch");
-  cmd->add_option("--accum", o.grad_accum, "Micro-batches per step");
-  cmd->add_option("--seq-len", h->job.seq_len, "Tokens per row");
-  cmd->add_option("--lr", o.lr, "Peak learning rate");
-  cmd->add_option("--warmup", o.warmup, "Warmup steps");
-  cmd->add_option("--weight-decay", o.weight_decay, "AdamW weight decay");
-  cmd->add_option("--clip", o.clip, "Gradient-norm clip (0: none)");
-  cmd->add_option("--trainable", h->trainable, "kv | attn | all");
-  cmd->add_option("--loss", h->loss, "kd | lm | kd+lm");
-  cmd->add_option("--temperature", o.temperature, "Distillation temperature");
-  cmd->add_option("--eval-every", o.eval_every, "Evaluate every N steps");
-  cmd->add_flag("--keep-best,!--no-keep-best", o.keep_best,
-                "On by default: end with the parameters of the best evaluation (the "
-                "unhealed model included), judged on a tenth of --data's rows held out "
-                "from training; --no-keep-best ends with the last step's");
-  cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
-                "Keep one layer's activations, recompute the rest in the backward pass "
-                "(less memory, ~1/3 more compute; CPU)");
-  cmd->add_option("--checkpoint-every", o.checkpoint_every,
-                  "Trainer checkpoint every N steps");
-  cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
-                  "Where trainer checkpoints go");
-  cmd->add_option("--resume", h->job.resume,
-                  "Resume from a trainer checkpoint folder");
-  cmd->add_option("--seed", o.seed, "Seed of the data order");
-  cmd->add_option("--device", o.device,
-                  "auto | cpu | cuda (bf16 autocast on CUDA)");
+  cmd->add_option("--checkpoint", h->checkpoint, "Converted checkpoint")->required();
+  h->flags = AddSchemaFlags(cmd, HealOptionSchema());
   cmd->add_option("--nproc", h->nproc,
                   "Data-parallel processes on this machine (Gloo)");
-  cmd->add_option("--process-rank", h->job.distributed.rank,
-                  "This process's rank in a multi-machine run (not convert's LRKV --rank)");
-  cmd->add_option("--world-size", h->job.distributed.world_size,
-                  "Processes in the run");
-  cmd->add_option("--master-addr", h->job.distributed.master_addr,
-                  "Rendezvous host");
-  cmd->add_option("--master-port", h->job.distributed.master_port,
-                  "Rendezvous port");
   cmd->add_option("--events", h->events_path,
                   "Write one JSON line per step/eval");
-  cmd->add_option("--out", h->job.out_dir,
+  cmd->add_option("--out", h->out_dir,
                   "Output folder (must not exist); with --server the healed checkpoint is "
                   "downloaded there");
-  RemoteSpec spec;
-  spec.kind = "heal";
-  spec.skip = {"nproc",          "process-rank",   "world-size",  "master-addr",
-               "master-port",    "events", "device",      "checkpoint-every",
-               "checkpoint-dir", "resume", "weight-decay"};
-  auto remote = RemoteJob::Attach(cmd, spec);
+  auto remote = RemoteJob::Attach(cmd, {"heal", h->flags});
   cmd->callback([h, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunHeal(*h);
   });

@@ -40,6 +40,80 @@ CLI::Option* Find(CLI::App* cmd, const std::string& name) {
   return nullptr;
 }
 
+// The job's parameters from the command's schema flags; a string in *out is a usage
+// error (an option a job does not take).
+grpc::Status SchemaParams(CLI::App* cmd, const RemoteSpec& spec, v1::Lrkv::Stub& stub,
+                          nlohmann::json* out) {
+  // What only a local run can take is refused, not silently dropped.
+  for (CLI::Option* o : cmd->get_options()) {
+    const std::string name = o->get_single_name();
+    if (o->count() == 0 || kNotParams.count(name) || spec.flags->Owns(o)) continue;
+    *out = "--" + name + " applies to a local `lrkv " + spec.flags->command() +
+           "` only, not to a job on lrkvd";
+    return grpc::Status::OK;
+  }
+  nlohmann::json params = spec.flags->Given();
+  std::error_code ec;
+  for (const OptionInfo* info : spec.flags->GivenInfos()) {
+    if (info->scope == OptionScope::kLocalOnly) {
+      *out = "--" + OptionFlagName(info->name) + " applies to a local `lrkv " +
+             spec.flags->command() + "` only, not to a job on lrkvd";
+      return grpc::Status::OK;
+    }
+    nlohmann::json& value = params[info->name];
+    if (info->role == OptionRole::kPath && value.is_string()) {
+      value = fs::absolute(value.get<std::string>(), ec).lexically_normal().string();
+    } else if (info->role == OptionRole::kCheckpoint && value.is_string()) {
+      v1::Checkpoint other;
+      grpc::Status st = EnsureCheckpoint(Globals().conn, stub, value.get<std::string>(), &other);
+      if (!st.ok()) return st;
+      value = other.id();
+    }
+  }
+  *out = std::move(params);
+  return grpc::Status::OK;
+}
+
+// The job's parameters from every given option of the command, renamed and split as
+// `spec` lists them (commands without a schema).
+grpc::Status ListedParams(CLI::App* cmd, const RemoteSpec& spec, v1::Lrkv::Stub& stub,
+                          nlohmann::json* out) {
+  nlohmann::json params = nlohmann::json::object();
+  std::error_code ec;
+  for (CLI::Option* o : cmd->get_options()) {
+    const std::string name = o->get_single_name();
+    if (o->count() == 0 || kNotParams.count(name) || spec.skip.count(name))
+      continue;
+    const auto renamed = spec.rename.find(name);
+    const std::string key =
+        renamed != spec.rename.end() ? renamed->second : Underscored(name);
+    const std::vector<std::string>& results = o->results();
+    if (o->get_expected_min() == 0) {  // a flag
+      params[key] = true;
+    } else if (kCheckpointParams.count(name)) {
+      v1::Checkpoint other;
+      grpc::Status st = EnsureCheckpoint(Globals().conn, stub, results[0], &other);
+      if (!st.ok()) return st;
+      params[key] = other.id();
+    } else if (kPathParams.count(name)) {
+      params[key] = fs::absolute(results[0], ec).lexically_normal().string();
+    } else if (spec.lists.count(name)) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& r : results) {
+        for (absl::string_view part :
+             absl::StrSplit(r, ',', absl::SkipEmpty())) {
+          list.push_back(JsonScalar(std::string(part)));
+        }
+      }
+      params[key] = list;
+    } else {
+      params[key] = JsonScalar(results[0]);
+    }
+  }
+  *out = std::move(params);
+  return grpc::Status::OK;
+}
+
 }  // namespace
 
 int RemoteJob::Run() const {
@@ -55,38 +129,11 @@ int RemoteJob::Run() const {
   grpc::Status st =
       EnsureCheckpoint(Globals().conn, *stub, ckpt_opt->results()[0], &checkpoint);
   if (!st.ok()) return RpcError(st);
-  nlohmann::json params = nlohmann::json::object();
-  std::error_code ec;
-  for (CLI::Option* o : cmd_->get_options()) {
-    const std::string name = o->get_single_name();
-    if (o->count() == 0 || kNotParams.count(name) || spec_.skip.count(name))
-      continue;
-    const auto renamed = spec_.rename.find(name);
-    const std::string key =
-        renamed != spec_.rename.end() ? renamed->second : Underscored(name);
-    const std::vector<std::string>& results = o->results();
-    if (o->get_expected_min() == 0) {  // a flag
-      params[key] = true;
-    } else if (kCheckpointParams.count(name)) {
-      v1::Checkpoint other;
-      st = EnsureCheckpoint(Globals().conn, *stub, results[0], &other);
-      if (!st.ok()) return RpcError(st);
-      params[key] = other.id();
-    } else if (kPathParams.count(name)) {
-      params[key] = fs::absolute(results[0], ec).lexically_normal().string();
-    } else if (spec_.lists.count(name)) {
-      nlohmann::json list = nlohmann::json::array();
-      for (const auto& r : results) {
-        for (absl::string_view part :
-             absl::StrSplit(r, ',', absl::SkipEmpty())) {
-          list.push_back(JsonScalar(std::string(part)));
-        }
-      }
-      params[key] = list;
-    } else {
-      params[key] = JsonScalar(results[0]);
-    }
-  }
+  nlohmann::json params;
+  st = spec_.flags != nullptr ? SchemaParams(cmd_, spec_, *stub, &params)
+                               : ListedParams(cmd_, spec_, *stub, &params);
+  if (!st.ok()) return RpcError(st);
+  if (params.is_string()) return UsageError(params.get<std::string>());
   // The option file the values came from is stored with the job.
   if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) params["config_file"] = file;
   // Uploaded checkpoints are stored under their hash: keep the user's name on

@@ -15,14 +15,19 @@
 
 #include "CLI/CLI.hpp"
 #include "clients/cli/commands.h"
+#include "clients/cli/schema_flags.h"
 
 namespace lrkv::cli {
 
 // How a local command maps onto a job.
 struct RemoteSpec {
   std::string kind;  // convert | verify | heal | bench | compare | pipeline
-  // Options that are not job parameters (outputs, connection options are always
-  // skipped).
+  // The command's options from its schema: the job's parameters are their Given()
+  // values (paths made absolute, checkpoints sent as server ids); a local-only option,
+  // or a flag of the command outside the schema but its outputs, is refused.
+  std::shared_ptr<SchemaFlags> flags;
+  // Without a schema (bench decode): options that are not job parameters (outputs,
+  // connection options are always skipped).
   std::set<std::string> skip;
   // Option name -> parameter name where they differ ("rope_mode" ->
   // "rope_modes").

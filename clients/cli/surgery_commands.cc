@@ -8,9 +8,11 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/schema_flags.h"
 #include "nlohmann/json.hpp"
 #include "surgery/cache_accounting.h"
 #include "surgery/convert_job.h"
+#include "surgery/convert_options_schema.h"
 
 namespace lrkv::cli {
 namespace {
@@ -21,12 +23,10 @@ struct CacheArgs {
   std::string dtype = "bf16";
 };
 
+// convert's options: the schema's flags, and the command's own checkpoint and output.
 struct ConvertArgs {
-  ConvertJobOptions job;
-  std::string variant = "lrkv", metric = "weight", rope_mode = "reconstruct";
-  std::string calib_range = "0:1", eval_range = "0:1";
-  std::string allocation = "uniform";
-  std::string allocation_objective = "auto";
+  std::string checkpoint, out_dir;
+  std::shared_ptr<SchemaFlags> flags;
 };
 
 int RunCache(CacheArgs a) {
@@ -81,33 +81,16 @@ int RunCache(CacheArgs a) {
   return kExitOk;
 }
 
-int RunConvert(ConvertArgs a) {
-  if (a.job.out_dir.empty())
-    return Fail(absl::InvalidArgumentError("--out is required"));
-  auto variant = ParseKvVariant(a.variant);
-  if (!variant.ok()) return Fail(variant.status());
-  auto metric = ParseSurgeryMetric(a.metric);
-  if (!metric.ok()) return Fail(metric.status());
-  auto mode = ParseRopeMode(a.rope_mode);
-  if (!mode.ok()) return Fail(mode.status());
-  auto allocation = ParseSizeAllocation(a.allocation);
-  if (!allocation.ok()) return Fail(allocation.status());
-  a.job.conversion.allocation = *allocation;
-  auto objective = ParseAllocationObjective(a.allocation_objective);
-  if (!objective.ok()) return Fail(objective.status());
-  a.job.conversion.allocation_objective = *objective;
-  auto calib_range = ParseDocumentRange(a.calib_range);
-  if (!calib_range.ok()) return Fail(calib_range.status());
-  auto eval_range = ParseDocumentRange(a.eval_range);
-  if (!eval_range.ok()) return Fail(eval_range.status());
-  a.job.conversion.variant = *variant;
-  a.job.conversion.metric = *metric;
-  a.job.conversion.rope_mode = *mode;
-  a.job.calib_range = *calib_range;
-  a.job.eval_range = *eval_range;
+int RunConvert(const ConvertArgs& a) {
+  if (a.out_dir.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
+  ConvertJobOptions base;
+  base.checkpoint = a.checkpoint;
+  base.out_dir = a.out_dir;
+  auto job = ParseFlags(*a.flags, ConvertOptionSchema(), std::move(base));
+  if (!job.ok()) return Fail(job.status());
   StageProgress progress("convert");
-  a.job.on_progress = progress.Sink();
-  auto report = RunConvertJob(a.job);
+  job->on_progress = progress.Sink();
+  auto report = RunConvertJob(*job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());
   if (Globals().json) {
@@ -115,7 +98,7 @@ int RunConvert(ConvertArgs a) {
     j["provenance"] = BuildProvenance();
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << report->ToTable() << "\nwritten to " << a.job.out_dir << "\n";
+    std::cout << report->ToTable() << "\nwritten to " << job->out_dir << "\n";
   }
   return kExitOk;
 }
@@ -184,77 +167,12 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   auto* conv = app.add_subcommand(
       "convert",
       "Convert a checkpoint's K/V projections to LRKV, GQA, MQA or MLA");
-  ConversionOptions& o = v->job.conversion;
-  conv->add_option("--checkpoint", v->job.checkpoint, "Source checkpoint")
-      ->required();
-  conv->add_option("--variant", v->variant, "lrkv | gqa | mqa | mla")
-      ->required();
-  conv->add_option("--rank", o.rank, "LRKV rank r")->check(kNotNegative);
-  conv->add_option("--kv-heads", o.kv_heads, "GQA KV heads")->check(kPositive);
-  conv->add_option("--latent", o.latent, "MLA latent d_c")->check(kNotNegative);
-  conv->add_option("--budget", o.budget,
-                   "Cache budget as a fraction of the source cache");
-  conv->add_option("--metric", v->metric, "weight | activation");
-  conv->add_option("--calib", v->job.calib_path,
-                   "Calibration text (activation metric)");
-  conv->add_option("--calib-tokens", v->job.calib_tokens,
-                   "Calibration tokens at most");
-  conv->add_option(
-      "--calib-range", v->calib_range,
-      "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
-  conv->add_option("--rope-mode", v->rope_mode,
-                   "reconstruct | plane | partial | shared-plane (LRKV); reconstruct | partial "
-                   "(MLA: partial is decoupled RoPE, the DeepSeek layout)");
-  conv->add_option("--allocation", v->allocation,
-                   "LRKV/MLA: uniform (one size for every layer) | layers (per-layer sizes "
-                   "from each layer's error curve, within the same total cache)")
-      ->capture_default_str();
-  conv->add_option("--allocation-objective", v->allocation_objective,
-                   "--allocation layers: what each layer's curve measures: loss (calibration "
-                   "loss with that layer alone converted, needs --calib) | error (the "
-                   "decomposition's objective) | auto (loss when --calib is given and the "
-                   "variant runs densely, else error)")
-      ->capture_default_str();
-  conv->add_option("--allocation-tokens", v->job.allocation_tokens,
-                   "--allocation layers by loss: calibration tokens the loss is measured on "
-                   "(one forward pass over them per layer and candidate size)")
-      ->capture_default_str();
-  conv->add_option("--rope-planes", o.rope_planes_kept,
-                   "Partial mode: RoPE planes kept, the highest frequencies (default a "
-                   "quarter for LRKV, all for MLA, which caches 2 dims per plane beside "
-                   "its latent)");
-  conv->add_option("--iters", o.max_iters,
-                   "LRKV: alternating iterations at most (the solver stops earlier on --tol)")
-      ->capture_default_str();
-  conv->add_option("--tol", o.tol,
-                   "LRKV: converged once 5 steps together lower the objective by less than "
-                   "5x this fraction of it")
-      ->capture_default_str();
-  conv->add_option("--damping", o.damping, "Whitening damping (relative)");
-  conv->add_option("--eval", v->job.eval_path,
-                   "Text for perplexity before/after");
-  conv->add_option("--eval-range", v->eval_range,
-                   "Documents of --eval to use, A:B");
-  conv->add_flag(
-      "--expand", v->job.expand,
-      "Write a plain Llama checkpoint with materialised per-head K/V");
-  conv->add_option("--format", v->job.format,
-                   "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand) | "
-                   "deepseek (DeepseekV3ForCausalLM layout; mla --rope-mode partial)")
-      ->capture_default_str();
-  conv->add_option("--weight-dtype", v->job.weight_dtype,
-                   "auto | f32 | f16 | bf16: storage of the written matrices (auto: the "
-                   "source's; norms stay f32)")
-      ->capture_default_str();
-  conv->add_option("--max-shard-size", v->job.max_shard_bytes,
-                   "Largest safetensors shard (5GB, 500MB, 2GiB, bytes); larger models are "
-                   "written as HF shards with model.safetensors.index.json")
-      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
-      ->default_str("5GB");
-  conv->add_option("--out", v->job.out_dir,
+  conv->add_option("--checkpoint", v->checkpoint, "Source checkpoint")->required();
+  v->flags = AddSchemaFlags(conv, ConvertOptionSchema());
+  conv->add_option("--out", v->out_dir,
                    "Output folder (must not exist; parents are made); with --server the "
                    "job's checkpoint is downloaded there");
-  auto remote = RemoteJob::Attach(conv, {"convert", {}, {}, {}});
+  auto remote = RemoteJob::Attach(conv, {"convert", v->flags});
   conv->callback([v, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunConvert(*v);
   });

@@ -10,23 +10,29 @@
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/schema_flags.h"
 #include "nlohmann/json.hpp"
 #include "verify/verify_job.h"
+#include "verify/verify_options_schema.h"
 
 namespace lrkv::cli {
 namespace {
 
+// verify's options: the schema's flags, the checkpoint and the report files.
 struct VerifyArgs {
-  VerifyJobOptions job;
-  std::string modes = "all";
+  std::string checkpoint;
+  std::shared_ptr<SchemaFlags> flags;
   std::string json_path, junit_path;
 };
 
-int RunVerify(VerifyArgs a) {
-  a.job.modes = absl::StrSplit(a.modes, ',');
+int RunVerify(const VerifyArgs& a) {
+  VerifyJobOptions base;
+  base.checkpoint = a.checkpoint;
+  auto job = ParseFlags(*a.flags, VerifyOptionSchema(), std::move(base));
+  if (!job.ok()) return Fail(job.status());
   StageProgress progress("verify");
-  a.job.on_progress = progress.Sink();
-  auto report = RunVerifyJob(a.job);
+  job->on_progress = progress.Sink();
+  auto report = RunVerifyJob(*job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());
   if (int rc = EmitLocalReport(report->ToJson(), report->ToTable(), a.json_path); rc != kExitOk) {
@@ -45,26 +51,12 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("verify",
                                  "Prove factored decoding equals expanded "
                                  "decoding; fidelity to the source");
-  cmd->add_option("--checkpoint", v->job.checkpoint, "Checkpoint to verify")
-      ->required();
-  cmd->add_option("--source", v->job.source, "The model it was converted from");
-  cmd->add_option(
-      "--rope-mode", v->modes,
-      "reconstruct | plane | partial | naive | shared-plane | all (comma-separated)");
-  cmd->add_option("--prompt-tokens", v->job.prompt_tokens,
-                  "Teacher-forced prompt tokens");
-  cmd->add_option("--decode-tokens", v->job.decode_tokens,
-                  "Greedy steps after the prompt");
-  cmd->add_option("--dtype", v->job.dtype, "Cache storage: fp32 | bf16 | both");
-  cmd->add_option("--text", v->job.text,
-                  "Text for the prompt and for fidelity");
-  cmd->add_option("--fidelity-tokens", v->job.fidelity_tokens,
-                  "Positions for fidelity");
+  cmd->add_option("--checkpoint", v->checkpoint, "Checkpoint to verify")->required();
+  v->flags = AddSchemaFlags(cmd, VerifyOptionSchema());
   cmd->add_option("--json-out", v->json_path, "Write the report as JSON to this file");
   cmd->add_option("--junit", v->junit_path,
                   "Write JUnit XML (one testcase per check)");
-  auto remote = RemoteJob::Attach(
-      cmd, {"verify", {}, {{"rope-mode", "rope_modes"}}, {"rope-mode"}});
+  auto remote = RemoteJob::Attach(cmd, {"verify", v->flags});
   cmd->callback([v, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunVerify(*v);
   });

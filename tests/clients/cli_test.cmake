@@ -129,7 +129,7 @@ if(WITH_SERVICE)
   endif()
   execute_process(COMMAND bash ${SOURCE}/clients/ci_verify.sh ${outdir}_svc_reconstruct
                   ${outdir}_svc_bad.xml
-                  "{\"rope_modes\": [\"plane\"], \"prompt_tokens\": 8, \"decode_tokens\": 4}"
+                  "{\"rope_mode\": [\"plane\"], \"prompt_tokens\": 8, \"decode_tokens\": 4}"
                   WORKING_DIRECTORY ${SOURCE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   file(READ ${outdir}_svc_bad.xml junit)
   if(NOT rc EQUAL 1 OR NOT junit MATCHES "<failure")

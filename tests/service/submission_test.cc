@@ -85,7 +85,7 @@ TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
       {v1::CONVERT, with_text(R"({"rank": 2, "eval": ")", binary, R"("})"),
        grpc::StatusCode::INVALID_ARGUMENT, "binary file"},
       {v1::COMPARE, with_text(R"({"budget": [], "eval": ")", text, R"("})"),
-       grpc::StatusCode::INVALID_ARGUMENT, "no budget"},
+       grpc::StatusCode::INVALID_ARGUMENT, "lists nothing"},
       {v1::COMPARE, with_text(R"({"budget": [0], "eval": ")", text, R"("})"),
        grpc::StatusCode::INVALID_ARGUMENT, "(0, 1]"},
       {v1::COMPARE, with_text(R"({"budget": [-1], "eval": ")", text, R"("})"),

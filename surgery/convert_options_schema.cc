@@ -1,0 +1,141 @@
+// The convert options (see convert_options_schema.h).
+#include "surgery/convert_options_schema.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace lrkv {
+namespace {
+
+using Options = ConvertJobOptions;
+
+OptionSchema<Options> Build() {
+  OptionSchema<Options> s("convert");
+  s.Choice(
+      "variant", [](Options & o) -> auto& { return o.conversion.variant; },
+      {KvVariant::kLrkv, KvVariant::kGqa, KvVariant::kMqa, KvVariant::kMla},
+      KvVariantName, "Target: lrkv | gqa | mqa | mla");
+  s.Value(
+       "rank", [](Options & o) -> auto& { return o.conversion.rank; },
+       "LRKV rank r (default: from --budget)")
+      .Min(0);
+  s.Value(
+       "kv_heads", [](Options & o) -> auto& { return o.conversion.kv_heads; },
+       "GQA KV heads (default: from --budget)")
+      .Min(1);
+  s.Value(
+       "latent", [](Options & o) -> auto& { return o.conversion.latent; },
+       "MLA latent d_c (default: from --budget)")
+      .Min(0);
+  s.Value(
+      "budget", [](Options & o) -> auto& { return o.conversion.budget; },
+      "Cache budget as a fraction of the source cache (when no size is given)");
+  s.Choice(
+      "metric", [](Options & o) -> auto& { return o.conversion.metric; },
+      {SurgeryMetric::kWeight, SurgeryMetric::kActivation}, SurgeryMetricName,
+      "weight | activation (calibration-whitened, needs --calib)");
+  s.Value(
+       "calib", [](Options & o) -> auto& { return o.calib_path; },
+       "Calibration text (activation metric, allocation by loss)")
+      .Path();
+  s.Value(
+      "calib_tokens", [](Options & o) -> auto& { return o.calib_tokens; },
+      "Calibration tokens at most");
+  s.Parsed(
+      "calib_range", [](Options & o) -> auto& { return o.calib_range; },
+      ParseDocumentRange, DocumentRangeText,
+      "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
+  s.Choice(
+      "rope_mode", [](Options & o) -> auto& { return o.conversion.rope_mode; },
+      {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial,
+       RopeMode::kSharedPlane},
+      RopeModeName,
+      "reconstruct | plane | partial | shared-plane (LRKV); reconstruct | "
+      "partial "
+      "(MLA: partial is decoupled RoPE, the DeepSeek layout)");
+  s.Choice(
+      "allocation",
+      [](Options & o) -> auto& { return o.conversion.allocation; },
+      {SizeAllocation::kUniform, SizeAllocation::kLayers}, SizeAllocationName,
+      "LRKV/MLA: uniform (one size for every layer) | layers (per-layer sizes "
+      "from "
+      "each layer's error curve, within the same total cache)");
+  s.Choice(
+      "allocation_objective",
+      [](Options & o) -> auto& { return o.conversion.allocation_objective; },
+      {AllocationObjective::kAuto, AllocationObjective::kError,
+       AllocationObjective::kLoss},
+      AllocationObjectiveName,
+      "--allocation layers: what each layer's curve measures: loss "
+      "(calibration loss "
+      "with that layer alone converted, needs --calib) | error (the "
+      "decomposition's "
+      "objective) | auto (loss when --calib is given and the variant runs "
+      "densely, "
+      "else error)");
+  s.Value(
+      "allocation_tokens",
+      [](Options & o) -> auto& { return o.allocation_tokens; },
+      "--allocation layers by loss: calibration tokens the loss is measured on "
+      "(one "
+      "forward pass over them per layer and candidate size)");
+  s.Value(
+      "rope_planes",
+      [](Options & o) -> auto& { return o.conversion.rope_planes_kept; },
+      "Partial mode: RoPE planes kept, the highest frequencies (default a "
+      "quarter for "
+      "LRKV, all for MLA, which caches 2 dims per plane beside its latent)");
+  s.Value(
+      "iters", [](Options & o) -> auto& { return o.conversion.max_iters; },
+      "LRKV: alternating iterations at most (the solver stops earlier on "
+      "--tol)");
+  s.Value(
+      "tol", [](Options & o) -> auto& { return o.conversion.tol; },
+      "LRKV: converged once 5 steps together lower the objective by less than "
+      "5x "
+      "this fraction of it");
+  s.Value(
+      "damping", [](Options & o) -> auto& { return o.conversion.damping; },
+      "Whitening damping (relative)");
+  s.Value(
+       "eval", [](Options & o) -> auto& { return o.eval_path; },
+       "Text for perplexity before/after")
+      .Path();
+  s.Parsed(
+      "eval_range", [](Options & o) -> auto& { return o.eval_range; },
+      ParseDocumentRange, DocumentRangeText, "Documents of --eval to use, A:B");
+  s.Value(
+      "expand", [](Options & o) -> auto& { return o.expand; },
+      "Write a plain Llama checkpoint with materialised per-head K/V");
+  s.Value(
+       "format", [](Options & o) -> auto& { return o.format; },
+       "safetensors | gguf (model.gguf for llama.cpp; GQA/MQA or --expand) | "
+       "deepseek "
+       "(DeepseekV3ForCausalLM layout; mla --rope-mode partial)")
+      .Choices({"safetensors", "gguf", "deepseek"});
+  s.Value(
+       "weight_dtype", [](Options & o) -> auto& { return o.weight_dtype; },
+       "auto | f32 | f16 | bf16: storage of the written matrices (auto: the "
+       "source's; "
+       "norms stay f32)")
+      .Choices({"auto", "f32", "f16", "bf16"});
+  s.Bytes(
+      "max_shard_size", [](Options & o) -> auto& { return o.max_shard_bytes; },
+      "Largest safetensors shard (5GB, 500MB, 2GiB, bytes); larger models are "
+      "written "
+      "as HF shards with model.safetensors.index.json",
+      "5GB");
+  return s;
+}
+
+}  // namespace
+
+std::string DocumentRangeText(const DocumentRange& range) {
+  return absl::StrCat(range.begin, ":", range.end);
+}
+
+const OptionSchema<ConvertJobOptions>& ConvertOptionSchema() {
+  static const OptionSchema<ConvertJobOptions> schema = Build();
+  return schema;
+}
+
+}  // namespace lrkv
