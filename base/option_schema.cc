@@ -47,26 +47,49 @@ bool HasElementType(const json& v, OptionType type) {
   return false;
 }
 
-std::string RangeText(const OptionInfo& info) {
-  std::string lo = info.min ? absl::StrCat(*info.min) : "-inf";
-  std::string hi = info.max ? absl::StrCat(*info.max) : "inf";
-  if (!info.max)
-    return absl::StrCat(info.min_open ? "more than " : "at least ", lo);
-  return absl::StrCat(info.min_open ? "(" : "[", lo, ", ", hi, "]");
+// A bound as a message writes it: 1048576, not 1.04858e+06.
+std::string BoundText(double x) {
+  if (x == std::floor(x) && std::fabs(x) < 1e18) {
+    return absl::StrCat(static_cast<int64_t>(x));
+  }
+  return absl::StrCat(x);
+}
+
+// "must lie in [1, 4096]", "must be at least 0", "must be more than 0".
+std::string RangeText(std::optional<double> min, bool min_open,
+                      std::optional<double> max) {
+  if (!max) {
+    return absl::StrCat("must be ", min_open ? "more than " : "at least ",
+                        BoundText(*min));
+  }
+  if (!min) return absl::StrCat("must be at most ", BoundText(*max));
+  return absl::StrCat("must lie in ", min_open ? "(" : "[", BoundText(*min),
+                      ", ", BoundText(*max), "]");
+}
+
+// Whether x lies outside [min, max] (or (min, max]).
+bool Outside(double x, std::optional<double> min, bool min_open,
+             std::optional<double> max) {
+  const bool below = min && (min_open ? !(x > *min) : !(x >= *min));
+  return below || (max && !(x <= *max)) || std::isnan(x);
 }
 
 // One element against the range and the choices.
 absl::Status CheckElement(const OptionInfo& info, const json& v,
                           OptionSource source) {
   const std::string name = OptionDisplayName(info.name, source);
-  if (v.is_number() && (info.min || info.max)) {
+  if (v.is_number()) {
     const double x = v.get<double>();
-    const bool below =
-        info.min && (info.min_open ? !(x > *info.min) : !(x >= *info.min));
-    const bool above = info.max && !(x <= *info.max);
-    if (below || above || std::isnan(x)) {
+    if ((info.min || info.max) &&
+        Outside(x, info.min, info.min_open, info.max)) {
       return Invalid(
-          absl::StrCat(name, " ", Shown(v), " must lie in ", RangeText(info)));
+          absl::StrCat(name, " ", Shown(v), " ",
+                       RangeText(info.min, info.min_open, info.max)));
+    }
+    if (Outside(x, info.limit_min, false, info.limit_max)) {
+      return Invalid(
+          absl::StrCat(name, " ", Shown(v), " ",
+                       RangeText(info.limit_min, false, info.limit_max)));
     }
   }
   if (v.is_string() && !info.choices.empty()) {

@@ -84,6 +84,9 @@ struct OptionInfo {
   /// itself.
   std::optional<double> min, max;
   bool min_open = false;
+  /// Integers: what the member can hold (-1 is not wrapped into an unsigned
+  /// seed).
+  std::optional<double> limit_min, limit_max;
   /// Strings (each element of a list): the values taken; empty: any.
   std::vector<std::string> choices;
   /// The choices are names of an enum, matched in any case ("LRKV" is lrkv).
@@ -181,11 +184,23 @@ class OptionSchema {
         Add(std::move(name), TypeOf<T>(), std::move(help));
     spec.info.default_value = DefaultOf(field);
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-      // What the member can hold: -1 is not wrapped into an unsigned seed.
-      spec.info.min = static_cast<double>(std::numeric_limits<T>::min());
-      spec.info.max = static_cast<double>(std::numeric_limits<T>::max());
+      spec.info.limit_min = static_cast<double>(std::numeric_limits<T>::min());
+      spec.info.limit_max = static_cast<double>(std::numeric_limits<T>::max());
     }
-    spec.store = [field](const nlohmann::json& v, Options& o, OptionSource) {
+    std::string name_copy = spec.info.name;
+    spec.store = [field, name_copy](const nlohmann::json& v, Options& o,
+                                    OptionSource source) {
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        // The limits above are doubles: near 2^63 only an exact comparison
+        // tells.
+        if (v.is_number_unsigned() &&
+            v.get<uint64_t>() >
+                static_cast<uint64_t>(std::numeric_limits<T>::max())) {
+          return absl::InvalidArgumentError(
+              OptionDisplayName(name_copy, source) + " " + v.dump() +
+              " is too large");
+        }
+      }
       field(o) = v.get<T>();
       return absl::OkStatus();
     };

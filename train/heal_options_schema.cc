@@ -43,9 +43,8 @@ void AddTrainingOptions(OptionSchema<Options>& s) {
       "accum", [](Options & o) -> auto& { return o.heal.grad_accum; },
       "Micro-batches per step");
   s.Value(
-       "seq_len", [](Options & o) -> auto& { return o.seq_len; },
-       "Tokens per row")
-      .Range(2, 1 << 20);
+      "seq_len", [](Options & o) -> auto& { return o.seq_len; },
+      "Tokens per row (at least 2, at most the model's context)");
   s.Value(
       "lr", [](Options & o) -> auto& { return o.heal.lr; },
       "Peak learning rate");

@@ -80,9 +80,9 @@ expect 2 --stderr "must be 0 or more" -- cache --layers 5 --heads 8 --head-dim 8
 # convert
 expect 2 --stderr "--out is required" -- convert --checkpoint "$model" --variant lrkv --rank 2
 expect 2 --stderr "not both" -- convert --checkpoint "$model" --variant lrkv --rank 2 --budget 0.5 --out "$work/x"
-expect 2 --stderr "unknown variant 'foo'" -- convert --checkpoint "$model" --variant foo --rank 2 --out "$work/x"
-expect 2 --stderr "mha is the source" -- convert --checkpoint "$model" --variant mha --budget 0.5 --out "$work/x"
-expect 2 --stderr "must be 0 or more" -- convert --checkpoint "$model" --variant lrkv --rank -1 --out "$work/x"
+expect 2 --stderr "--variant 'foo' must be one of lrkv, gqa, mqa, mla" -- convert --checkpoint "$model" --variant foo --rank 2 --out "$work/x"
+expect 2 --stderr "--variant 'mha' must be one of" -- convert --checkpoint "$model" --variant mha --budget 0.5 --out "$work/x"
+expect 2 --stderr "--rank -1 must be at least 0" -- convert --checkpoint "$model" --variant lrkv --rank -1 --out "$work/x"
 expect 2 --stderr "must lie in \[0, 8\]" -- convert --checkpoint "$model" --variant lrkv --rank 9 --out "$work/x"
 [ ! -e "$work/x" ] || { echo "FAIL: a refused convert wrote $work/x" >&2; failures=$((failures + 1)); }
 expect 0 --json -- convert --checkpoint "$model" --variant LRKV --rank 2 --rope-mode plane --out "$work/plane/nested" --json
