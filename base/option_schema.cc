@@ -121,6 +121,11 @@ std::string OptionFlagName(const std::string& name) {
   return flag;
 }
 
+std::string OptionName(const std::string& name, OptionSource source) {
+  return source == OptionSource::kCommandLine ? "--" + OptionFlagName(name)
+                                              : absl::StrCat("'", name, "'");
+}
+
 std::string OptionDisplayName(const std::string& name, OptionSource source) {
   return source == OptionSource::kCommandLine
              ? "--" + OptionFlagName(name)

@@ -62,6 +62,9 @@ enum class OptionSource { kCommandLine, kParamsJson };
 std::string OptionDisplayName(const std::string& name, OptionSource source);
 // "heal-lr".
 std::string OptionFlagName(const std::string& name);
+// "--heal-lr" or "'heal_lr'": an option named inside a message (a check across
+// options).
+std::string OptionName(const std::string& name, OptionSource source);
 
 // Parses "5GB", "500MB", "2GiB", "1.5k", "123" (k/M/G/T are powers of 1000,
 // Ki/Mi/Gi/Ti of 1024, a trailing B optional); InvalidArgument otherwise.
@@ -312,7 +315,8 @@ class OptionSchema {
         return st;
     }
     for (const auto& check : checks_) {
-      if (absl::Status st = check(base, source); !st.ok()) return st;
+      if (absl::Status st = check(base, source); !st.ok())
+        return Prefixed(st, source);
     }
     return base;
   }

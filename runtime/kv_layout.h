@@ -48,6 +48,11 @@ class KvLayoutType {
   virtual DenseKv Expand(const ModelConfig& config,
                          const LayerWeights& weights) const = 0;
 
+  // The factored modes a model of this layout decodes in (verify's "all"); none
+  // for dense K/V, which decodes expanded only.
+  virtual std::vector<DecodeMode> FactoredModes(
+      const ModelConfig& config) const = 0;
+
   // The engine decoding `mode` (not kExpanded, which every layout has) from
   // this layout's own cache; InvalidArgument naming the mode when it does not
   // apply.

@@ -105,8 +105,8 @@ OptionSchema<Options> Build() {
   s.Check([](const Options& o, OptionSource source) -> absl::Status {
     if (o.heal_steps > 0 && o.data.empty()) {
       return absl::InvalidArgumentError(
-          OptionDisplayName("heal_steps", source) + " > 0 needs " +
-          OptionDisplayName("data", source) + " (training text)");
+          OptionName("heal_steps", source) + " > 0 needs " +
+          OptionName("data", source) + " (training text)");
     }
     return absl::OkStatus();
   });

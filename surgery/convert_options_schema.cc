@@ -8,8 +8,8 @@ namespace {
 
 using Options = ConvertJobOptions;
 
-OptionSchema<Options> Build() {
-  OptionSchema<Options> s("convert");
+// The target: variant and size.
+void AddTargetOptions(OptionSchema<Options>& s) {
   s.Choice(
       "variant", [](Options & o) -> auto& { return o.conversion.variant; },
       {KvVariant::kLrkv, KvVariant::kGqa, KvVariant::kMqa, KvVariant::kMla},
@@ -27,8 +27,16 @@ OptionSchema<Options> Build() {
        "MLA latent d_c (default: from --budget)")
       .Min(0);
   s.Value(
-      "budget", [](Options & o) -> auto& { return o.conversion.budget; },
-      "Cache budget as a fraction of the source cache (when no size is given)");
+       "budget", [](Options & o) -> auto& { return o.conversion.budget; },
+       "Cache budget as a fraction of the source cache: the largest size "
+       "within it "
+       "(instead of --rank, --kv-heads or --latent)")
+      .Above(0, 1);
+}
+
+// How the decomposition is computed: metric, calibration, RoPE, sizes per
+// layer, solver.
+void AddMethodOptions(OptionSchema<Options>& s) {
   s.Choice(
       "metric", [](Options & o) -> auto& { return o.conversion.metric; },
       {SurgeryMetric::kWeight, SurgeryMetric::kActivation}, SurgeryMetricName,
@@ -96,6 +104,10 @@ OptionSchema<Options> Build() {
   s.Value(
       "damping", [](Options & o) -> auto& { return o.conversion.damping; },
       "Whitening damping (relative)");
+}
+
+// What is written, and the perplexity measured on the way.
+void AddOutputOptions(OptionSchema<Options>& s) {
   s.Value(
        "eval", [](Options & o) -> auto& { return o.eval_path; },
        "Text for perplexity before/after")
@@ -124,6 +136,27 @@ OptionSchema<Options> Build() {
       "written "
       "as HF shards with model.safetensors.index.json",
       "5GB");
+}
+
+OptionSchema<Options> Build() {
+  OptionSchema<Options> s("convert");
+  AddTargetOptions(s);
+  AddMethodOptions(s);
+  AddOutputOptions(s);
+  s.Check([](const Options& o, OptionSource source) -> absl::Status {
+    // Calibration text is read by the activation metric and by per-layer sizes;
+    // given to neither, it would be ignored without a word.
+    if (!o.calib_path.empty() &&
+        o.conversion.metric == SurgeryMetric::kWeight &&
+        o.conversion.allocation == SizeAllocation::kUniform) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(OptionName("calib", source), " is read only by ",
+                       OptionName("metric", source), " activation or ",
+                       OptionName("allocation", source),
+                       " layers; with neither it would be ignored"));
+    }
+    return absl::OkStatus();
+  });
   return s;
 }
 

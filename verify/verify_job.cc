@@ -10,6 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/text_corpus.h"
 #include "runtime/decode_engine.h"
+#include "runtime/kv_layout.h"
 #include "runtime/llama_weights.h"
 #include "runtime/transformer.h"
 #include "surgery/conversion_options.h"
@@ -60,18 +61,7 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
   std::vector<DecodeMode> modes;
   for (const auto& name : names) {
     if (name == "all") {
-      if (c.kv.layout == KvLayout::kLrkv &&
-          c.kv.rope_mode == RopeMode::kSharedPlane) {
-        modes.push_back(DecodeMode::kSharedPlane);
-      } else if (c.kv.layout == KvLayout::kLrkv) {
-        for (DecodeMode m : {DecodeMode::kReconstruct, DecodeMode::kPlane,
-                             DecodeMode::kPartial, DecodeMode::kNaive}) {
-          modes.push_back(m);
-        }
-      } else if (c.kv.layout == KvLayout::kMla) {
-        modes.push_back(c.kv.DecoupledRope() ? DecodeMode::kPartial
-                                             : DecodeMode::kReconstruct);
-      }
+      for (DecodeMode m : KvLayoutTypeOf(c.kv.layout).FactoredModes(c)) modes.push_back(m);
       continue;
     }
     auto m = ParseDecodeMode(name);

@@ -31,6 +31,32 @@ std::string DefaultText(const nlohmann::json& value) {
   return value.dump();
 }
 
+// What --help shows for the value: "lrkv|gqa|mqa|mla", "INT", "NUMBER,...",
+// "SIZE".
+std::string TypeName(const OptionInfo& info) {
+  std::string element;
+  if (!info.choices.empty()) {
+    element = absl::StrJoin(info.choices, "|");
+  } else {
+    switch (info.type) {
+      case OptionType::kInteger:
+      case OptionType::kIntegerList:
+        element = "INT";
+        break;
+      case OptionType::kNumber:
+      case OptionType::kNumberList:
+        element = "NUMBER";
+        break;
+      case OptionType::kBytes:
+        element = "SIZE";
+        break;
+      default:
+        element = info.role == OptionRole::kValue ? "TEXT" : "PATH";
+    }
+  }
+  return IsListType(info.type) ? element + ",..." : element;
+}
+
 OptionType ElementType(OptionType type) {
   switch (type) {
     case OptionType::kIntegerList:
@@ -85,7 +111,12 @@ SchemaFlags::SchemaFlags(CLI::App* cmd, std::string command,
       flag.option->multi_option_policy(IsListType(info.type)
                                            ? CLI::MultiOptionPolicy::TakeAll
                                            : CLI::MultiOptionPolicy::TakeLast);
-      if (const std::string d = DefaultText(info.default_value); !d.empty()) {
+      flag.option->type_name(TypeName(info));
+      // A sentinel default the option cannot be given (-1: from --budget) is
+      // not shown; the help says what it means.
+      if (const std::string d = DefaultText(info.default_value);
+          !d.empty() &&
+          info.Check(info.default_value, OptionSource::kCommandLine).ok()) {
         flag.option->default_str(d);
       }
     }

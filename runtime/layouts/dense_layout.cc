@@ -36,6 +36,10 @@ class Dense : public KvLayoutType {
     return {l.wk, l.bk, l.wv, l.bv};
   }
 
+  std::vector<DecodeMode> FactoredModes(const ModelConfig&) const override {
+    return {};
+  }
+
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(
       const ModelConfig&, const LlamaWeights&, DecodeMode mode,
       const EngineOptions&) const override {

@@ -98,6 +98,13 @@ class Lrkv : public KvLayoutType {
     return out;
   }
 
+  std::vector<DecodeMode> FactoredModes(const ModelConfig& c) const override {
+    if (c.kv.rope_mode == RopeMode::kSharedPlane)
+      return {DecodeMode::kSharedPlane};
+    return {DecodeMode::kReconstruct, DecodeMode::kPlane, DecodeMode::kPartial,
+            DecodeMode::kNaive};
+  }
+
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(
       const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
       const EngineOptions& options) const override {

@@ -78,6 +78,11 @@ class Mla : public KvLayoutType {
     return out;
   }
 
+  std::vector<DecodeMode> FactoredModes(const ModelConfig& c) const override {
+    return {c.kv.DecoupledRope() ? DecodeMode::kPartial
+                                 : DecodeMode::kReconstruct};
+  }
+
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(
       const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
       const EngineOptions& options) const override {

@@ -184,6 +184,12 @@ void ExpectSameNamesAndVerdicts(const Kind<Options>& kind) {
     if (info.type != OptionType::kFlag) args.push_back(good.text);
     json params = required;
     params[info.name] = good.param;
+    // Options read only beside another (convert's --calib: by the activation metric).
+    if (schema.command() == "convert" && info.name == "calib") {
+      params["metric"] = "activation";
+      args.push_back("--metric");
+      args.push_back("activation");
+    }
     EXPECT_TRUE(CliVerdict(schema, args).ok()) << CliVerdict(schema, args);
     const absl::Status job = kind.service_parse(params.dump());
     if (info.scope == OptionScope::kLocalOnly) {
