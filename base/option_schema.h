@@ -104,6 +104,18 @@ struct OptionInfo {
   absl::Status Check(const nlohmann::json& value, OptionSource source) const;
 };
 
+// The value type of an option's member: T itself, or T of a std::optional<T>.
+template <typename T>
+struct OptionalValue {
+  using type = T;
+  static constexpr bool kOptional = false;
+};
+template <typename T>
+struct OptionalValue<std::optional<T>> {
+  using type = T;
+  static constexpr bool kOptional = true;
+};
+
 // T, without deducing a template argument from it (std::type_identity_t before
 // C++20).
 template <typename T>
@@ -180,12 +192,17 @@ class OptionSchema {
   // An option stored as it is: bool, an integer, double, std::string or a
   // vector of them. `field` returns the member: [](Options& o) -> auto& {
   // return o.x.y; }.
+  // A std::optional member is unset (null) by default and set when given.
   template <typename Field>
   OptionSpec<Options>& Value(std::string name, Field field, std::string help) {
-    using T = std::remove_reference_t<std::invoke_result_t<Field, Options&>>;
+    using Member =
+        std::remove_reference_t<std::invoke_result_t<Field, Options&>>;
+    using T = typename OptionalValue<Member>::type;
     OptionSpec<Options>& spec =
         Add(std::move(name), TypeOf<T>(), std::move(help));
-    spec.info.default_value = DefaultOf(field);
+    if constexpr (!OptionalValue<Member>::kOptional) {
+      spec.info.default_value = DefaultOf(field);
+    }
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       spec.info.limit_min = static_cast<double>(std::numeric_limits<T>::min());
       spec.info.limit_max = static_cast<double>(std::numeric_limits<T>::max());

@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -61,7 +62,8 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
   std::vector<DecodeMode> modes;
   for (const auto& name : names) {
     if (name == "all") {
-      for (DecodeMode m : KvLayoutTypeOf(c.kv.layout).FactoredModes(c)) modes.push_back(m);
+      for (DecodeMode m : KvLayoutTypeOf(c.kv.layout).FactoredModes(c))
+        modes.push_back(m);
       continue;
     }
     auto m = ParseDecodeMode(name);
@@ -295,6 +297,32 @@ absl::Status CompareWithSource(VerifyRun& run, const Tokenizer* tok,
   return absl::OkStatus();
 }
 
+// The gates the options set, judged on `fidelity` (a gate without it fails:
+// NaN).
+std::vector<QualityGate> QualityGates(
+    const VerifyJobOptions& o, const std::optional<FidelityResult>& fidelity) {
+  const double nan = std::nan("");
+  std::vector<QualityGate> gates;
+  if (o.max_ppl_increase) {
+    gates.push_back(
+        {"max_ppl_increase", "relative perplexity increase",
+         fidelity
+             ? fidelity->converted_perplexity / fidelity->source_perplexity - 1
+             : nan,
+         *o.max_ppl_increase, true});
+  }
+  if (o.min_top1) {
+    gates.push_back({"min_top1", "top-1 agreement",
+                     fidelity ? fidelity->top1_agreement : nan, *o.min_top1,
+                     false});
+  }
+  if (o.max_kl) {
+    gates.push_back({"max_kl", "mean KL(source||converted) nats",
+                     fidelity ? fidelity->kl_mean : nan, *o.max_kl, true});
+  }
+  return gates;
+}
+
 absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   RETURN_IF_ERROR(ValidateVerifyJobOptions(o));
   std::vector<at::ScalarType> dtypes;
@@ -343,6 +371,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
   if (!o.source.empty())
     RETURN_IF_ERROR(CompareWithSource(run, tok, docs, &diversity));
   run.report.diversity = diversity;
+  run.report.gates = QualityGates(o, run.report.fidelity);
   return std::move(run.report);
 }
 
@@ -373,6 +402,13 @@ absl::Status ValidateVerifyJobOptions(const VerifyJobOptions& o) {
   if (o.fidelity_tokens < 1 || o.fidelity_tokens > (int64_t{1} << 20)) {
     return Invalid(absl::StrCat("--fidelity-tokens ", o.fidelity_tokens,
                                 " must lie in [1, 1048576]"));
+  }
+  const bool gated = o.max_ppl_increase || o.min_top1 || o.max_kl;
+  if (gated && (o.source.empty() || o.text.empty())) {
+    return Invalid(
+        "--max-ppl-increase, --min-top1 and --max-kl gate the fidelity to the "
+        "source on "
+        "held-out text: give --source and --text");
   }
   if (!o.text.empty()) return CheckTextFile(o.text, "--text");
   return absl::OkStatus();

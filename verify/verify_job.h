@@ -5,6 +5,7 @@
 #define LRKV_VERIFY_VERIFY_JOB_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct VerifyJobOptions {
   std::string text;
   /// Predicted positions at most for fidelity.
   int64_t fidelity_tokens = 8192;
+  /// Quality gates on fidelity to `source` (measured on `text`, so both are needed):
+  /// the verdict fails when the converted perplexity exceeds the source's by more than
+  /// this fraction (0.05: 5%), when top-1 agreement falls below `min_top1`, or when the
+  /// mean KL(source ‖ converted) exceeds `max_kl` nats. Unset: not gated.
+  std::optional<double> max_ppl_increase;
+  std::optional<double> min_top1;
+  std::optional<double> max_kl;
   /// Polled between decode steps and before the fidelity pass: the job stops with
   /// CancelledError once it returns true.
   StopCheck should_stop;

@@ -39,6 +39,23 @@ OptionSchema<Options> Build() {
   s.Value(
       "fidelity_tokens", [](Options & o) -> auto& { return o.fidelity_tokens; },
       "Positions for fidelity");
+  s.Value(
+       "max_ppl_increase",
+       [](Options & o) -> auto& { return o.max_ppl_increase; },
+       "Quality gate (with --source and --text): fail when the converted "
+       "perplexity "
+       "exceeds the source's by more than this fraction (0.05: 5%)")
+      .Range(-1, 1e6);
+  s.Value(
+       "min_top1", [](Options & o) -> auto& { return o.min_top1; },
+       "Quality gate: fail when top-1 agreement with the source is below this "
+       "(0.9: 90%)")
+      .Range(0, 1);
+  s.Value(
+       "max_kl", [](Options & o) -> auto& { return o.max_kl; },
+       "Quality gate: fail when the mean KL(source||converted) exceeds this "
+       "many nats")
+      .Min(0);
   s.Check([](const Options& o, OptionSource) {
     return ValidateVerifyJobOptions(o);
   });

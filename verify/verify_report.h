@@ -114,6 +114,21 @@ struct FidelityResult {
   double converted_perplexity = 0;
 };
 
+// A quality gate on fidelity (verify --max-ppl-increase, --min-top1, --max-kl): the
+// measured figure against the bound the user set. NaN measured: fidelity was not
+// measured, which fails the gate.
+struct QualityGate {
+  std::string option;   // "max_ppl_increase" | "min_top1" | "max_kl"
+  std::string measure;  // what `measured` is, in words
+  double measured = 0;
+  double bound = 0;
+  bool at_most = true;  // measured <= bound passes; else measured >= bound
+  bool passed() const { return at_most ? measured <= bound : measured >= bound; }
+};
+
+// "relative perplexity increase 0.0312 <= 0.05: pass".
+std::string DescribeGate(const QualityGate& g);
+
 struct DiversityResult {
   int64_t heads = 0;
   // Entropy effective rank of the centred / uncentred Gram matrix of the
@@ -135,8 +150,9 @@ struct VerifyReport {
   // selects no document, a checkpoint without a tokenizer); empty otherwise.
   std::string fidelity_skipped;
   std::optional<DiversityResult> diversity;
+  std::vector<QualityGate> gates;
 
-  // Every applicable equivalence check and every cache check passed.
+  // Every applicable equivalence check, every cache check and every gate passed.
   bool passed() const;
   nlohmann::json ToJson() const;
   std::string ToJUnit() const;

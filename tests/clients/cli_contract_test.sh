@@ -94,6 +94,12 @@ expect 1 --json -- verify --checkpoint "$work/free" --rope-mode reconstruct,plan
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$work/v.json" || { echo "FAIL: --json-out" >&2; failures=$((failures + 1)); }
 expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0
 expect 2 -- verify
+# quality gates: a bound no conversion meets is exit 1 naming the figure; gates without
+# the source and text they measure against are exit 2
+expect 1 -- verify --checkpoint "$work/plane/nested" --source "$model" --text "$text" --rope-mode plane --prompt-tokens 8 --decode-tokens 4 --fidelity-tokens 500 --min-top1 1 --max-kl 100
+grep -q "top-1 agreement .* >= 1: FAIL" "$work/out" || { echo "FAIL: a failed gate is not in the table" >&2; failures=$((failures + 1)); }
+expect 2 --stderr "give --source and --text" -- verify --checkpoint "$work/plane/nested" --max-kl 0.1
+expect 2 --stderr "--min-top1 2 must lie in \[0, 1\]" -- verify --checkpoint "$work/plane/nested" --min-top1 2
 # heal (the default warmup works with few steps)
 expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --out "$work/healed" --json
 expect 2 --stderr "--warmup 10 must lie" -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --steps 3 --warmup 10 --out "$work/h2"

@@ -68,12 +68,21 @@ std::vector<Value> BadValues(const OptionInfo& info) {
         bad.push_back({"no-such-value", as_param("no-such-value")});
       break;
   }
+  // Out of range: integers as integers (else they would be refused as the wrong
+  // type).
+  const bool integral = info.type == OptionType::kInteger ||
+                        info.type == OptionType::kIntegerList;
+  auto number = [integral](double x) {
+    return integral ? json(static_cast<int64_t>(x)) : json(x);
+  };
   if (info.min) {
     const double below = info.min_open ? *info.min : *info.min - 1;
-    if (below > -1e18) bad.push_back({absl::StrCat(below), as_param(below)});
+    if (below > -1e18)
+      bad.push_back({number(below).dump(), as_param(number(below))});
   }
   if (info.max && *info.max < 1e18) {
-    bad.push_back({absl::StrCat(*info.max + 1), as_param(*info.max + 1)});
+    bad.push_back(
+        {number(*info.max + 1).dump(), as_param(number(*info.max + 1))});
   }
   if (list && info.non_empty) bad.push_back({",", json::array()});
   return bad;
@@ -98,6 +107,12 @@ Value GoodValue(const OptionInfo& info) {
       OptionRole::kPath) {  // a real text file: some checks open it
     const std::string text = lrkv::testing::StoriesTextPath();
     return {text, json(text)};
+  }
+  const bool numeric =
+      info.type == OptionType::kInteger || info.type == OptionType::kNumber;
+  if (d.is_null() && numeric) {  // unset by default (a gate): its least value
+    const json least = info.min ? json(*info.min) : json(0);
+    return {Text(least), least};
   }
   if (info.role != OptionRole::kValue || d.is_null() || d == "") {
     return {"some-name", json("some-name")};
@@ -178,18 +193,23 @@ void ExpectSameNamesAndVerdicts(const Kind<Options>& kind) {
     const std::string flag = "--" + OptionFlagName(info.name);
     // A value it takes: both accept it (a local-only option: the job refuses
     // its name).
+    // The options it is read beside (convert's --calib: by the activation
+    // metric; verify's quality gates: fidelity to a source on text), given with
+    // every value.
+    json context = required;
+    if (schema.command() == "convert" && info.name == "calib")
+      context["metric"] = "activation";
+    if (schema.command() == "verify" &&
+        absl::StrContains("max_ppl_increase min_top1 max_kl", info.name)) {
+      context["source"] = "some-name";
+      context["text"] = lrkv::testing::StoriesTextPath();
+    }
     const Value good = GoodValue(info);
-    std::vector<std::string> args = CliArgs(required);
+    std::vector<std::string> args = CliArgs(context);
     args.push_back(flag);
     if (info.type != OptionType::kFlag) args.push_back(good.text);
-    json params = required;
+    json params = context;
     params[info.name] = good.param;
-    // Options read only beside another (convert's --calib: by the activation metric).
-    if (schema.command() == "convert" && info.name == "calib") {
-      params["metric"] = "activation";
-      args.push_back("--metric");
-      args.push_back("activation");
-    }
     EXPECT_TRUE(CliVerdict(schema, args).ok()) << CliVerdict(schema, args);
     const absl::Status job = kind.service_parse(params.dump());
     if (info.scope == OptionScope::kLocalOnly) {
@@ -199,21 +219,21 @@ void ExpectSameNamesAndVerdicts(const Kind<Options>& kind) {
     }
     EXPECT_TRUE(job.ok()) << job;
     for (const std::string& alias : info.aliases) {
-      json aliased = required;
+      json aliased = context;
       aliased[alias] = good.param;
       EXPECT_TRUE(kind.service_parse(aliased.dump()).ok()) << alias;
     }
     // Values it refuses: both refuse them, with InvalidArgument.
     for (const Value& bad : BadValues(info)) {
       SCOPED_TRACE(bad.param.dump());
-      json bad_params = required;
+      json bad_params = context;
       bad_params[info.name] = bad.param;
       const absl::Status job_verdict = kind.service_parse(bad_params.dump());
       EXPECT_EQ(job_verdict.code(), absl::StatusCode::kInvalidArgument)
           << job_verdict;
       if (info.type == OptionType::kFlag)
         continue;  // a flag has no text to get wrong
-      std::vector<std::string> bad_args = CliArgs(required);
+      std::vector<std::string> bad_args = CliArgs(context);
       bad_args.push_back(flag);
       bad_args.push_back(bad.text);
       const absl::Status cli_verdict = CliVerdict(schema, bad_args);

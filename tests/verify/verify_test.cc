@@ -526,6 +526,56 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Quality gates on fidelity: bounds around the measured figures pass and fail as they
+// should, in the verdict, the JSON (read back), the JUnit and the table; gates without
+// a source or text are refused before any work.
+TEST_F(VerifyJobTest, QualityGatesJudgeFidelityAgainstTheirBounds) {
+  const std::string dir =
+      Save("verify_gates", Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
+  VerifyJobOptions o;
+  o.checkpoint = dir;
+  o.source = testing::StoriesModelPath();
+  o.text = testing::StoriesTextPath();
+  o.modes = {"plane"};
+  o.prompt_tokens = 8;
+  o.decode_tokens = 4;
+  o.fidelity_tokens = 1000;
+  auto measured = RunVerifyJob(o);
+  ASSERT_TRUE(measured.ok()) << measured.status();
+  ASSERT_TRUE(measured->fidelity.has_value());
+  const FidelityResult f = *measured->fidelity;
+  const double increase = f.converted_perplexity / f.source_perplexity - 1;
+  ASSERT_GT(increase, 0.0);
+  // Bounds on the measured figures' good side pass.
+  o.max_ppl_increase = increase * 1.01;
+  o.min_top1 = f.top1_agreement * 0.99;
+  o.max_kl = f.kl_mean * 1.01;
+  auto loose = RunVerifyJob(o);
+  ASSERT_TRUE(loose.ok()) << loose.status();
+  ASSERT_EQ(loose->gates.size(), 3u);
+  EXPECT_TRUE(loose->passed()) << loose->ToTable();
+  EXPECT_NEAR(loose->gates[0].measured, increase, 1e-12);
+  // One bound on the wrong side of its figure fails the verdict, and only that gate.
+  o.min_top1 = std::min(1.0, f.top1_agreement + 0.01);
+  auto tight = RunVerifyJob(o);
+  ASSERT_TRUE(tight.ok()) << tight.status();
+  EXPECT_FALSE(tight->passed());
+  EXPECT_TRUE(tight->gates[0].passed());
+  EXPECT_FALSE(tight->gates[1].passed());
+  EXPECT_TRUE(tight->gates[2].passed());
+  EXPECT_THAT(tight->ToTable(), ::testing::HasSubstr("top-1 agreement"));
+  EXPECT_THAT(tight->ToTable(), ::testing::HasSubstr("FAIL"));
+  EXPECT_THAT(tight->ToJUnit(), ::testing::HasSubstr("classname=\"lrkv.quality\" name=\"min_top1\""));
+  EXPECT_EQ(tight->ToJson()["gates"][1]["passed"], false);
+  auto back = VerifyReportFromJson(tight->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->passed());
+  EXPECT_EQ(back->ToTable(), tight->ToTable());
+  // Gates need what they measure.
+  o.source.clear();
+  EXPECT_EQ(RunVerifyJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
   const std::string dir =
       Save("verify_free",
