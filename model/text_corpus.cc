@@ -70,7 +70,14 @@ absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
-  auto docs = SplitDocuments(ss.str());
+  const std::string text = ss.str();
+  // A checkpoint or archive given as text would be tokenized for minutes (a .gguf as
+  // `eval --text`): refused as CheckTextFile refuses it at a job's submission.
+  if (text.find('\0') < (size_t{64} << 10)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": a binary file, not text (it holds NUL bytes)"));
+  }
+  auto docs = SplitDocuments(text);
   if (docs.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": holds no text"));
   }

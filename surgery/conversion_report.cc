@@ -49,7 +49,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"kv_heads", target.kv_heads},
       {"latent", target.latent},
       {"metric", SurgeryMetricName(metric)},
-      {"rope_mode", RopeModeName(rope_mode)},
+      {"rope_mode", rope_mode_applies ? RopeModeName(rope_mode) : "unchanged"},
       {"rope_planes_kept", rope_planes_kept},
       {"rope_dim", target.rope_dim},
       {"budget", budget},

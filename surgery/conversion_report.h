@@ -47,6 +47,9 @@ struct ConversionReport {
   KvConfig target;
   SurgeryMetric metric = SurgeryMetric::kWeight;
   RopeMode rope_mode = RopeMode::kReconstruct;
+  // False for a target with per-head K/V (GQA, MQA): RoPE stays as the source applies
+  // it, and the report says "unchanged" rather than a mode that did nothing.
+  bool rope_mode_applies = true;
   int64_t rope_planes_kept = 0;
   double budget = 0;      // requested budget (0 when an explicit size was given)
   CacheFootprint footprint;         // per token per layer, ratios

@@ -67,6 +67,7 @@ void FillReport(const ModelConfig& config, const KvScheme& scheme,
   report->target = scheme.target();
   report->metric = o.metric;
   report->rope_mode = o.rope_mode;
+  report->rope_mode_applies = scheme.converted_config().kv.layout != KvLayout::kDense;
   report->rope_planes_kept = scheme.rope_planes_kept();
   report->budget = o.budget;
   report->footprint = MeasureFootprint(report->shape, scheme.target(), 1, 1, 1);

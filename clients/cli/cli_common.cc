@@ -157,14 +157,15 @@ ProgressSink StageProgress::Sink() {
       const int width = 20;
       const int done =
           total > 0 ? static_cast<int>(width * (step - 1) / total) : 0;
-      std::fprintf(stderr, "\r\033[K[%s%s] %s %lld/%lld %s (%.0f s)",
+      std::fprintf(stderr, "\r\033[K[%s%s] %s %lld/%lld %s (%.0f s so far)",
                    std::string(done, '#').c_str(),
                    std::string(width - done, '.').c_str(), command_.c_str(),
                    static_cast<long long>(step), static_cast<long long>(total),
                    what.c_str(), s);
       drawn_ = true;
     } else {
-      std::fprintf(stderr, "%s [%lld/%lld] %s (%.1f s)\n", command_.c_str(),
+      // The time the stage starts at, not its duration (the report gives those).
+      std::fprintf(stderr, "%s [%lld/%lld] %s (started at %.1f s)\n", command_.c_str(),
                    static_cast<long long>(step), static_cast<long long>(total),
                    what.c_str(), s);
     }

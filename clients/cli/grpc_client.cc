@@ -281,9 +281,16 @@ int RpcError(const grpc::Status& st) {
   const std::string address = ServerAddress(Globals().conn);
   switch (st.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
-      std::cerr << "lrkv: error: cannot reach lrkvd at " << address
-                << " (is it running? --server or $LRKV_SERVER says where; with TLS, "
-                   "--tls-ca)";
+      if (Globals().conn.server.empty() && Env("LRKV_SERVER").empty()) {
+        // Nothing said where: say that the address tried is only the default.
+        std::cerr << "lrkv: error: cannot reach lrkvd at " << address
+                  << ", the default address (no --server or $LRKV_SERVER given; this "
+                     "command runs on lrkvd: start one, or say where it is)";
+      } else {
+        std::cerr << "lrkv: error: cannot reach lrkvd at " << address
+                  << " (is it running? --server or $LRKV_SERVER says where; with TLS, "
+                     "--tls-ca)";
+      }
       if (Globals().verbose) std::cerr << ": " << st.error_message();
       std::cerr << "\n";
       break;

@@ -67,6 +67,7 @@ expect 0 --json -- eval --checkpoint "$model" --text "$text" --json
 expect 0 --json -- --json eval --checkpoint "$model" --text "$text"
 expect 2 -- eval --checkpoint "$model"
 expect 2 --stderr "not a checkpoint" -- eval --checkpoint "$text" --text "$text"
+expect 2 --stderr "a binary file, not text" -- eval --checkpoint "$model" --text "$model"
 expect 2 --stderr "no such file" -- eval --checkpoint /nope.gguf --text "$text"
 expect 0 --json -- generate --checkpoint "$model" --prompt "Once upon" --max-tokens 4 --json
 expect 2 -- generate --checkpoint "$model"
@@ -100,6 +101,8 @@ expect 1 -- verify --checkpoint "$work/plane/nested" --source "$model" --text "$
 grep -q "top-1 agreement .* >= 1: FAIL" "$work/out" || { echo "FAIL: a failed gate is not in the table" >&2; failures=$((failures + 1)); }
 expect 2 --stderr "give --source and --text" -- verify --checkpoint "$work/plane/nested" --max-kl 0.1
 expect 2 --stderr "--min-top1 2 must lie in \[0, 1\]" -- verify --checkpoint "$work/plane/nested" --min-top1 2
+# a server command with no --server or $LRKV_SERVER says the address it tried is the default
+expect 3 --stderr "the default address" -- pipeline --checkpoint "$model" --convert '{"rank": 2}'
 # heal (the default warmup works with few steps)
 expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --out "$work/healed" --json
 expect 2 --stderr "--warmup 10 must lie" -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --steps 3 --warmup 10 --out "$work/h2"
