@@ -2,6 +2,8 @@
 // exit-code contract, the version and the provenance block of reports.
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -97,6 +99,38 @@ nlohmann::json BuildProvenance() {
   if (nlohmann::json file = ConfigFileRecord(); !file.is_null())
     p["config_file"] = file;
   return p;
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+// The first SIGINT or SIGTERM asks the running command to stop at its next safe point
+// (between layers, steps, documents), which removes what it was writing; a second one
+// ends the process at once.
+void OnInterrupt(int sig) {
+  if (g_interrupted) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_interrupted = 1;
+  static const char kMessage[] =
+      "\nlrkv: stopping at the next safe point; nothing half-written is kept (again to "
+      "kill)\n";
+  [[maybe_unused]] const ssize_t n = write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
+}
+
+}  // namespace
+
+StopCheck InterruptCheck() {
+  static const bool installed = [] {
+    std::signal(SIGINT, OnInterrupt);
+    std::signal(SIGTERM, OnInterrupt);
+    return true;
+  }();
+  (void)installed;
+  return [] { return g_interrupted != 0; };
 }
 
 int ExitCodeFor(absl::StatusCode code) {

@@ -55,6 +55,11 @@ std::string VersionString();
 // The build and machine facts every report records (version, commit, host, threads).
 nlohmann::json BuildProvenance();
 
+// Installs the SIGINT/SIGTERM handlers of a long local command and returns its stop
+// check: the first signal makes the check true (the job ends with CancelledError, exit
+// 3, and removes its partial output), a second one kills the process.
+StopCheck InterruptCheck();
+
 // The exit code for a failed local operation: 2 for what the input got wrong, 4 for an
 // internal error.
 int ExitCodeFor(absl::StatusCode code);

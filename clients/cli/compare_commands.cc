@@ -43,6 +43,7 @@ int RunCompare(const CompareArgs& args) {
                       absl::StrCat("lrkv-compare-", ::getpid()))
                          .string();
   }
+  o.should_stop = InterruptCheck();
   auto report = RunCompareJob(o, [](const std::string& stage, int64_t i,
                                         int64_t n, const std::string& message) {
     std::fprintf(stderr, "[%lld/%lld] %s %s\n", static_cast<long long>(i),

@@ -104,6 +104,7 @@ int RunHeal(HealArgs a) {
   auto job = ParseFlags(*a.flags, HealOptionSchema(), std::move(base));
   if (!job.ok()) return Fail(job.status());
   a.job = *std::move(job);
+  a.job.heal.should_stop = InterruptCheck();
   std::vector<pid_t> children;
   if (a.nproc > 1) {
     if (a.nproc > 64)

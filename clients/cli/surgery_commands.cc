@@ -90,6 +90,7 @@ int RunConvert(const ConvertArgs& a) {
   if (!job.ok()) return Fail(job.status());
   StageProgress progress("convert");
   job->on_progress = progress.Sink();
+  job->should_stop = InterruptCheck();
   auto report = RunConvertJob(*job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());

@@ -32,6 +32,7 @@ int RunVerify(const VerifyArgs& a) {
   if (!job.ok()) return Fail(job.status());
   StageProgress progress("verify");
   job->on_progress = progress.Sink();
+  job->should_stop = InterruptCheck();
   auto report = RunVerifyJob(*job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());

@@ -103,6 +103,20 @@ expect 2 --stderr "give --source and --text" -- verify --checkpoint "$work/plane
 expect 2 --stderr "--min-top1 2 must lie in \[0, 1\]" -- verify --checkpoint "$work/plane/nested" --min-top1 2
 # a server command with no --server or $LRKV_SERVER says the address it tried is the default
 expect 3 --stderr "the default address" -- pipeline --checkpoint "$model" --convert '{"rank": 2}'
+# SIGTERM stops a long local command at its next safe point: exit 3, and neither the
+# output folder nor its .partial staging folder is left behind
+"$lrkv" heal --checkpoint "$work/free" --teacher "$model" --data "$text" --steps 1000000 --batch 2 --seq-len 32 --eval-every 0 --no-keep-best --out "$work/hk" >/dev/null 2>"$work/hk.err" &
+hk_pid=$!
+for _ in $(seq 1 100); do grep -q "training" "$work/hk.err" 2>/dev/null && break; sleep 0.2; done
+sleep 1
+kill -TERM "$hk_pid"
+wait "$hk_pid"; hk_rc=$?
+checked=$((checked + 1))
+if [ "$hk_rc" -ne 3 ] || [ -e "$work/hk" ] || [ -e "$work/hk.partial" ] || ! grep -q "stopping at the next safe point" "$work/hk.err"; then
+  echo "FAIL: SIGTERM during heal: exit $hk_rc (want 3), left: $(ls -d "$work"/hk* 2>/dev/null | tr '\n' ' ')" >&2
+  sed 's/^/    stderr: /' "$work/hk.err" | tail -5 >&2
+  failures=$((failures + 1))
+fi
 # heal (the default warmup works with few steps)
 expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --out "$work/healed" --json
 expect 2 --stderr "--warmup 10 must lie" -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --steps 3 --warmup 10 --out "$work/h2"
