@@ -58,13 +58,13 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
 }
 
 absl::StatusOr<PerplexityResult> LanguageModel::Perplexity(
-    const std::vector<std::string>& docs) const {
+    const std::vector<std::string>& docs, const StopCheck& stop) const {
   const auto t0 = std::chrono::steady_clock::now();
   PerplexityResult r;
   r.products = products_;
   try {
     const Bf16ProductsScope bf16(products_ == "bf16");
-    ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(*transformer_, tokenizer_, docs));
+    ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(*transformer_, tokenizer_, docs, stop));
     r.documents = stats.documents;
     r.tokens = stats.tokens;
     r.total_nll = stats.total_nll;

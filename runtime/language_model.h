@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/stop_check.h"
 #include "model/config.h"
 #include "model/tokenizer.h"
 
@@ -55,7 +56,9 @@ class LanguageModel {
 
   // Perplexity over documents: each is [BOS] + encode(doc); NLL is summed over all
   // document tokens; ppl = exp(total / tokens).
-  absl::StatusOr<PerplexityResult> Perplexity(const std::vector<std::string>& docs) const;
+  // CancelledError once `stop` returns true (polled per window).
+  absl::StatusOr<PerplexityResult> Perplexity(const std::vector<std::string>& docs,
+                                              const StopCheck& stop = {}) const;
   // Greedy continuation of [BOS] + encode(prompt), at most max_tokens new tokens.
   absl::StatusOr<GenerationResult> Generate(const std::string& prompt,
                                             int64_t max_tokens) const;

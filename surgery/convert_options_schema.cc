@@ -57,9 +57,13 @@ void AddMethodOptions(OptionSchema<Options>& s) {
       {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial,
        RopeMode::kSharedPlane},
       RopeModeName,
-      "reconstruct | plane | partial | shared-plane (LRKV); reconstruct | "
-      "partial "
-      "(MLA: partial is decoupled RoPE, the DeepSeek layout)");
+      "What each costs per cached position at decode time. LRKV: reconstruct (exact "
+      "for any rank; rebuilds each head's residual key, O(r*d_h): slower than plane at "
+      "long context) | plane (exact; the residual spans whole RoPE planes, O(r)) | "
+      "partial (RoPE kept on the highest-frequency planes only: an approximation, O(r)) | "
+      "shared-plane (planes shared by the heads, O(H_kv*r)). MLA: reconstruct (exact, "
+      "the latent up-projected per position) | partial (decoupled RoPE, the DeepSeek "
+      "layout, absorbed)");
   s.Choice(
       "allocation",
       [](Options & o) -> auto& { return o.conversion.allocation; },

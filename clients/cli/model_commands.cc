@@ -21,6 +21,7 @@ namespace {
 
 struct EvalArgs {
   std::string checkpoint, text;
+  int64_t limit = 0;  // documents at most (0: all)
   std::string products = "bf16";
 };
 
@@ -46,11 +47,12 @@ std::string DescribeProducts(const std::string& products) {
 int RunEval(const EvalArgs& a) {
   auto docs = ReadDocuments(a.text);
   if (!docs.ok()) return Fail(docs.status());
+  if (a.limit > 0 && static_cast<int64_t>(docs->size()) > a.limit) docs->resize(a.limit);
   auto model = LanguageModel::Load(a.checkpoint, ModelOptions(a.products));
   if (!model.ok()) return Fail(model.status());
   StageProgress progress("eval");
   progress.Sink()(absl::StrCat("perplexity of ", docs->size(), " documents"), 1, 1);
-  auto r = (*model)->Perplexity(*docs);
+  auto r = (*model)->Perplexity(*docs, InterruptCheck());
   progress.Finish();
   if (!r.ok()) return Fail(r.status());
   if (Globals().json) {
@@ -113,6 +115,11 @@ void AddModelCommands(CLI::App& app, int* exit_code) {
   eval->add_option("--text", eval_args->text,
                    "Text file; documents separated by <|endoftext|> lines")
       ->required();
+  eval->add_option("--limit", eval_args->limit,
+                   "Documents of --text to evaluate, the first ones (0: all); each is "
+                   "scored in windows of the model's context, 2048 tokens at most")
+      ->check(kNotNegative)
+      ->capture_default_str();
   AddProductsOption(eval, &eval_args->products);
   eval->callback([eval_args, exit_code] { *exit_code = RunEval(*eval_args); });
 

@@ -65,6 +65,9 @@ expect 0 --json -- sysinfo --json
 # eval / generate / tokenize
 expect 0 --json -- eval --checkpoint "$model" --text "$text" --json
 expect 0 --json -- --json eval --checkpoint "$model" --text "$text"
+expect 0 --json -- eval --checkpoint "$model" --text "$text" --limit 3 --json
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["stories"] == 3, j' "$work/out" ||
+  { echo "FAIL: eval --limit 3 did not score 3 documents" >&2; failures=$((failures + 1)); }
 expect 2 -- eval --checkpoint "$model"
 expect 2 --stderr "not a checkpoint" -- eval --checkpoint "$text" --text "$text"
 expect 2 --stderr "a binary file, not text" -- eval --checkpoint "$model" --text "$model"
