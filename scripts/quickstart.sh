@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED="${LRKV_SHARED_DIR:-../shared}"
 bash scripts/setup.sh
-LRKV_TARGET="lrkv lrkvd" bash scripts/build.sh
+# lrkv_python: the Python client's generated modules (build/python), for docs/service.md's example
+LRKV_TARGET="lrkv lrkvd lrkv_python" bash scripts/build.sh
 ./build/bin/lrkv eval --checkpoint "$SHARED/models/stories260K.gguf" \
   --text "$SHARED/data/tinystories-valid-excerpt.txt"
 echo "greedy continuation (16 tokens):"
