@@ -10,7 +10,9 @@
 #include "clients/cli/remote.h"
 #include "clients/cli/schema_flags.h"
 #include "nlohmann/json.hpp"
+#include "model/checkpoint.h"
 #include "surgery/cache_accounting.h"
+#include "surgery/conversion_options.h"
 #include "surgery/convert_job.h"
 #include "surgery/convert_options_schema.h"
 
@@ -18,6 +20,7 @@ namespace lrkv::cli {
 namespace {
 
 struct CacheArgs {
+  std::string checkpoint;  // the shape from this model (QK-norm included), as convert reads it
   AttentionShape shape;
   CacheQuery query;
   std::string dtype = "bf16";
@@ -30,6 +33,13 @@ struct ConvertArgs {
 };
 
 int RunCache(CacheArgs a) {
+  if (!a.checkpoint.empty()) {
+    auto ckpt = Checkpoint::Open(a.checkpoint);
+    if (!ckpt.ok()) return Fail(ckpt.status());
+    a.shape = ShapeOf((*ckpt)->config());
+  } else if (a.shape.layers <= 0 || a.shape.heads <= 0 || a.shape.head_dim <= 0) {
+    return UsageError("give --checkpoint, or the shape: --layers, --heads and --head-dim");
+  }
   if (a.dtype == "bf16" || a.dtype == "fp16") {
     a.query.bytes_per_element = 2;
   } else if (a.dtype == "fp32") {
@@ -137,12 +147,15 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   auto* cache = app.add_subcommand(
       "cache",
       "KV-cache size of MHA, GQA, MQA, MLA and LRKV for an attention shape");
-  cache->add_option("--layers", c->shape.layers, "Layers N")->required();
-  cache->add_option("--heads", c->shape.heads, "Query heads H")->required();
+  c->shape.layers = 0;  // given, or from --checkpoint
+  cache->add_option("--checkpoint", c->checkpoint,
+                    "Take the shape from this model (QK-norm included: the sizes convert "
+                    "plans for it) instead of --layers, --heads, ...");
+  cache->add_option("--layers", c->shape.layers, "Layers N");
+  cache->add_option("--heads", c->shape.heads, "Query heads H");
   cache->add_option("--kv-heads", c->shape.kv_heads,
                     "Source KV heads (default H: MHA)");
-  cache->add_option("--head-dim", c->shape.head_dim, "Head dim d_h")
-      ->required();
+  cache->add_option("--head-dim", c->shape.head_dim, "Head dim d_h");
   cache->add_option("--hidden", c->shape.hidden,
                     "Model width d (default H*d_h)");
   cache->add_flag("--qk-norm", c->shape.qk_norm,

@@ -80,6 +80,13 @@ expect 2 -- tokenize --checkpoint "$model"
 expect 0 --json -- cache --layers 5 --heads 8 --head-dim 8 --rank 2 --json
 expect 2 --stderr "int4" -- cache --layers 5 --heads 8 --head-dim 8 --rank 2 --dtype int4
 expect 2 --stderr "exactly one of" -- cache --layers 5 --heads 8 --head-dim 8
+expect 2 --stderr "give --checkpoint, or the shape" -- cache --heads 8 --head-dim 8 --rank 2
+# cache --checkpoint plans what convert plans for the same model and budget
+expect 0 --json -- cache --checkpoint "$model" --budget 0.5 --json
+cache_plan=$(python3 -c 'import json,sys; print([r["config"] for r in json.load(open(sys.argv[1])) if r["variant"] == "lrkv"][0])' "$work/out")
+expect 0 --json -- convert --checkpoint "$model" --variant lrkv --budget 0.5 --out "$work/planned" --json
+convert_plan=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"])' "$work/out")
+[ "$cache_plan" = "$convert_plan" ] || { echo "FAIL: cache plans '$cache_plan', convert '$convert_plan'" >&2; failures=$((failures + 1)); }
 expect 2 --stderr "must be 0 or more" -- cache --layers 5 --heads 8 --head-dim 8 --rank -1
 # convert
 expect 2 --stderr "--out is required" -- convert --checkpoint "$model" --variant lrkv --rank 2
