@@ -43,9 +43,20 @@ absl::Status ValidateGenerateBenchOptions(const GenerateBenchOptions& o,
 
 namespace {
 
+// Stage lines for the bench's progress: each engine's prefill and steps, numbered.
+struct BenchProgress {
+  const GenerateBenchOptions& o;
+  int64_t stage = 0, stages = 1;
+  void Tell(const std::string& what, bool next = true) {
+    if (next) ++stage;
+    if (o.on_progress) o.on_progress(what, stage, stages);
+  }
+};
+
 absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& w,
                                       DecodeMode mode, const GenerateBenchOptions& o,
-                                      const std::string& model) {
+                                      const std::string& model, BenchProgress& progress) {
+  const std::string name = absl::StrCat(model, " ", DecodeModeName(mode));
   EngineOptions eo;
   eo.capacity = o.context + o.tokens;
   eo.cache_dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -62,6 +73,7 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
   GenerateBenchRow row;
+  progress.Tell(absl::StrCat(name, ": prefill of ", o.context, " tokens"));
   const auto p0 = Clock::now();
   at::Tensor next;
   {
@@ -71,7 +83,13 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
   row.prefill_seconds = seconds_since(p0);
   row.prefill_tokens_per_second = o.context / row.prefill_seconds;
   std::vector<double> steps;
+  progress.Tell(absl::StrCat(name, ": ", o.tokens, " timed decode steps"));
+  auto told = Clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
+    if (seconds_since(told) > 10) {
+      progress.Tell(absl::StrCat(name, ": timed step ", i + 1, " of ", o.tokens), false);
+      told = Clock::now();
+    }
     const auto s0 = Clock::now();
     next = engine->Step(next).argmax(-1);
     steps.push_back(seconds_since(s0) * 1e3);
@@ -91,18 +109,24 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
   ASSIGN_OR_RETURN(DecodeMode mode,
                    ParseDecodeMode(o.mode == "auto" ? RopeModeName(ckpt->config().kv.rope_mode)
                                                     : o.mode));
+  const bool factored = ckpt->config().kv.layout != KvLayout::kDense &&
+                        mode != DecodeMode::kExpanded;
+  BenchProgress progress{o, 0, 1 + 2 * (1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1))};
+  progress.Tell("loading the weights");
   ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
   std::vector<GenerateBenchRow> rows;
-  ASSIGN_OR_RETURN(auto expanded, Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted"));
+  ASSIGN_OR_RETURN(auto expanded,
+                   Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted", progress));
   rows.push_back(expanded);
-  if (ckpt->config().kv.layout != KvLayout::kDense && mode != DecodeMode::kExpanded) {
-    ASSIGN_OR_RETURN(auto factored, Time(ckpt->config(), w, mode, o, "converted"));
-    rows.push_back(factored);
+  if (factored) {
+    ASSIGN_OR_RETURN(auto row, Time(ckpt->config(), w, mode, o, "converted", progress));
+    rows.push_back(row);
   }
   if (!o.source.empty()) {
     ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> src, Checkpoint::Open(o.source));
     ASSIGN_OR_RETURN(LlamaWeights sw, LoadLlamaWeights(src, StoredDtype()));
-    ASSIGN_OR_RETURN(auto row, Time(src->config(), sw, DecodeMode::kExpanded, o, "source"));
+    ASSIGN_OR_RETURN(auto row,
+                     Time(src->config(), sw, DecodeMode::kExpanded, o, "source", progress));
     rows.push_back(row);
   }
   return rows;

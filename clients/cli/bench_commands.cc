@@ -77,8 +77,11 @@ absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
   return row;
 }
 
-int RunGenerate(const GenerateBenchOptions& o, const std::string& against_llama_cpp) {
+int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp) {
+  StageProgress progress("bench generate");
+  o.on_progress = progress.Sink();
   auto rows = RunGenerateBench(o);
+  progress.Finish();
   if (!rows.ok()) return Fail(rows.status());
   if (!against_llama_cpp.empty()) {
     auto row = RunLlamaCpp(against_llama_cpp, o);
