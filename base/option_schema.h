@@ -182,6 +182,14 @@ struct OptionSpec {
   }
 };
 
+// The messages of OptionSchema::Parse (non-template).
+absl::Status UnknownOptionError(const std::string& command,
+                                const std::string& name, bool local_only,
+                                const std::vector<OptionInfo>& infos,
+                                OptionSource source);
+absl::Status MissingOptionError(const std::string& command,
+                                const OptionInfo& info, OptionSource source);
+
 // Every option of a command or job kind, and the checks that span several.
 template <typename Options>
 class OptionSchema {
@@ -317,13 +325,15 @@ class OptionSchema {
       const OptionSpec<Options>* spec = Find(it.key());
       if (spec == nullptr || (source == OptionSource::kParamsJson &&
                               spec->info.scope == OptionScope::kLocalOnly)) {
-        return UnknownName(it.key(), spec != nullptr, source);
+        return UnknownOptionError(command_, it.key(), spec != nullptr, Infos(),
+                                  source);
       }
     }
     for (const OptionSpec<Options>& spec : specs_) {
       const nlohmann::json* value = Given(params, spec.info);
       if (value == nullptr) {
-        if (spec.info.required) return Missing(spec.info, source);
+        if (spec.info.required)
+          return MissingOptionError(command_, spec.info, source);
         continue;
       }
       if (absl::Status st = spec.info.Check(*value, source); !st.ok())
@@ -409,36 +419,11 @@ class OptionSchema {
                : st;
   }
 
-  absl::Status UnknownName(const std::string& name, bool local_only,
-                           OptionSource source) const;
-  absl::Status Missing(const OptionInfo& info, OptionSource source) const;
-
   std::string command_;
   std::vector<OptionSpec<Options>> specs_;
   std::vector<std::function<absl::Status(const Options&, OptionSource)>>
       checks_;
 };
-
-// The messages of OptionSchema::Parse (non-template).
-absl::Status UnknownOptionError(const std::string& command,
-                                const std::string& name, bool local_only,
-                                const std::vector<OptionInfo>& infos,
-                                OptionSource source);
-absl::Status MissingOptionError(const std::string& command,
-                                const OptionInfo& info, OptionSource source);
-
-template <typename Options>
-absl::Status OptionSchema<Options>::UnknownName(const std::string& name,
-                                                bool local_only,
-                                                OptionSource source) const {
-  return UnknownOptionError(command_, name, local_only, Infos(), source);
-}
-
-template <typename Options>
-absl::Status OptionSchema<Options>::Missing(const OptionInfo& info,
-                                            OptionSource source) const {
-  return MissingOptionError(command_, info, source);
-}
 
 }  // namespace lrkv
 

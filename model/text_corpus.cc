@@ -1,4 +1,5 @@
-// Splitting a text file into documents ("stories") the way evaluation defines them.
+// Splitting a text file into documents ("stories") the way evaluation defines
+// them.
 #include "model/text_corpus.h"
 
 #include <filesystem>
@@ -31,7 +32,20 @@ std::vector<std::string> SplitDocuments(const std::string& text) {
   return docs;
 }
 
-absl::Status CheckTextFile(const std::string& path, const char* flag, size_t max_bytes) {
+namespace {
+
+// Binary files (checkpoints, archives) hold NUL bytes early; UTF-8 text never
+// does.
+constexpr size_t kBinarySniffBytes = size_t{64} << 10;
+bool LooksBinary(absl::string_view head) {
+  return head.substr(0, kBinarySniffBytes).find('\0') !=
+         absl::string_view::npos;
+}
+
+}  // namespace
+
+absl::Status CheckTextFile(const std::string& path, const char* flag,
+                           size_t max_bytes) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
@@ -39,21 +53,22 @@ absl::Status CheckTextFile(const std::string& path, const char* flag, size_t max
     return absl::NotFoundError(absl::StrCat(flag, " ", path, ": no such file"));
   }
   if (!fs::is_regular_file(st)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " ", path, ": not a regular file (a text file is needed)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " ", path, ": not a regular file (a text file is needed)"));
   }
   const auto size = fs::file_size(path, ec);
   if (ec || size > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": ", size,
-                                                   " bytes exceeds the limit of ", max_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", path, ": ", size,
+                     " bytes exceeds the limit of ", max_bytes));
   }
   std::ifstream in(path, std::ios::binary);
-  std::string head(64 << 10, '\0');
+  std::string head(kBinarySniffBytes, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
   head.resize(static_cast<size_t>(in.gcount()));
-  if (head.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, " ", path, ": a binary file, not text (it holds NUL bytes)"));
+  if (LooksBinary(head)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " ", path, ": a binary file, not text (it holds NUL bytes)"));
   }
   return absl::OkStatus();
 }
@@ -62,18 +77,21 @@ absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
                                                        size_t max_bytes) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat(path, ": cannot read: ", ec.message()));
+  if (ec)
+    return absl::NotFoundError(
+        absl::StrCat(path, ": cannot read: ", ec.message()));
   if (size > max_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": ", size, " bytes exceeds the limit of ", max_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", size, " bytes exceeds the limit of ", max_bytes));
   }
   std::ifstream in(path, std::ios::binary);
   std::ostringstream ss;
   ss << in.rdbuf();
   const std::string text = ss.str();
-  // A checkpoint or archive given as text would be tokenized for minutes (a .gguf as
-  // `eval --text`): refused as CheckTextFile refuses it at a job's submission.
-  if (text.find('\0') < (size_t{64} << 10)) {
+  // A checkpoint or archive given as text would be tokenized for minutes (a
+  // .gguf as `eval --text`): refused as CheckTextFile refuses it at a job's
+  // submission.
+  if (LooksBinary(text)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": a binary file, not text (it holds NUL bytes)"));
   }

@@ -36,27 +36,31 @@ absl::Status CheckKnownKeys(const json& j, const std::set<std::string>& known,
   return absl::OkStatus();
 }
 
-// params_json as an object, without the record of the configuration file it came from;
-// the names are checked by `known` when given, else by the kind's option schema.
+// params_json as an object, without the record of the configuration file it
+// came from; the names are checked by `known` when given, else by the kind's
+// option schema.
 absl::StatusOr<json> ParseObject(const std::string& text,
                                  const std::set<std::string>& known = {}) {
   ASSIGN_OR_RETURN(json j, ParseParamsJson(text));
   if (!j.is_object()) return Invalid("params_json must be a JSON object");
-  // The configuration file the parameters came from (`lrkv compare -f study.yaml`), kept
-  // with the job as submitted: {"name": ..., "text": ...}; no parameter of its own.
+  // The configuration file the parameters came from (`lrkv compare -f
+  // study.yaml`), kept with the job as submitted: {"name": ..., "text": ...};
+  // no parameter of its own.
   if (auto it = j.find(kConfigFileKey); it != j.end()) {
-    if (!it->is_object() || !it->contains("text") || !(*it)["text"].is_string()) {
+    if (!it->is_object() || !it->contains("text") ||
+        !(*it)["text"].is_string()) {
       return Invalid(absl::StrCat("params_json: '", kConfigFileKey,
                                   "' must be {\"name\": ..., \"text\": ...}"));
     }
     j.erase(it);
   }
-  if (!known.empty()) RETURN_IF_ERROR(CheckKnownKeys(j, known, "params_json: "));
+  if (!known.empty())
+    RETURN_IF_ERROR(CheckKnownKeys(j, known, "params_json: "));
   return j;
 }
 
-// Whether `v` is a T exactly: an integer parameter given 2.7 or -1 for an unsigned one
-// is refused, not truncated or wrapped.
+// Whether `v` is a T exactly: an integer parameter given 2.7 or -1 for an
+// unsigned one is refused, not truncated or wrapped.
 template <typename T>
 bool HasType(const json& v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -85,7 +89,8 @@ absl::Status Read(const json& j, const char* key, T* out) {
   if (!HasType<T>(*it)) {
     std::string shown = it->dump();
     if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
-    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (", shown, ")"));
+    return Invalid(absl::StrCat("params_json: '", key, "' has the wrong type (",
+                                shown, ")"));
   }
   *out = it->get<T>();
   return absl::OkStatus();
@@ -100,7 +105,8 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
   ConvertJobOptions base;
   base.checkpoint = checkpoint;
   base.out_dir = out_dir;
-  return ConvertOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
+  return ConvertOptionSchema().Parse(j, std::move(base),
+                                     OptionSource::kParamsJson);
 }
 
 absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
@@ -108,7 +114,8 @@ absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
   ASSIGN_OR_RETURN(json j, ParseObject(text));
   VerifyJobOptions base;
   base.checkpoint = checkpoint;
-  return VerifyOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
+  return VerifyOptionSchema().Parse(j, std::move(base),
+                                    OptionSource::kParamsJson);
 }
 
 absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
@@ -118,12 +125,8 @@ absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& text,
   HealJobOptions base;
   base.checkpoint = checkpoint;
   base.out_dir = out_dir;
-  return HealOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
-}
-
-absl::StatusOr<std::string> HealTeacherId(const std::string& text) {
-  ASSIGN_OR_RETURN(HealJobOptions o, ParseHealParams(text, "", ""));
-  return o.teacher;
+  return HealOptionSchema().Parse(j, std::move(base),
+                                  OptionSource::kParamsJson);
 }
 
 absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
@@ -143,11 +146,12 @@ absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& text) {
   if (auto b = j.find("bench"); b != j.end()) {
     if (!b->is_object())
       return Invalid("params_json: 'bench' must be an object");
-    RETURN_IF_ERROR(CheckKnownKeys(*b, {"context", "tokens"}, "params_json: bench: "));
+    RETURN_IF_ERROR(
+        CheckKnownKeys(*b, {"context", "tokens"}, "params_json: bench: "));
     RETURN_IF_ERROR(Read(*b, "context", &p.bench_context));
     RETURN_IF_ERROR(Read(*b, "tokens", &p.bench_tokens));
-    // Their ranges are `lrkv bench generate`'s, checked by ValidateGenerateBenchOptions
-    // against the model at submission.
+    // Their ranges are `lrkv bench generate`'s, checked by
+    // ValidateGenerateBenchOptions against the model at submission.
   }
   // Each stage's parameters are checked the way a single job of that kind is.
   RETURN_IF_ERROR(ParseConvertParams(p.convert_json, "", "").status());
@@ -226,7 +230,8 @@ absl::StatusOr<CompareJobOptions> ParseCompareParams(
   CompareJobOptions base;
   base.checkpoint = checkpoint;
   base.work_dir = work_dir;
-  return CompareOptionSchema().Parse(j, std::move(base), OptionSource::kParamsJson);
+  return CompareOptionSchema().Parse(j, std::move(base),
+                                     OptionSource::kParamsJson);
 }
 
 }  // namespace lrkv::service

@@ -24,12 +24,10 @@ absl::StatusOr<ConvertJobOptions> ParseConvertParams(
     const std::string& out_dir);
 absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
     const std::string& json, const std::string& checkpoint);
-// `teacher` is resolved by the server from the "teacher" checkpoint id.
+// `teacher` holds the "teacher" checkpoint id, which the server resolves to its path.
 absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& json,
                                                const std::string& checkpoint,
                                                const std::string& out_dir);
-// The checkpoint id a heal job distils from ("teacher"), or empty.
-absl::StatusOr<std::string> HealTeacherId(const std::string& json);
 // A pipeline's parameters: one JSON object per stage ("heal" optional) and the
 // decode benchmark's context and timed tokens.
 struct PipelineParams {

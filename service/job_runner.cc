@@ -480,10 +480,10 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     ASSIGN_OR_RETURN(
         HealJobOptions o,
         ParseHealParams(job.params_json, ckpt.path, ArtifactPath(job.id)));
-    ASSIGN_OR_RETURN(std::string teacher_id, HealTeacherId(job.params_json));
-    if (!teacher_id.empty()) {
+    // The parsed "teacher" is a checkpoint id until it is resolved here.
+    if (!o.teacher.empty()) {
       ASSIGN_OR_RETURN(CheckpointRecord teacher,
-                       store_->GetCheckpoint(teacher_id));
+                       store_->GetCheckpoint(o.teacher));
       o.teacher = teacher.path;
     }
     ASSIGN_OR_RETURN(HealReport r, Heal(job.id, o));

@@ -599,9 +599,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
       }
     } else {
       ASSIGN_OR_RETURN(HealJobOptions h, ParseHealParams(req.params_json(), ckpt.path, ""));
-      ASSIGN_OR_RETURN(std::string teacher, HealTeacherId(req.params_json()));
-      if (!teacher.empty()) {
-        ASSIGN_OR_RETURN(CheckpointRecord t, store_->GetCheckpoint(teacher));
+      // The parsed "teacher" is a checkpoint id until it is resolved here.
+      if (!h.teacher.empty()) {
+        ASSIGN_OR_RETURN(CheckpointRecord t, store_->GetCheckpoint(h.teacher));
         h.teacher = t.path;
       }
       RETURN_IF_ERROR(ValidateHealJobOptions(h));
