@@ -56,10 +56,15 @@ for entry in "${configs[@]}"; do
         ;;
     esac
     i=$((i + 1))
+    # Calibration text where something reads it (the activation metric, per-layer sizes
+    # by loss); convert refuses a --calib it would ignore.
+    calib=""
+    if [ "$m" = activation ] || [ "$alloc" = layers ]; then
+      calib="--calib $TEXT --calib-range 0:0.5 --calib-tokens 1000000"
+    fi
     # shellcheck disable=SC2086
     ./build/bin/lrkv convert --checkpoint "$MODEL" $args --metric "$m" --allocation "$alloc" \
-      --allocation-tokens 4096 \
-      --calib "$TEXT" --calib-range 0:0.5 --calib-tokens 1000000 \
+      --allocation-tokens 4096 $calib \
       --eval "$TEXT" --eval-range 0.5:1 --out "$work/$i" --json > "$work/$i.json"
     echo "${entry%%|*}|$metric|$work/$i.json" >> "$work/index"
   done
