@@ -67,7 +67,8 @@ void FillReport(const ModelConfig& config, const KvScheme& scheme,
   report->target = scheme.target();
   report->metric = o.metric;
   report->rope_mode = o.rope_mode;
-  report->rope_mode_applies = scheme.converted_config().kv.layout != KvLayout::kDense;
+  report->rope_mode_applies =
+      scheme.converted_config().kv.layout != KvLayout::kDense;
   report->rope_planes_kept = scheme.rope_planes_kept();
   report->budget = o.budget;
   report->footprint = MeasureFootprint(report->shape, scheme.target(), 1, 1, 1);
@@ -98,23 +99,21 @@ void FillReport(const ModelConfig& config, const KvScheme& scheme,
 
 }  // namespace
 
-absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
-                                            const LlamaWeights& weights,
-                                            const ConversionOptions& o,
-                                            const CalibrationStats* calibration,
-                                            ConversionReport* report,
-                                            const StopCheck& stop,
-                                            const KvLossProbe& loss_probe) {
+absl::StatusOr<ConvertedModel> ConvertModel(
+    const ModelConfig& config, const LlamaWeights& weights,
+    const ConversionOptions& o, const CalibrationStats* calibration,
+    ConversionReport* report, const StopCheck& stop,
+    const KvLossProbe& loss_probe, const UnitProgress& on_layer) {
   ASSIGN_OR_RETURN(std::unique_ptr<KvScheme> scheme, MakeKvScheme(config, o));
   return ConvertWithScheme(*scheme, config, weights, o, calibration, report,
-                           stop, loss_probe);
+                           stop, loss_probe, on_layer);
 }
 
 absl::StatusOr<ConvertedModel> ConvertWithScheme(
     KvScheme& scheme, const ModelConfig& config, const LlamaWeights& weights,
     const ConversionOptions& o, const CalibrationStats* calibration,
     ConversionReport* report, const StopCheck& stop,
-    const KvLossProbe& loss_probe) {
+    const KvLossProbe& loss_probe, const UnitProgress& on_layer) {
   if (o.metric == SurgeryMetric::kActivation &&
       (calibration == nullptr ||
        static_cast<int64_t>(calibration->gram.size()) != config.num_layers)) {
@@ -142,6 +141,7 @@ absl::StatusOr<ConvertedModel> ConvertWithScheme(
     ASSIGN_OR_RETURN(LayerReport row,
                      scheme.ConvertLayer(layer, &out.weights.layers[i]));
     rows.push_back(std::move(row));
+    if (on_layer) on_layer(i + 1, config.num_layers);
   }
   RETURN_IF_ERROR(out.config.Validate());
   double written_loss = 0;

@@ -31,13 +31,11 @@ struct ConvertedModel {
 // activation metric, `loss_probe` for the loss objective of per-layer sizes.
 // `report` (optional) receives the per-layer record. CancelledError when `stop`
 // asks (polled per layer).
-absl::StatusOr<ConvertedModel> ConvertModel(const ModelConfig& config,
-                                            const LlamaWeights& weights,
-                                            const ConversionOptions& options,
-                                            const CalibrationStats* calibration,
-                                            ConversionReport* report,
-                                            const StopCheck& stop = {},
-                                            const KvLossProbe& loss_probe = {});
+absl::StatusOr<ConvertedModel> ConvertModel(
+    const ModelConfig& config, const LlamaWeights& weights,
+    const ConversionOptions& options, const CalibrationStats* calibration,
+    ConversionReport* report, const StopCheck& stop = {},
+    const KvLossProbe& loss_probe = {}, const UnitProgress& on_layer = {});
 
 // The conversion through `scheme` (made for `config` and `options`, by
 // MakeKvScheme or by the caller): ConvertModel is MakeKvScheme, then this.
@@ -45,7 +43,7 @@ absl::StatusOr<ConvertedModel> ConvertWithScheme(
     KvScheme& scheme, const ModelConfig& config, const LlamaWeights& weights,
     const ConversionOptions& options, const CalibrationStats* calibration,
     ConversionReport* report, const StopCheck& stop = {},
-    const KvLossProbe& loss_probe = {});
+    const KvLossProbe& loss_probe = {}, const UnitProgress& on_layer = {});
 
 // The same model with dense per-KV-head K/V weights materialised from any
 // layout (a plain Llama checkpoint that any loader reads).

@@ -170,43 +170,6 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
-StageProgress::StageProgress(std::string command)
-    : command_(std::move(command)),
-      bar_(isatty(STDERR_FILENO) && std::getenv("LRKV_NO_PROGRESS") == nullptr),
-      start_(std::chrono::steady_clock::now()) {}
-
-StageProgress::~StageProgress() { Finish(); }
-
-void StageProgress::Finish() {
-  if (bar_ && drawn_) std::fprintf(stderr, "\n");
-  drawn_ = false;
-}
-
-ProgressSink StageProgress::Sink() {
-  return [this](const std::string& what, int64_t step, int64_t total) {
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-            .count();
-    if (bar_) {
-      const int width = 20;
-      const int done =
-          total > 0 ? static_cast<int>(width * (step - 1) / total) : 0;
-      std::fprintf(stderr, "\r\033[K[%s%s] %s %lld/%lld %s (%.0f s so far)",
-                   std::string(done, '#').c_str(),
-                   std::string(width - done, '.').c_str(), command_.c_str(),
-                   static_cast<long long>(step), static_cast<long long>(total),
-                   what.c_str(), s);
-      drawn_ = true;
-    } else {
-      // The time the stage starts at, not its duration (the report gives those).
-      std::fprintf(stderr, "%s [%lld/%lld] %s (started at %.1f s)\n", command_.c_str(),
-                   static_cast<long long>(step), static_cast<long long>(total),
-                   what.c_str(), s);
-    }
-    std::fflush(stderr);
-  };
-}
-
 int EmitLocalReport(nlohmann::json report, const std::string& table,
                     const std::string& json_out) {
   report["provenance"] = BuildProvenance();

@@ -20,6 +20,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "base/stop_check.h"
+#include "clients/cli/stage_progress.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
@@ -72,23 +73,6 @@ int UsageError(const std::string& message);
 // range up to DBL_MAX).
 extern const CLI::Validator kNotNegative;
 extern const CLI::Validator kPositive;
-
-// A local command's stages on stderr (stdout stays the result's): a bar redrawn in
-// place on a TTY, finished with a newline when the command ends; plain lines otherwise
-// or with LRKV_NO_PROGRESS=1. Each line says how long the command has run.
-class StageProgress {
- public:
-  explicit StageProgress(std::string command);
-  ~StageProgress();
-  ProgressSink Sink();
-  // Ends the bar's line (before the result is printed); the destructor does it too.
-  void Finish();
-
- private:
-  std::string command_;
-  bool bar_ = false, drawn_ = false;
-  std::chrono::steady_clock::time_point start_;
-};
 
 // An option's text as the JSON value a job parameter takes: an integer, a number,
 // true/false, else the string itself.
