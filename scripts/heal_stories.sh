@@ -12,7 +12,7 @@ TEXT="$SHARED/data/tinystories-valid-excerpt.txt"
 steps="${1:-40}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-./build/bin/lrkv convert --checkpoint "$MODEL" --variant lrkv --rank 2 --metric activation \
+./build/bin/lrkv convert --checkpoint "$MODEL" --variant lrkv --rank 2 --rope-mode reconstruct --metric activation \
   --calib "$TEXT" --calib-range 0:0.8 --calib-tokens 1000000 --out "$work/converted" >/dev/null
 ./build/bin/lrkv heal --checkpoint "$work/converted" --teacher "$MODEL" --data "$TEXT" \
   --data-range 0:0.8 --eval "$TEXT" --eval-range 0.8:1 --steps "$steps" --batch 8 \

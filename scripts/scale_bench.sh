@@ -65,15 +65,18 @@ for shape in "${LIST[@]}"; do
   run init "$shape" "$LRKV" init --config "$cfg" --tokenizer-from "$tok" --out "$src"
   bytes=$(du -sb "$src" | cut -f1)
   ROWS+=("$(printf '%-14s %-16s %9s %9.2f' "$shape" "(checkpoint)" - "$(echo "$bytes / 1073741824" | bc -l)")")
+  # The default conversion (RoPE mode auto: plane for LRKV, the factored decode a
+  # deployment would run: exact and RoPE-commuting).
   run convert "$shape" "$LRKV" convert --checkpoint "$src" --variant lrkv --budget 0.5 \
     --metric weight --out "$out"
   run verify "$shape" "$LRKV" verify --checkpoint "$out"
   if [[ $shape != llama-3.1-8b ]]; then
-    # Plane mode is the factored decode (exact, RoPE-commuting) a deployment would run.
-    plane=$WORK/$shape-plane
-    rm -rf "$plane"
-    run convert-plane "$shape" "$LRKV" convert --checkpoint "$src" --variant lrkv --budget 0.5 \
-      --rope-mode plane --out "$plane"
+    # reconstruct (exact for any rank, slower to decode) for comparison.
+    recon=$WORK/$shape-reconstruct
+    rm -rf "$recon"
+    run convert-reconstruct "$shape" "$LRKV" convert --checkpoint "$src" --variant lrkv \
+      --budget 0.5 --rope-mode reconstruct --out "$recon"
+    rm -rf "$recon"
     # The source as a GGUF file for llama.cpp, where the exporter has a llama.cpp form
     # for the model (not for Llama-3's llama3 rope scaling).
     gguf=$WORK/$shape-gguf against=()
@@ -86,14 +89,13 @@ for shape in "${LIST[@]}"; do
       echo "  (no llama.cpp comparison: $(tail -1 "$WORK/$shape.gguf.log"))"
     fi
     for ctx in $CONTEXTS; do
-      run "generate-$ctx" "$shape" "$LRKV" bench generate --checkpoint "$plane" --source "$src" \
+      run "generate-$ctx" "$shape" "$LRKV" bench generate --checkpoint "$out" --source "$src" \
         --context "$ctx" --tokens 8 "${against[@]}"
       sed -n '/^model/,$p' "$WORK/$shape.generate-$ctx.log"
     done
     rm -rf "$gguf"
     run eval "$shape" "$LRKV" eval --checkpoint "$src" --text "$EVAL_TEXT"
     grep -E "tokens|perplexity" "$WORK/$shape.eval.log" | sed 's/^/    /'
-    [[ $KEEP == 0 ]] && rm -rf "$plane"
   fi
   if [[ $KEEP == 0 ]]; then rm -rf "$src" "$out"; fi
 done

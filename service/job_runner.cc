@@ -4,16 +4,16 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "model/checkpoint.h"
-#include "runtime/provenance.h"
-#include "model/safetensors.h"
 #include "base/status_macros.h"
-#include "service/job_params.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
 #include "runtime/generate_bench.h"
+#include "runtime/provenance.h"
+#include "service/job_params.h"
 
 namespace lrkv::service {
 namespace {
@@ -24,6 +24,51 @@ int64_t Now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// `text` with lrkvd's own paths under `data_dir` as a client names what they
+// are: a staged checkpoint as "checkpoint <sha256>" (the id the API takes), a
+// job's output as "artifact of job <id>" (what DownloadArtifact fetches),
+// anything else relative to the data folder. A report is read by clients who
+// never see that folder.
+std::string UserFacingPaths(std::string text, const std::string& data_dir) {
+  const std::string root = (fs::path(data_dir) / "").string();
+  for (size_t at = text.find(root); at != std::string::npos;
+       at = text.find(root, at)) {
+    size_t end = at + root.size();
+    while (end < text.size() && text[end] != ' ' && text[end] != '"' &&
+           text[end] != '\'' && text[end] != ',' && text[end] != ')') {
+      ++end;
+    }
+    const fs::path rel =
+        fs::path(text.substr(at + root.size(), end - at - root.size()));
+    auto part = rel.begin();
+    std::string shown = rel.string();
+    if (part != rel.end() && std::next(part) != rel.end()) {
+      const std::string top = part->string(), entry = std::next(part)->string();
+      if (top == "checkpoints") {
+        shown = absl::StrCat("checkpoint ", fs::path(entry).stem().string());
+      } else if (top == "artifacts") {
+        shown = absl::StrCat("artifact of job ", entry);
+      }
+    }
+    text.replace(at, end - at, shown);
+    at += shown.size();
+  }
+  return text;
+}
+
+nlohmann::json UserFacingPaths(const nlohmann::json& value,
+                               const std::string& data_dir) {
+  if (value.is_string()) {
+    return UserFacingPaths(value.get<std::string>(), data_dir);
+  }
+  if (!value.is_structured()) return value;
+  nlohmann::json out = value;
+  for (auto& item : out.items()) {
+    item.value() = UserFacingPaths(item.value(), data_dir);
+  }
+  return out;
 }
 
 }  // namespace
@@ -80,9 +125,10 @@ absl::Status JobRunner::Enqueue(const std::string& id) {
 absl::Status JobRunner::Cancel(const std::string& id) {
   ASSIGN_OR_RETURN(JobRecord job, store_->GetJob(id));
   if (job.state == JobState::kQueued) {
-    // An end that survives a full disk (kept in memory until written): the job is
-    // cancelled either way.
-    if (absl::Status st = store_->FinishJob(id, JobState::kCancelled, Now(), "cancelled");
+    // An end that survives a full disk (kept in memory until written): the job
+    // is cancelled either way.
+    if (absl::Status st =
+            store_->FinishJob(id, JobState::kCancelled, Now(), "cancelled");
         absl::IsFailedPrecondition(st) || absl::IsNotFound(st)) {
       return st;
     }
@@ -125,12 +171,14 @@ void JobRunner::Stop() {
   }
   threads_.clear();
   if (flusher_.joinable()) flusher_.join();
-  // A clean stop leaves no job `running` behind: ends still in memory are written now
-  // (the store gives up its reserve for them if it must).
+  // A clean stop leaves no job `running` behind: ends still in memory are
+  // written now (the store gives up its reserve for them if it must).
   if (absl::Status st = store_->FlushPendingEnds(); !st.ok()) {
-    std::fprintf(stderr, "lrkvd: %zu job end(s) could not be stored at shutdown (%s); the "
-                 "next start re-runs those jobs\n", store_->PendingEnds(),
-                 std::string(st.message()).c_str());
+    std::fprintf(
+        stderr,
+        "lrkvd: %zu job end(s) could not be stored at shutdown (%s); the "
+        "next start re-runs those jobs\n",
+        store_->PendingEnds(), std::string(st.message()).c_str());
   }
 }
 
@@ -155,8 +203,9 @@ void JobRunner::Work() {
     start.stage = job->kind;
     start.message = "started";
     (void)store_->AppendEvent(id, start);
-    // Each attempt starts clean: what an interrupted one left (a converted folder, result
-    // rows) would make this one fail ("output folder exists") or report twice.
+    // Each attempt starts clean: what an interrupted one left (a converted
+    // folder, result rows) would make this one fail ("output folder exists") or
+    // report twice.
     DiscardResults(id);
     const absl::Status result = Execute(*job);
     bool cancelled, shutting_down;
@@ -182,9 +231,9 @@ void JobRunner::Work() {
     const JobState final_state = cancelled     ? JobState::kCancelled
                                  : result.ok() ? JobState::kSucceeded
                                                : JobState::kFailed;
-    // A cancelled or failed job leaves no partial artifacts or result rows (its log and
-    // events stay). Removed first: on a full disk that is what makes room for the rows
-    // below.
+    // A cancelled or failed job leaves no partial artifacts or result rows (its
+    // log and events stay). Removed first: on a full disk that is what makes
+    // room for the rows below.
     if (final_state != JobState::kSucceeded) DiscardResults(id);
     JobEvent end;
     end.at = Now();
@@ -194,13 +243,16 @@ void JobRunner::Work() {
                   : result.ok() ? "done"
                                 : std::string(result.message());
     (void)store_->AppendEvent(id, end);
-    // Were the disk too full for the row, the end still takes effect: the store keeps it
-    // in memory, shown to every reader, and the flusher writes it once space returns.
-    if (absl::Status ended = store_->FinishJob(id, final_state, Now(),
-                                               result.ok() ? "" : std::string(result.message()));
+    // Were the disk too full for the row, the end still takes effect: the store
+    // keeps it in memory, shown to every reader, and the flusher writes it once
+    // space returns.
+    if (absl::Status ended =
+            store_->FinishJob(id, final_state, Now(),
+                              result.ok() ? "" : std::string(result.message()));
         !ended.ok()) {
-      Log(id, absl::StrCat("the final state is kept in memory until it can be stored: ",
-                           ended.message()));
+      Log(id, absl::StrCat(
+                  "the final state is kept in memory until it can be stored: ",
+                  ended.message()));
     }
   }
 }
@@ -335,7 +387,8 @@ absl::Status JobRunner::StoreVerification(const std::string& job_id,
     VerificationRow row;
     row.check = absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens");
     row.passed = c.passed();
-    row.detail = absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes);
+    row.detail =
+        absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes);
     row.verdict = c.passed() ? "pass" : "FAIL";
     rows.push_back(std::move(row));
   }
@@ -415,7 +468,8 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   GenerateBenchOptions bo;
   bo.checkpoint = model;
   // The decode mode of the converted model: its RoPE mode's name.
-  const std::string mode = RopeModeName(co.conversion.rope_mode);
+  const std::string mode =
+      RopeModeName(WithRopeModeResolved(co).conversion.rope_mode);
   bo.mode = mode;
   bo.source = source.path;
   bo.context = pp.bench_context;
@@ -499,8 +553,8 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
                      "' is not served yet (convert, verify, heal, "
                      "bench, pipeline)"));
   }
-  // Where the report came from: this lrkvd's build and host, the job as submitted, the
-  // checkpoint by content (its id is its sha256), the times.
+  // Where the report came from: this lrkvd's build and host, the job as
+  // submitted, the checkpoint by content (its id is its sha256), the times.
   nlohmann::json provenance = Provenance();
   provenance["job"] = {
       {"id", job.id},
@@ -511,13 +565,17 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
       {"attempt", job.attempts + 1},
       {"created_at", job.created_at},  // unix seconds
       {"started_at", started_at},
-      {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
-                      .count()}};
+      {"seconds",
+       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+           .count()}};
   if (report.is_object()) report["provenance"] = provenance;
-  if (job.kind == "compare" && report.is_object() && report.contains("run_config")) {
+  if (job.kind == "compare" && report.is_object() &&
+      report.contains("run_config")) {
     report["run_config"]["provenance"] = provenance;  // shown on the HTML page
   }
-  return WriteFileAtomically(ReportPath(job.id), report.dump(2) + "\n");
+  return WriteFileAtomically(
+      ReportPath(job.id),
+      UserFacingPaths(report, options_.data_dir).dump(2) + "\n");
 }
 
 }  // namespace lrkv::service

@@ -567,6 +567,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     } else if (kind == "verify") {
       ASSIGN_OR_RETURN(VerifyJobOptions o, ParseVerifyParams(req.params_json(), ckpt.path));
       RETURN_IF_ERROR(ValidateVerifyJobOptions(o));
+      ASSIGN_OR_RETURN(auto opened, Checkpoint::Open(ckpt.path));
+      RETURN_IF_ERROR(CheckSomethingToVerify(o, opened->config()));
     } else if (kind == "compare") {
       RETURN_IF_ERROR(
           ParseCompareParams(req.params_json(), ckpt.path, "").status());

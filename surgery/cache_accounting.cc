@@ -1,4 +1,5 @@
-// KV-cache and K/V-parameter accounting and the budget planner (see the header).
+// KV-cache and K/V-parameter accounting and the budget planner (see the
+// header).
 #include "surgery/cache_accounting.h"
 
 #include <algorithm>
@@ -12,7 +13,9 @@
 namespace lrkv {
 namespace {
 
-absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+absl::Status Invalid(const std::string& msg) {
+  return absl::InvalidArgumentError(msg);
+}
 
 constexpr const char* kNames[] = {"mha", "gqa", "mqa", "mla", "lrkv"};
 
@@ -21,7 +24,8 @@ constexpr const char* kNames[] = {"mha", "gqa", "mqa", "mla", "lrkv"};
 const char* KvVariantName(KvVariant v) { return kNames[static_cast<int>(v)]; }
 
 absl::StatusOr<KvVariant> ParseKvVariant(const std::string& name) {
-  const std::string lower = absl::AsciiStrToLower(name);  // LRKV, Gqa: the same names
+  const std::string lower =
+      absl::AsciiStrToLower(name);  // LRKV, Gqa: the same names
   for (int i = 0; i < 5; ++i) {
     if (lower == kNames[i]) return static_cast<KvVariant>(i);
   }
@@ -30,9 +34,11 @@ absl::StatusOr<KvVariant> ParseKvVariant(const std::string& name) {
 }
 
 absl::Status AttentionShape::Validate() const {
-  if (layers <= 0 || heads <= 0 || head_dim <= 0 || hidden < 0 || kv_heads < 0) {
-    return Invalid(absl::StrCat("layers, heads and head dim must be positive (got ",
-                                layers, ", ", heads, ", ", head_dim, ")"));
+  if (layers <= 0 || heads <= 0 || head_dim <= 0 || hidden < 0 ||
+      kv_heads < 0) {
+    return Invalid(
+        absl::StrCat("layers, heads and head dim must be positive (got ",
+                     layers, ", ", heads, ", ", head_dim, ")"));
   }
   if (heads % source_kv_heads() != 0) {
     return Invalid(absl::StrCat("kv heads (", source_kv_heads(),
@@ -53,7 +59,8 @@ KvConfig KvConfig::AtLayer(int64_t layer) const {
 }
 
 std::string KvConfig::ToString() const {
-  if (!layer_sizes.empty() && (variant == KvVariant::kLrkv || variant == KvVariant::kMla)) {
+  if (!layer_sizes.empty() &&
+      (variant == KvVariant::kLrkv || variant == KvVariant::kMla)) {
     return absl::StrCat(variant == KvVariant::kLrkv ? "lrkv r=[" : "mla d_c=[",
                         absl::StrJoin(layer_sizes, ","), "]",
                         variant == KvVariant::kMla && rope_dim > 0
@@ -61,13 +68,18 @@ std::string KvConfig::ToString() const {
                             : "");
   }
   switch (variant) {
-    case KvVariant::kMha: return "mha";
-    case KvVariant::kGqa: return absl::StrCat("gqa n_kv=", kv_heads);
-    case KvVariant::kMqa: return "mqa";
+    case KvVariant::kMha:
+      return "mha";
+    case KvVariant::kGqa:
+      return absl::StrCat("gqa n_kv=", kv_heads);
+    case KvVariant::kMqa:
+      return "mqa";
     case KvVariant::kMla:
-      return rope_dim > 0 ? absl::StrCat("mla d_c=", latent, " d_rope=", rope_dim)
-                          : absl::StrCat("mla d_c=", latent);
-    case KvVariant::kLrkv: return absl::StrCat("lrkv r=", rank);
+      return rope_dim > 0
+                 ? absl::StrCat("mla d_c=", latent, " d_rope=", rope_dim)
+                 : absl::StrCat("mla d_c=", latent);
+    case KvVariant::kLrkv:
+      return absl::StrCat("lrkv r=", rank);
   }
   return "?";
 }
@@ -87,13 +99,18 @@ int64_t CacheElementsAllLayers(const AttentionShape& s, const KvConfig& c) {
 
 int64_t CacheElementsPerToken(const AttentionShape& s, const KvConfig& c) {
   if (!c.layer_sizes.empty()) {
-    return CacheElementsAllLayers(s, c) / static_cast<int64_t>(c.layer_sizes.size());
+    return CacheElementsAllLayers(s, c) /
+           static_cast<int64_t>(c.layer_sizes.size());
   }
   switch (c.variant) {
-    case KvVariant::kMha: return 2 * s.heads * s.head_dim;
-    case KvVariant::kGqa: return 2 * c.kv_heads * s.head_dim;
-    case KvVariant::kMqa: return 2 * s.head_dim;
-    case KvVariant::kMla: return c.latent + c.rope_dim;
+    case KvVariant::kMha:
+      return 2 * s.heads * s.head_dim;
+    case KvVariant::kGqa:
+      return 2 * c.kv_heads * s.head_dim;
+    case KvVariant::kMqa:
+      return 2 * s.head_dim;
+    case KvVariant::kMla:
+      return c.latent + c.rope_dim;
     case KvVariant::kLrkv:
       if (s.qk_norm && s.qk_norm_over_heads) {
         return 2 * (s.head_dim + s.source_kv_heads() * c.rank) + s.head_dim + 1;
@@ -114,14 +131,18 @@ int64_t KvParameterCount(const AttentionShape& s, const KvConfig& c) {
   }
   const int64_t d = s.d(), dh = s.head_dim, hkv = s.source_kv_heads();
   switch (c.variant) {
-    case KvVariant::kMha: return 2 * s.heads * d * dh;
-    case KvVariant::kGqa: return 2 * c.kv_heads * d * dh;
-    case KvVariant::kMqa: return 2 * d * dh;
+    case KvVariant::kMha:
+      return 2 * s.heads * d * dh;
+    case KvVariant::kGqa:
+      return 2 * c.kv_heads * d * dh;
+    case KvVariant::kMqa:
+      return 2 * d * dh;
     case KvVariant::kMla:
-      // Down-projection to the latent, up-projections to every KV head's K and V,
-      // plus the decoupled RoPE key projection when present.
+      // Down-projection to the latent, up-projections to every KV head's K and
+      // V, plus the decoupled RoPE key projection when present.
       return d * c.latent + c.latent * 2 * hkv * dh + d * c.rope_dim;
-    case KvVariant::kLrkv: return 2 * d * dh + 2 * hkv * c.rank * (d + dh);
+    case KvVariant::kLrkv:
+      return 2 * d * dh + 2 * hkv * c.rank * (d + dh);
   }
   return 0;
 }
@@ -134,12 +155,14 @@ CacheFootprint MeasureFootprint(const AttentionShape& s, const KvConfig& c,
   f.elements_per_token_layer = CacheElementsPerToken(s, c);
   f.elements_per_token = CacheElementsAllLayers(s, c);
   const double per_layer = static_cast<double>(f.elements_per_token) / s.layers;
-  f.bytes = static_cast<double>(bytes_per_element) * batch * context * f.elements_per_token;
+  f.bytes = static_cast<double>(bytes_per_element) * batch * context *
+            f.elements_per_token;
   f.ratio_to_source = per_layer / SourceCacheElements(s);
   f.ratio_to_mha = per_layer / (2.0 * s.heads * s.head_dim);
   f.kv_params_per_layer = KvParameterCount(s, c);
   KvConfig source;
-  source.variant = s.source_kv_heads() == s.heads ? KvVariant::kMha : KvVariant::kGqa;
+  source.variant =
+      s.source_kv_heads() == s.heads ? KvVariant::kMha : KvVariant::kGqa;
   source.kv_heads = s.source_kv_heads();
   f.param_ratio_to_source =
       static_cast<double>(f.kv_params_per_layer) / KvParameterCount(s, source);
@@ -155,21 +178,22 @@ absl::Status ValidateKvConfig(const AttentionShape& s, const KvConfig& c) {
       return absl::OkStatus();
     case KvVariant::kGqa:
       if (c.kv_heads < 1 || c.kv_heads > hkv || s.heads % c.kv_heads != 0) {
-        return Invalid(absl::StrCat("GQA kv heads n_kv=", c.kv_heads,
-                                    " must divide the ", s.heads,
-                                    " query heads and lie in [1, ", hkv,
-                                    "] (the source's KV heads)"));
+        return Invalid(absl::StrCat(
+            "GQA kv heads n_kv=", c.kv_heads, " must divide the ", s.heads,
+            " query heads and lie in [1, ", hkv, "] (the source's KV heads)"));
       }
       return absl::OkStatus();
     case KvVariant::kMla: {
       const int64_t max_latent = std::min(s.d(), 2 * hkv * s.head_dim);
       if (c.latent < 1 || c.latent > max_latent) {
-        return Invalid(absl::StrCat("MLA latent d_c=", c.latent, " must lie in [1, ",
-                                    max_latent, "] (min(d, 2*H_kv*d_h))"));
+        return Invalid(absl::StrCat("MLA latent d_c=", c.latent,
+                                    " must lie in [1, ", max_latent,
+                                    "] (min(d, 2*H_kv*d_h))"));
       }
       if (c.rope_dim < 0 || c.rope_dim > s.head_dim || c.rope_dim % 2 != 0) {
         return Invalid(absl::StrCat("MLA decoupled RoPE dims ", c.rope_dim,
-                                    " must be even and in [0, ", s.head_dim, "]"));
+                                    " must be even and in [0, ", s.head_dim,
+                                    "]"));
       }
       return absl::OkStatus();
     }
@@ -179,24 +203,27 @@ absl::Status ValidateKvConfig(const AttentionShape& s, const KvConfig& c) {
                                     s.head_dim, "] (the head dim d_h)"));
       }
       if (c.even_rank && c.rank % 2 != 0) {
-        return Invalid(absl::StrCat("LRKV rank r=", c.rank,
-                                    " must be even in plane mode (r/2 rotation planes)"));
+        return Invalid(
+            absl::StrCat("LRKV rank r=", c.rank,
+                         " must be even in plane mode (r/2 rotation planes)"));
       }
       return absl::OkStatus();
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s, KvVariant variant,
-                                       double budget, bool even_rank,
-                                       int64_t mla_rope_dim) {
+absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s,
+                                       KvVariant variant, double budget,
+                                       bool even_rank, int64_t mla_rope_dim) {
   if (auto st = s.Validate(); !st.ok()) return st;
   if (!(budget > 0) || budget > 1 || std::isnan(budget)) {
-    return Invalid(absl::StrCat("budget ", budget,
-                                " must lie in (0, 1] (a fraction of the source cache)"));
+    return Invalid(
+        absl::StrCat("budget ", budget,
+                     " must lie in (0, 1] (a fraction of the source cache)"));
   }
   const int64_t source = SourceCacheElements(s);
-  // Small tolerance so that a budget printed with 4 digits still admits its config.
+  // Small tolerance so that a budget printed with 4 digits still admits its
+  // config.
   const double limit = budget * source * (1 + 1e-9);
   std::vector<KvConfig> candidates;  // smallest first
   KvConfig c;
@@ -217,8 +244,8 @@ absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s, KvVariant varian
       break;
     case KvVariant::kMla:
       c.rope_dim = mla_rope_dim;
-      for (int64_t dc = 1; dc <= std::min(s.d(), 2 * s.source_kv_heads() * s.head_dim);
-           ++dc) {
+      for (int64_t dc = 1;
+           dc <= std::min(s.d(), 2 * s.source_kv_heads() * s.head_dim); ++dc) {
         c.latent = dc;
         candidates.push_back(c);
       }
@@ -237,12 +264,14 @@ absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s, KvVariant varian
   }
   if (best == nullptr) {
     const double min_budget =
-        static_cast<double>(CacheElementsPerToken(s, candidates.front())) / source;
-    return Invalid(absl::StrFormat(
-        "budget %.4f is too small for %s: its smallest configuration (%s) needs %.4f "
-        "of the source cache; valid budgets are [%.4f, 1]",
-        budget, KvVariantName(variant), candidates.front().ToString(), min_budget,
-        min_budget));
+        static_cast<double>(CacheElementsPerToken(s, candidates.front())) /
+        source;
+    return Invalid(
+        absl::StrFormat("budget %.4f is too small for %s: its smallest "
+                        "configuration (%s) needs %.4f "
+                        "of the source cache; valid budgets are [%.4f, 1]",
+                        budget, KvVariantName(variant),
+                        candidates.front().ToString(), min_budget, min_budget));
   }
   return *best;
 }
@@ -261,8 +290,10 @@ absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(
   KvConfig mha;
   configs.push_back(mha);
   if (q.budget > 0) {
-    for (KvVariant v : {KvVariant::kGqa, KvVariant::kMqa, KvVariant::kMla, KvVariant::kLrkv}) {
-      auto planned = PlanForBudget(s, v, q.budget);
+    for (KvVariant v : {KvVariant::kGqa, KvVariant::kMqa, KvVariant::kMla,
+                        KvVariant::kLrkv}) {
+      // LRKV: an even r, what convert's default RoPE mode (plane) can take.
+      auto planned = PlanForBudget(s, v, q.budget, v == KvVariant::kLrkv);
       if (planned.ok()) configs.push_back(*planned);
     }
     if (configs.size() == 1) {
@@ -284,8 +315,9 @@ absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(
     if (q.rank >= 0) {
       lrkv.rank = q.rank;
       if (auto st = ValidateKvConfig(s, lrkv); !st.ok()) return st;
-      mla.latent = std::min(CacheElementsPerToken(s, lrkv),
-                            std::min(s.d(), 2 * s.source_kv_heads() * s.head_dim));
+      mla.latent =
+          std::min(CacheElementsPerToken(s, lrkv),
+                   std::min(s.d(), 2 * s.source_kv_heads() * s.head_dim));
     } else {
       mla.latent = q.latent;
       if (auto st = ValidateKvConfig(s, mla); !st.ok()) return st;
@@ -301,7 +333,8 @@ absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(
   }
   std::vector<CacheFootprint> rows;
   for (const auto& c : configs) {
-    rows.push_back(MeasureFootprint(s, c, q.context, q.batch, q.bytes_per_element));
+    rows.push_back(
+        MeasureFootprint(s, c, q.context, q.batch, q.bytes_per_element));
   }
   return rows;
 }

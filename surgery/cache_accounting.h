@@ -95,6 +95,7 @@ struct CacheQuery {
   int64_t rank = -1;    // LRKV r; MLA is then matched to LRKV's cache
   int64_t latent = -1;  // MLA d_c; LRKV is then the largest r within it
   double budget = 0;    // > 0: every variant's largest config within budget x source
+                        // (LRKV: the largest even r, as convert's default plane mode)
   int64_t context = 1;
   int64_t batch = 1;
   int64_t bytes_per_element = 2;

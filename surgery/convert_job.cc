@@ -223,7 +223,7 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   ASSIGN_OR_RETURN(
       ConvertedModel converted,
       ConvertModel(config, weights, o.conversion, calib ? &*calib : nullptr,
-                   &report, o.should_stop, loss_probe));
+                   &report, o.should_stop, loss_probe, o.on_layer));
   if (report.allocation == SizeAllocation::kLayers &&
       report.allocation_objective == AllocationObjective::kLoss) {
     report.allocation_loss_tokens = probe_tokens;
@@ -254,8 +254,21 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
 
 }  // namespace
 
-absl::Status ValidateConvertJobOptions(const ConvertJobOptions& o,
+RopeMode AutoRopeMode(const ConversionOptions& c) {
+  if (c.variant != KvVariant::kLrkv) return RopeMode::kReconstruct;
+  return c.rank >= 0 && c.rank % 2 != 0 ? RopeMode::kReconstruct
+                                        : RopeMode::kPlane;
+}
+
+ConvertJobOptions WithRopeModeResolved(ConvertJobOptions o) {
+  o.conversion.rope_mode = o.rope_mode.value_or(AutoRopeMode(o.conversion));
+  o.rope_mode = o.conversion.rope_mode;
+  return o;
+}
+
+absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
                                        const Checkpoint& source) {
+  const ConvertJobOptions o = WithRopeModeResolved(asked);
   // The target resolved and its scheme found, as the conversion will (an
   // impossible size or budget is refused here, before any work).
   ASSIGN_OR_RETURN(const std::unique_ptr<KvScheme> scheme,
@@ -342,7 +355,7 @@ absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text) {
 absl::StatusOr<ConversionReport> RunConvertJob(
     const ConvertJobOptions& options) {
   try {
-    return Run(options);
+    return Run(WithRopeModeResolved(options));
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("conversion failed in LibTorch: ",
                                             e.what_without_backtrace()));

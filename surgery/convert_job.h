@@ -1,10 +1,12 @@
-// A whole conversion as users run it (`lrkv convert`, later the service's convert
-// job): load the source, calibrate, convert, evaluate, write the checkpoint and its
-// report. Nothing is written to the output folder unless everything succeeds.
+// A whole conversion as users run it (`lrkv convert`, later the service's
+// convert job): load the source, calibrate, convert, evaluate, write the
+// checkpoint and its report. Nothing is written to the output folder unless
+// everything succeeds.
 #ifndef LRKV_SURGERY_CONVERT_JOB_H_
 #define LRKV_SURGERY_CONVERT_JOB_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,15 +17,16 @@
 
 namespace lrkv {
 
-// A slice of a document list as fractions: [begin, end) of the documents, so that
-// "0:0.5" is the first half.
+// A slice of a document list as fractions: [begin, end) of the documents, so
+// that "0:0.5" is the first half.
 struct DocumentRange {
   double begin = 0;
   double end = 1;
   template <typename T>
   std::vector<T> Slice(const std::vector<T>& docs) const {
     const auto n = static_cast<double>(docs.size());
-    const auto a = static_cast<size_t>(begin * n + 0.5), b = static_cast<size_t>(end * n + 0.5);
+    const auto a = static_cast<size_t>(begin * n + 0.5),
+               b = static_cast<size_t>(end * n + 0.5);
     return std::vector<T>(docs.begin() + a, docs.begin() + b);
   }
 };
@@ -36,63 +39,86 @@ struct ConvertJobOptions {
   /// Output directory; must not exist yet (or be empty).
   std::string out_dir;
   ConversionOptions conversion;
-  /// Calibration text (needed for the activation metric), its document range and the
-  /// number of tokens to use at most.
+  /// The RoPE mode asked for (`--rope-mode`); unset is `auto`, AutoRopeMode's
+  /// choice. The job converts with conversion.rope_mode = this, resolved
+  /// (WithRopeModeResolved).
+  std::optional<RopeMode> rope_mode;
+  /// Calibration text (needed for the activation metric), its document range
+  /// and the number of tokens to use at most.
   std::string calib_path;
   DocumentRange calib_range;
   int64_t calib_tokens = 16384;
-  /// Per-layer sizes by loss (`--allocation layers`, objective loss or auto): the
-  /// calibration documents (from the start of the range, whole) the loss is measured on,
-  /// at least this many predicted tokens. Each layer and candidate size costs one
-  /// forward pass over them.
+  /// Per-layer sizes by loss (`--allocation layers`, objective loss or auto):
+  /// the calibration documents (from the start of the range, whole) the loss is
+  /// measured on, at least this many predicted tokens. Each layer and candidate
+  /// size costs one forward pass over them.
   int64_t allocation_tokens = 8192;
   /// When set, perplexity before and after conversion on this text and range.
   std::string eval_path;
   DocumentRange eval_range;
-  /// Write a plain Llama checkpoint with materialised per-head K/V instead of the
-  /// factored layout.
+  /// Write a plain Llama checkpoint with materialised per-head K/V instead of
+  /// the factored layout.
   bool expand = false;
-  /// "safetensors" (config.json + model.safetensors + tokenizer files) or "gguf"
-  /// (model.gguf, what llama.cpp loads: plain layouts only, i.e. GQA/MQA or --expand), or
-  /// "deepseek" (MLA with decoupled RoPE in the DeepSeek-V3 layout, runtime/deepseek_layout.h).
+  /// "safetensors" (config.json + model.safetensors + tokenizer files) or
+  /// "gguf" (model.gguf, what llama.cpp loads: plain layouts only, i.e. GQA/MQA
+  /// or --expand), or "deepseek" (MLA with decoupled RoPE in the DeepSeek-V3
+  /// layout, runtime/deepseek_layout.h).
   std::string format = "safetensors";
-  /// Storage of the written matrices: "auto" (the source's own: bf16 stays bf16, f16
-  /// stays f16, float32 and quantised GGUF sources give f32), "f32", "f16" or "bf16"
-  /// (each weight rounded once to nearest); norms and biases stay float32. The
-  /// converted K/V factors are rounded to it before evaluation, so the reported
-  /// perplexity is that of the written model.
+  /// Storage of the written matrices: "auto" (the source's own: bf16 stays
+  /// bf16, f16 stays f16, float32 and quantised GGUF sources give f32), "f32",
+  /// "f16" or "bf16" (each weight rounded once to nearest); norms and biases
+  /// stay float32. The converted K/V factors are rounded to it before
+  /// evaluation, so the reported perplexity is that of the written model.
   std::string weight_dtype = "auto";
-  /// Largest safetensors shard in bytes; a larger model is written as HF shards with
-  /// model.safetensors.index.json.
+  /// Largest safetensors shard in bytes; a larger model is written as HF shards
+  /// with model.safetensors.index.json.
   uint64_t max_shard_bytes = 5'000'000'000;
-  /// Polled between documents, windows and layers: the job stops with CancelledError
-  /// (and writes nothing) once it returns true.
+  /// Polled between documents, windows and layers: the job stops with
+  /// CancelledError (and writes nothing) once it returns true.
   StopCheck should_stop;
-  /// Told as each stage (calibration, decomposition, evaluation, writing) starts.
+  /// Told as each stage (calibration, decomposition, evaluation, writing)
+  /// starts.
   ProgressSink on_progress;
+  /// Told as each layer's decomposition is done.
+  UnitProgress on_layer;
 };
 
 // The file a GGUF export writes inside the output folder.
 inline constexpr char kGgufExportFileName[] = "model.gguf";
 
-// Most calibration tokens a conversion reads (16.8M: ~25 minutes of forward passes at
-// the 0.6B shape on two cores; the Gram matrices converge long before).
+// Most calibration tokens a conversion reads (16.8M: ~25 minutes of forward
+// passes at the 0.6B shape on two cores; the Gram matrices converge long
+// before).
 inline constexpr int64_t kMaxCalibrationTokens = int64_t{1} << 24;
 
 class Checkpoint;
 
-// InvalidArgument naming the option when one does not apply to `source` (the target's
-// shape, the metric's inputs, formats, dtypes, limits); RunConvertJob checks it too,
-// the service at submission.
+// What `--rope-mode auto` converts with: for LRKV `plane` — exact, associative,
+// and the fastest decode of the LRKV modes (measured at context 2048 against
+// the source, same run: docs/surgery.md "Default RoPE mode") — or `reconstruct`
+// where an explicit odd
+// --rank rules plane out; for MLA `reconstruct` (exact RoPE; the decoupled
+// layout, `partial`, approximates it); GQA/MQA keep the source's RoPE.
+RopeMode AutoRopeMode(const ConversionOptions& conversion);
+
+// `options` with conversion.rope_mode (and rope_mode) the mode asked for, or
+// `auto`'s.
+ConvertJobOptions WithRopeModeResolved(ConvertJobOptions options);
+
+// InvalidArgument naming the option when one does not apply to `source` (the
+// target's shape, the metric's inputs, formats, dtypes, limits); RunConvertJob
+// checks it too, the service at submission.
 absl::Status ValidateConvertJobOptions(const ConvertJobOptions& options,
                                        const Checkpoint& source);
 
-// Runs the job and returns its report (also written as report.json / report.txt).
-absl::StatusOr<ConversionReport> RunConvertJob(const ConvertJobOptions& options);
+// Runs the job and returns its report (also written as report.json /
+// report.txt).
+absl::StatusOr<ConversionReport> RunConvertJob(
+    const ConvertJobOptions& options);
 
 struct ConvertBenchOptions {
-  /// Attention shape of the random model (FFN and vocabulary are kept tiny: they
-  /// play no part in K/V surgery).
+  /// Attention shape of the random model (FFN and vocabulary are kept tiny:
+  /// they play no part in K/V surgery).
   int64_t layers = 24;
   int64_t hidden = 1536;
   int64_t heads = 12;
@@ -102,9 +128,10 @@ struct ConvertBenchOptions {
   ConversionOptions conversion;
 };
 
-// Converts a random model of the given shape in memory (weight metric) and returns
-// the report; its wall_seconds is the conversion time.
-absl::StatusOr<ConversionReport> RunConvertBench(const ConvertBenchOptions& options);
+// Converts a random model of the given shape in memory (weight metric) and
+// returns the report; its wall_seconds is the conversion time.
+absl::StatusOr<ConversionReport> RunConvertBench(
+    const ConvertBenchOptions& options);
 
 }  // namespace lrkv
 

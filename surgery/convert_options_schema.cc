@@ -53,17 +53,28 @@ void AddMethodOptions(OptionSchema<Options>& s) {
       ParseDocumentRange, DocumentRangeText,
       "Documents of --calib to use, as fractions A:B (e.g. 0:0.5)");
   s.Choice(
-      "rope_mode", [](Options & o) -> auto& { return o.conversion.rope_mode; },
-      {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial,
-       RopeMode::kSharedPlane},
-      RopeModeName,
-      "What each costs per cached position at decode time. LRKV: reconstruct (exact "
-      "for any rank; rebuilds each head's residual key, O(r*d_h): slower than plane at "
-      "long context) | plane (exact; the residual spans whole RoPE planes, O(r)) | "
-      "partial (RoPE kept on the highest-frequency planes only: an approximation, O(r)) | "
-      "shared-plane (planes shared by the heads, O(H_kv*r)). MLA: reconstruct (exact, "
-      "the latent up-projected per position) | partial (decoupled RoPE, the DeepSeek "
-      "layout, absorbed)");
+      "rope_mode", [](Options & o) -> auto& { return o.rope_mode; },
+      {std::optional<RopeMode>(), std::optional(RopeMode::kReconstruct),
+       std::optional(RopeMode::kPlane), std::optional(RopeMode::kPartial),
+       std::optional(RopeMode::kSharedPlane)},
+      [](const std::optional<RopeMode>& m) {
+        return m ? std::string(RopeModeName(*m)) : std::string("auto");
+      },
+      "What each costs per cached position at decode time. auto: LRKV plane "
+      "(reconstruct for an odd --rank), MLA reconstruct. LRKV: reconstruct "
+      "(exact "
+      "for any rank; rebuilds each head's residual key, O(r*d_h): slower than "
+      "the source "
+      "at long context) | plane (exact; the residual spans whole RoPE planes, "
+      "O(r): "
+      "the fastest LRKV mode) | partial (RoPE kept on the highest-frequency "
+      "planes "
+      "only: an approximation, O(r)) | shared-plane (planes shared by the "
+      "heads, "
+      "O(H_kv*r); no fused kernel yet). MLA: reconstruct (exact, the latent "
+      "up-projected per position) | partial (decoupled RoPE, the DeepSeek "
+      "layout, "
+      "absorbed)");
   s.Choice(
       "allocation",
       [](Options & o) -> auto& { return o.conversion.allocation; },

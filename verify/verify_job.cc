@@ -343,6 +343,7 @@ absl::StatusOr<VerifyReport> Run(const VerifyJobOptions& o) {
         "; the decode engines attend to the whole cache, so keep the "
         "verified sequence within the window"));
   }
+  RETURN_IF_ERROR(CheckSomethingToVerify(o, config));
   absl::Status mode_status;
   const auto modes = ModesFor(o.modes, config, &mode_status);
   RETURN_IF_ERROR(mode_status);
@@ -412,6 +413,19 @@ absl::Status ValidateVerifyJobOptions(const VerifyJobOptions& o) {
   }
   if (!o.text.empty()) return CheckTextFile(o.text, "--text");
   return absl::OkStatus();
+}
+
+absl::Status CheckSomethingToVerify(const VerifyJobOptions& o,
+                                    const ModelConfig& config) {
+  if (config.kv.layout != KvLayout::kDense || !o.source.empty()) {
+    return absl::OkStatus();
+  }
+  return Invalid(absl::StrCat(
+      "nothing to verify: the checkpoint's K/V cache is dense (",
+      KvConfigOf(config).ToString(),
+      "), so there is no factored decoding to check against its expansion; "
+      "verify a converted model, or give --source to measure this one's "
+      "fidelity to the model it came from"));
 }
 
 absl::StatusOr<VerifyReport> RunVerifyJob(const VerifyJobOptions& options) {

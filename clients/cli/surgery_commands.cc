@@ -100,6 +100,7 @@ int RunConvert(const ConvertArgs& a) {
   if (!job.ok()) return Fail(job.status());
   StageProgress progress("convert");
   job->on_progress = progress.Sink();
+  job->on_layer = progress.Units();
   job->should_stop = InterruptCheck();
   auto report = RunConvertJob(*job);
   progress.Finish();

@@ -87,6 +87,14 @@ cache_plan=$(python3 -c 'import json,sys; print([r["config"] for r in json.load(
 expect 0 --json -- convert --checkpoint "$model" --variant lrkv --budget 0.5 --out "$work/planned" --json
 convert_plan=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"])' "$work/out")
 [ "$cache_plan" = "$convert_plan" ] || { echo "FAIL: cache plans '$cache_plan', convert '$convert_plan'" >&2; failures=$((failures + 1)); }
+# --rope-mode auto (the default): LRKV plane, reconstruct for an odd --rank; --help says so
+auto_mode=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rope_mode"])' "$work/out")
+[ "$auto_mode" = plane ] || { echo "FAIL: the default LRKV conversion used RoPE mode '$auto_mode', not plane" >&2; failures=$((failures + 1)); }
+expect 0 --json -- convert --checkpoint "$model" --variant lrkv --rank 1 --out "$work/odd" --json
+odd_mode=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rope_mode"])' "$work/out")
+[ "$odd_mode" = reconstruct ] || { echo "FAIL: --rank 1 with RoPE mode auto used '$odd_mode', not reconstruct" >&2; failures=$((failures + 1)); }
+expect 0 -- convert --help
+grep -q "auto: LRKV plane (reconstruct for an odd --rank)" "$work/out" || { echo "FAIL: convert --help does not state the auto rule" >&2; failures=$((failures + 1)); }
 expect 2 --stderr "must be 0 or more" -- cache --layers 5 --heads 8 --head-dim 8 --rank -1
 # convert
 expect 2 --stderr "--out is required" -- convert --checkpoint "$model" --variant lrkv --rank 2
@@ -97,14 +105,46 @@ expect 2 --stderr "--rank -1 must be at least 0" -- convert --checkpoint "$model
 expect 2 --stderr "must lie in \[0, 8\]" -- convert --checkpoint "$model" --variant lrkv --rank 9 --out "$work/x"
 [ ! -e "$work/x" ] || { echo "FAIL: a refused convert wrote $work/x" >&2; failures=$((failures + 1)); }
 expect 0 --json -- convert --checkpoint "$model" --variant LRKV --rank 2 --rope-mode plane --out "$work/plane/nested" --json
-expect 0 -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/free"
+expect 0 -- convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode reconstruct --out "$work/free"
 expect 2 --stderr "exists and is not empty" -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/free"
+# Never silent: a convert whose calibration and per-layer allocation each run for
+# seconds prints a line at least every LRKV_PROGRESS_EVERY seconds in plain mode (0.5
+# here; 10 by default), and the layers it has converted. The longest silence, start to
+# exit, must stay under 3 intervals.
+checked=$((checked + 1))
+python3 - "$lrkv" "$model" "$text" "$work/quiet" <<'PY' || failures=$((failures + 1))
+import os, subprocess, sys, time
+lrkv, model, text, out = sys.argv[1:]
+env = dict(os.environ, LRKV_PROGRESS_EVERY="0.5")
+cmd = [lrkv, "convert", "--checkpoint", model, "--variant", "lrkv", "--rank", "2",
+       "--metric", "activation", "--calib", text, "--allocation", "layers",
+       "--eval", text, "--eval-range", "0.9:1", "--out", out]
+t0 = last = time.monotonic()
+worst, lines = 0.0, []
+p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+for line in iter(p.stderr.readline, b""):
+    now = time.monotonic()
+    worst, last = max(worst, now - last), now
+    lines.append(line.decode().rstrip())
+rc = p.wait()
+worst = max(worst, time.monotonic() - last)
+units = any(" 5/5 done" in l for l in lines)
+if rc != 0 or worst > 1.5 or not units:
+    print(f"FAIL: convert progress: exit {rc}, longest silence {worst:.2f} s over "
+          f"{time.monotonic() - t0:.1f} s, a line with the layers done: {units}",
+          file=sys.stderr)
+    print("\n".join("    " + l for l in lines[-8:]), file=sys.stderr)
+    sys.exit(1)
+PY
 # verify: 0 when every required check passes, 1 when one fails (its JSON still printed)
 expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --json
 expect 1 --json -- verify --checkpoint "$work/free" --rope-mode reconstruct,plane --prompt-tokens 8 --decode-tokens 4 --json --json-out "$work/v.json" --junit "$work/v.xml"
 python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$work/v.json" || { echo "FAIL: --json-out" >&2; failures=$((failures + 1)); }
 expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0
 expect 2 -- verify
+# A dense model has no factored decoding to check: said, exit 2, unless --source gives
+# it a fidelity to measure.
+expect 2 --stderr "nothing to verify: the checkpoint's K/V cache is dense" -- verify --checkpoint "$model"
 # quality gates: a bound no conversion meets is exit 1 naming the figure; gates without
 # the source and text they measure against are exit 2
 expect 1 -- verify --checkpoint "$work/plane/nested" --source "$model" --text "$text" --rope-mode plane --prompt-tokens 8 --decode-tokens 4 --fidelity-tokens 500 --min-top1 1 --max-kl 100
@@ -243,6 +283,7 @@ expect 2 --stderr "writes no checkpoint" -- artifacts get "$vjob" --out "$work/d
 expect 0 --json -- verify --checkpoint "$work/plane/nested" --prompt-tokens 8 --decode-tokens 4 --json
 expect 1 --json -- verify --checkpoint "$work/free" --rope-mode plane --prompt-tokens 8 --decode-tokens 4 --json
 expect 2 -- verify --checkpoint "$work/free" --prompt-tokens 0
+expect 2 --stderr "nothing to verify" -- verify --checkpoint "$model"
 # The remote verify writes the local one's JUnit: the same testcases (classname and
 # name), failures and skipped; and prints the same table.
 expect 1 -- verify --checkpoint "$work/free" --rope-mode reconstruct,plane --prompt-tokens 8 --decode-tokens 4 --junit "$work/rv.xml"

@@ -1,6 +1,7 @@
-// Checkpoint registration and upload under the probe's defects (each failed before its
-// fix): tensor sets checked against the config, the registered copy read by jobs, and
-// both ways in refusing a malformed file alike. Loopback only.
+// Checkpoint registration and upload under the probe's defects (each failed
+// before its fix): tensor sets checked against the config, the registered copy
+// read by jobs, and both ways in refusing a malformed file alike. Loopback
+// only.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -18,10 +19,10 @@
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "runtime/llama_weights.h"
 #include "model/safetensors.h"
 #include "model/text_corpus.h"
 #include "nlohmann/json.hpp"
+#include "runtime/llama_weights.h"
 #include "service/store.h"
 #include "tests/model_test_util.h"
 #include "tests/service/service_fixture.h"
@@ -35,9 +36,9 @@ using ::testing::HasSubstr;
 
 using HardeningTest = ServiceTest;
 
-// A checkpoint whose files parse but whose tensors do not make the model its config
-// describes (one missing, one misshaped, one left over) is refused at registration and
-// at upload alike, naming the tensor, not in its first job.
+// A checkpoint whose files parse but whose tensors do not make the model its
+// config describes (one missing, one misshaped, one left over) is refused at
+// registration and at upload alike, naming the tensor, not in its first job.
 TEST_F(HardeningTest, TensorSetsAreCheckedAgainstTheConfigAtRegistration) {
   ModelConfig c = lrkv::testing::SmallConfig();
   c.model_type = "llama";
@@ -53,9 +54,11 @@ TEST_F(HardeningTest, TensorSetsAreCheckedAgainstTheConfigAtRegistration) {
   const std::vector<Case> cases = {
       {"missing", "missing tensor 'model.layers.1.mlp.up_proj.weight'",
        [](std::vector<TensorView>* v) {
-         v->erase(std::remove_if(v->begin(), v->end(), [](const TensorView& t) {
-                    return t.name == "model.layers.1.mlp.up_proj.weight";
-                  }),
+         v->erase(std::remove_if(v->begin(), v->end(),
+                                 [](const TensorView& t) {
+                                   return t.name ==
+                                          "model.layers.1.mlp.up_proj.weight";
+                                 }),
                   v->end());
        }},
       {"misshaped", "has shape [96, 47]",
@@ -80,38 +83,45 @@ TEST_F(HardeningTest, TensorSetsAreCheckedAgainstTheConfigAtRegistration) {
     fs::create_directories(dir);
     std::vector<TensorView> damaged = *views;
     k.damage(&damaged);
-    ASSERT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), damaged, {}).ok());
+    ASSERT_TRUE(
+        WriteSafetensors((dir / "model.safetensors").string(), damaged, {})
+            .ok());
     std::ofstream(dir / "config.json") << ConfigToHfJson(c);
     v1::Checkpoint ck;
     const grpc::Status reg = Register(dir.string(), &ck);
-    EXPECT_EQ(reg.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << reg.error_message();
+    EXPECT_EQ(reg.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << reg.error_message();
     EXPECT_THAT(reg.error_message(), HasSubstr(k.phrase));
   }
   // The undamaged set registers.
   const fs::path good = dir_ / "data" / "good";
   fs::create_directories(good);
-  ASSERT_TRUE(WriteSafetensors((good / "model.safetensors").string(), *views, {}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors((good / "model.safetensors").string(), *views, {}).ok());
   std::ofstream(good / "config.json") << ConfigToHfJson(c);
   v1::Checkpoint ck;
   const grpc::Status ok = Register(good.string(), &ck);
   EXPECT_TRUE(ok.ok()) << ok.error_message();
 }
 
-// Check then use: a registered folder is replaced by a symlink to an outside folder
-// holding another model. Jobs read the copy staged at registration (the outside model
-// is never opened), and registering through a symlink that leads outside is refused.
+// Check then use: a registered folder is replaced by a symlink to an outside
+// folder holding another model. Jobs read the copy staged at registration (the
+// outside model is never opened), and registering through a symlink that leads
+// outside is refused.
 TEST_F(HardeningTest, JobsReadTheRegisteredCopyNotWhatThePathBecameLater) {
   const fs::path inside = dir_ / "data" / "mine";
   const fs::path outside = dir_ / "outside";  // not an allowed folder
   fs::create_directories(inside);
   fs::create_directories(outside);
-  // Inside: the converted stories model; outside: the stories source as GGUF, so that a
-  // job that read it would see a dense model and report no factored mode.
+  // Inside: the converted stories model; outside: the stories source as GGUF,
+  // so that a job that read it would see a dense model and report no factored
+  // mode.
   v1::Checkpoint source, converted;
   ConvertStories(&source, &converted);
   const fs::path artifact = dir_ / "data" / "artifacts";
   fs::path converted_dir;
-  for (const auto& e : fs::directory_iterator(artifact)) converted_dir = e.path();
+  for (const auto& e : fs::directory_iterator(artifact))
+    converted_dir = e.path();
   fs::copy(converted_dir, inside / "ckpt");
   v1::Checkpoint mine;
   ASSERT_TRUE(Register((inside / "ckpt").string(), &mine).ok());
@@ -121,26 +131,30 @@ TEST_F(HardeningTest, JobsReadTheRegisteredCopyNotWhatThePathBecameLater) {
   fs::remove_all(inside / "ckpt");
   fs::create_directory_symlink(outside, inside / "ckpt");
   v1::Job job;
-  ASSERT_TRUE(Submit(v1::VERIFY, mine.id(), R"({"prompt_tokens": 8, "decode_tokens": 4})", &job)
+  ASSERT_TRUE(Submit(v1::VERIFY, mine.id(),
+                     R"({"prompt_tokens": 8, "decode_tokens": 4})", &job)
                   .ok());
   const v1::Job done = WaitDone(job.id());
   ASSERT_EQ(done.state(), v1::SUCCEEDED) << done.error();
   v1::Report report;
   ASSERT_TRUE(GetReport(job.id(), &report).ok());
   const auto json = nlohmann::json::parse(report.json());
-  EXPECT_EQ(json["variant"], "lrkv r=2");  // the registered model, not the outside one
-  EXPECT_EQ(json["checkpoint"].get<std::string>().find((dir_ / "data" / "checkpoints").string()),
-            0u);
+  EXPECT_EQ(json["variant"],
+            "lrkv r=2");  // the registered model, not the outside one
+  // Named as the client names it (its id), not by lrkvd's folder.
+  EXPECT_EQ(json["checkpoint"], "checkpoint " + mine.id());
+  EXPECT_EQ(report.json().find((dir_ / "data").string()), std::string::npos);
   // Registering through that symlink now: refused, the outside file unread.
   v1::Checkpoint through;
   const grpc::Status st = Register((inside / "ckpt").string(), &through);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << st.error_message();
   EXPECT_THAT(st.error_message(), ::testing::Not(HasSubstr("gguf")));
 }
 
-// The same malformed file given both ways in — registered (a folder with its config, or
-// the .gguf) and uploaded — gets the same code and names the same problem (they used
-// to differ: the two paths validated differently).
+// The same malformed file given both ways in — registered (a folder with its
+// config, or the .gguf) and uploaded — gets the same code and names the same
+// problem (they used to differ: the two paths validated differently).
 TEST_F(HardeningTest, RegisterAndUploadRefuseAMalformedFileAlike) {
   const std::string config = R"({"model_type": "llama", "hidden_size": 64,
       "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 5,
@@ -167,7 +181,8 @@ TEST_F(HardeningTest, RegisterAndUploadRefuseAMalformedFileAlike) {
     v1::Checkpoint ck;
     const grpc::Status reg = Register(registered.string(), &ck);
     const grpc::Status up = Upload(original.string(), &ck, gguf ? "" : config);
-    EXPECT_EQ(reg.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << reg.error_message();
+    EXPECT_EQ(reg.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << reg.error_message();
     EXPECT_EQ(up.error_code(), reg.error_code()) << up.error_message();
     EXPECT_THAT(reg.error_message(), HasSubstr(phrase));
     EXPECT_THAT(up.error_message(), HasSubstr(phrase));
