@@ -48,11 +48,7 @@ absl::Status AddTokenizer(const Tokenizer& tokenizer, int64_t rows, GgufBuilder*
 
 }  // namespace
 
-absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
-                                              const LlamaWeights& weights,
-                                              const Tokenizer& tokenizer,
-                                              std::vector<at::Tensor>* keep,
-                                              DType matrices) {
+absl::Status CheckGgufExportable(const ModelConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   if (config.kv.layout != KvLayout::kDense) {
     return Invalid(absl::StrCat("a ", KvLayoutName(config.kv.layout),
@@ -80,6 +76,16 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
     return Invalid(absl::StrCat("rope_scaling '", RopeScalingName(scaling),
                                 "' is not exported to GGUF (linear, llama3 and yarn are)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
+                                              const LlamaWeights& weights,
+                                              const Tokenizer& tokenizer,
+                                              std::vector<at::Tensor>* keep,
+                                              DType matrices) {
+  RETURN_IF_ERROR(CheckGgufExportable(config));
+  const RopeScalingType scaling = config.rope_scaling.type;
   const std::string arch = GgufArchitecture(config);
   ModelConfig c = config;
   LlamaWeights w = weights;

@@ -23,6 +23,11 @@ absl::Status SaveGgufCheckpoint(const std::string& path, const ModelConfig& conf
                                 const LlamaWeights& weights, const Tokenizer& tokenizer,
                                 DType matrices = DType::kF32);
 
+// InvalidArgument naming what of `config` (the model as it will be written) llama.cpp
+// cannot run: a factored K/V layout, partial RoPE, post-norm blocks, NoPE layers, a
+// sliding window, dynamic RoPE scaling. Checked before a conversion starts.
+absl::Status CheckGgufExportable(const ModelConfig& config);
+
 // The same file as a builder not yet written (float32 tensors whose data `keep` owns),
 // for callers that store some tensors differently.
 absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,

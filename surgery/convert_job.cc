@@ -329,6 +329,12 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
                                 "Llama layout holds; write the MLA "
                                 "checkpoint as safetensors"));
   }
+  if (gguf) {
+    // What the writer would refuse after the decomposition, refused before it.
+    ModelConfig written = scheme->converted_config();
+    if (o.expand) written = ExpandModel(written, LlamaWeights()).config;
+    RETURN_IF_ERROR(CheckGgufExportable(written));
+  }
   if (activation || !o.eval_path.empty() || gguf || ProbesLoss(o)) {
     RETURN_IF_ERROR(source.RequireTokenizer().status());
   }

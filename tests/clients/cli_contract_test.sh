@@ -104,6 +104,10 @@ expect 2 --stderr "--variant 'mha' must be one of" -- convert --checkpoint "$mod
 expect 2 --stderr "--rank -1 must be at least 0" -- convert --checkpoint "$model" --variant lrkv --rank -1 --out "$work/x"
 expect 2 --stderr "must lie in \[0, 8\]" -- convert --checkpoint "$model" --variant lrkv --rank 9 --out "$work/x"
 [ ! -e "$work/x" ] || { echo "FAIL: a refused convert wrote $work/x" >&2; failures=$((failures + 1)); }
+# What the writer cannot write is refused before any work (the issue: after 160 s of
+# decomposition): a factored layout has no GGUF form llama.cpp runs.
+expect 2 --stderr "lrkv checkpoint has no GGUF form llama.cpp runs" -- convert --checkpoint "$model" --variant lrkv --rank 2 --format gguf --out "$work/x"
+! grep -q "decomposition" "$work/err" || { echo "FAIL: convert --format gguf of an LRKV model started decomposing before refusing" >&2; failures=$((failures + 1)); }
 expect 0 --json -- convert --checkpoint "$model" --variant LRKV --rank 2 --rope-mode plane --out "$work/plane/nested" --json
 expect 0 -- convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode reconstruct --out "$work/free"
 expect 2 --stderr "exists and is not empty" -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/free"

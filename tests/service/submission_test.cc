@@ -31,6 +31,15 @@
 namespace lrkv::service {
 namespace {
 
+// A verify that runs for a while (600 decode steps, fp32 and bf16): the source
+// checked against itself, since a dense model without a source has nothing to
+// verify.
+std::string LongVerifyParams(const std::string& source_id) {
+  return absl::StrCat(
+      R"({"prompt_tokens": 200, "decode_tokens": 400, "dtype": "both", "source": ")",
+      source_id, R"("})");
+}
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
@@ -175,11 +184,7 @@ TEST_F(HardeningTest, SmallerDefects) {
   ASSERT_TRUE(Register(lrkv::testing::StoriesModelPath(), &source).ok());
   // Queue of one: one running, one waiting, the third refused and not listed.
   v1::Job running, waiting, refused;
-  // The source checked against itself: a dense model has nothing else to
-  // verify.
-  const std::string verify = absl::StrCat(
-      R"({"prompt_tokens": 200, "decode_tokens": 400, "dtype": "both", "source": ")",
-      source.id(), R"("})");
+  const std::string verify = LongVerifyParams(source.id());
   ASSERT_TRUE(Submit(v1::VERIFY, source.id(), verify, &running).ok());
   ASSERT_EQ(WaitUntil(*stub_, running.id(), 30,
                       [](const v1::Job& j) { return j.state() == v1::RUNNING; })
@@ -306,11 +311,7 @@ TEST_F(HardeningTest, JobsReadTheTextInputsStagedAtSubmission) {
   // meanwhile.
   v1::Job blocker, convert;
   ASSERT_TRUE(
-      Submit(
-          v1::VERIFY, source.id(),
-          absl::StrCat(R"({"prompt_tokens": 200, "decode_tokens": 400, )",
-                       R"("dtype": "both", "source": ")", source.id(), R"("})"),
-          &blocker)
+      Submit(v1::VERIFY, source.id(), LongVerifyParams(source.id()), &blocker)
           .ok());
   ASSERT_TRUE(
       Submit(v1::CONVERT, source.id(),
@@ -356,11 +357,7 @@ TEST_F(HardeningTest, AVerifySourceIsStagedAtSubmission) {
   }
   v1::Job blocker, verify;
   ASSERT_TRUE(
-      Submit(
-          v1::VERIFY, source.id(),
-          absl::StrCat(R"({"prompt_tokens": 200, "decode_tokens": 400, )",
-                       R"("dtype": "both", "source": ")", source.id(), R"("})"),
-          &blocker)
+      Submit(v1::VERIFY, source.id(), LongVerifyParams(source.id()), &blocker)
           .ok());
   ASSERT_TRUE(
       Submit(v1::VERIFY, converted.id(),
