@@ -281,7 +281,7 @@ absl::StatusOr<std::string> ConvertRow(const Study& st, const Plan& p,
     co.conversion.allocation = o.allocation;
   }
   co.conversion.budget = p.budget;
-  co.conversion.rope_mode = RopeModeOf(p.rope_mode);
+  co.rope_mode = RopeModeOf(p.rope_mode);
   if (!o.calib.empty()) {
     co.conversion.metric = SurgeryMetric::kActivation;
     co.calib_path = o.calib;

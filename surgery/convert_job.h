@@ -41,7 +41,8 @@ struct ConvertJobOptions {
   ConversionOptions conversion;
   /// The RoPE mode asked for (`--rope-mode`); unset is `auto`, AutoRopeMode's
   /// choice. The job converts with conversion.rope_mode = this, resolved
-  /// (WithRopeModeResolved).
+  /// (WithRopeModeResolved): set this, not conversion.rope_mode, which the
+  /// resolution overwrites.
   std::optional<RopeMode> rope_mode;
   /// Calibration text (needed for the activation metric), its document range
   /// and the number of tokens to use at most.

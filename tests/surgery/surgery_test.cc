@@ -1,6 +1,6 @@
-// K/V surgery on the real stories260K model and on random models: exactness at full
-// rank, r = 0 = MQA, monotone objectives, plane/partial RoPE constraints, the
-// activation metric, saved converted checkpoints, and impossible requests.
+// K/V surgery on the real stories260K model and on random models: exactness at
+// full rank, r = 0 = MQA, monotone objectives, plane/partial RoPE constraints,
+// the activation metric, saved converted checkpoints, and impossible requests.
 #include <filesystem>
 #include <fstream>
 #include <tuple>
@@ -9,17 +9,17 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "model/text_corpus.h"
 #include "runtime/deepseek_layout.h"
 #include "runtime/gguf_export.h"
 #include "runtime/llama_weights.h"
 #include "runtime/rope.h"
-#include "model/text_corpus.h"
 #include "runtime/transformer.h"
 #include "surgery/baselines.h"
+#include "surgery/budget_allocation.h"
 #include "surgery/calibration.h"
 #include "surgery/convert_job.h"
 #include "surgery/converter.h"
-#include "surgery/budget_allocation.h"
 #include "surgery/lrkv_decomposition.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
@@ -56,7 +56,8 @@ Source RandomMha(bool qk_norm = false) {
   return {c, RandomLlamaWeights(c, 21), std::nullopt};
 }
 
-at::Tensor Logits(const ModelConfig& c, const LlamaWeights& w, const at::Tensor& tokens) {
+at::Tensor Logits(const ModelConfig& c, const LlamaWeights& w,
+                  const at::Tensor& tokens) {
   auto t = Transformer::Create(c, w);
   EXPECT_TRUE(t.ok()) << t.status();
   at::NoGradGuard no_grad;
@@ -99,7 +100,8 @@ TEST(Surgery, FullRankReproducesTheSource) {
   const auto ref = Logits(stories.config, stories.weights, tokens);
   const CalibrationStats calib = Calibrate(stories, 0, 0.5);
   for (RopeMode mode : {RopeMode::kReconstruct, RopeMode::kPlane}) {
-    for (SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+    for (SurgeryMetric metric :
+         {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
       ConversionOptions o = LrkvAt(stories.config.head_dim, mode);
       o.metric = metric;
       const auto m = Convert(stories, o, &calib);
@@ -144,11 +146,12 @@ TEST(Surgery, MlaAtFullLatentReproducesTheSource) {
             1e-5);
 }
 
-// MLA with decoupled RoPE keeps plane m's top complex direction across the KV heads as
-// the one rotated key they share. Where that direction carries the whole plane (one KV
-// head, or KV heads whose planes differ by a per-head turn and scale, which commutes
-// with RoPE) and every plane is kept, with the full latent, the converted model is the
-// source; keeping fewer planes is an approximation.
+// MLA with decoupled RoPE keeps plane m's top complex direction across the KV
+// heads as the one rotated key they share. Where that direction carries the
+// whole plane (one KV head, or KV heads whose planes differ by a per-head turn
+// and scale, which commutes with RoPE) and every plane is kept, with the full
+// latent, the converted model is the source; keeping fewer planes is an
+// approximation.
 TEST(Surgery, DecoupledRopeIsExactWhereOneDirectionCarriesEveryPlane) {
   for (int64_t kv_heads : {1, 2}) {
     ModelConfig c = testing::SmallConfig();
@@ -158,8 +161,8 @@ TEST(Surgery, DecoupledRopeIsExactWhereOneDirectionCarriesEveryPlane) {
     c.head_dim = c.rope_dim = 32;
     c.qkv_bias = kv_heads == 2;
     Source s{c, RandomLlamaWeights(c, 7), std::nullopt};
-    // KV head 1's plane m = KV head 0's turned by φ_m and scaled by 1.3 (complex rank 1,
-    // real rank 2 across the heads).
+    // KV head 1's plane m = KV head 0's turned by φ_m and scaled by 1.3
+    // (complex rank 1, real rank 2 across the heads).
     const Rope rope(c);
     for (auto& l : s.weights.layers) {
       if (kv_heads == 1) continue;
@@ -168,8 +171,10 @@ TEST(Surgery, DecoupledRopeIsExactWhereOneDirectionCarriesEveryPlane) {
           const auto [a, b] = rope.PlaneCoordinates(m);
           const double phi = 0.7 + 0.1 * static_cast<double>(m);
           const auto x0 = t->select(0, a).clone(), x1 = t->select(0, b).clone();
-          t->select(0, 32 + a).copy_(1.3 * (std::cos(phi) * x0 - std::sin(phi) * x1));
-          t->select(0, 32 + b).copy_(1.3 * (std::sin(phi) * x0 + std::cos(phi) * x1));
+          t->select(0, 32 + a).copy_(1.3 *
+                                     (std::cos(phi) * x0 - std::sin(phi) * x1));
+          t->select(0, 32 + b).copy_(1.3 *
+                                     (std::sin(phi) * x0 + std::cos(phi) * x1));
         }
       }
     }
@@ -242,10 +247,10 @@ TEST(Surgery, DecoupledRopeRefusesWhatItCannotRepresent) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("mla"));
 }
 
-// Shared-plane K: H_kv·r/2 latent planes shared by the heads. At r = d_h every (plane,
-// direction) slot is kept and the model is the source; below it the alternation's
-// objective never increases, and each shared pair reads one plane through complex
-// blocks [[a, -b], [b, a]].
+// Shared-plane K: H_kv·r/2 latent planes shared by the heads. At r = d_h every
+// (plane, direction) slot is kept and the model is the source; below it the
+// alternation's objective never increases, and each shared pair reads one plane
+// through complex blocks [[a, -b], [b, a]].
 TEST(Surgery, SharedPlaneResidualIsExactAtFullRankAndMonotone) {
   ModelConfig c = testing::SmallConfig();
   c.hidden_size = 128;
@@ -256,10 +261,13 @@ TEST(Surgery, SharedPlaneResidualIsExactAtFullRankAndMonotone) {
   const auto tokens = SomeTokens(c.vocab_size);
   const auto ref = Logits(c, s.weights, tokens);
   ConversionReport report;
-  const auto full = Convert(s, LrkvAt(32, RopeMode::kSharedPlane), nullptr, &report);
+  const auto full =
+      Convert(s, LrkvAt(32, RopeMode::kSharedPlane), nullptr, &report);
   EXPECT_LE(MaxRelError(Logits(full.config, full.weights, tokens), ref), 1e-5);
-  EXPECT_EQ(full.weights.layers[0].k_lr.up.sizes(), (std::vector<int64_t>{2, 32, 64}));
-  const auto low = Convert(s, LrkvAt(4, RopeMode::kSharedPlane), nullptr, &report);
+  EXPECT_EQ(full.weights.layers[0].k_lr.up.sizes(),
+            (std::vector<int64_t>{2, 32, 64}));
+  const auto low =
+      Convert(s, LrkvAt(4, RopeMode::kSharedPlane), nullptr, &report);
   for (const LayerReport& l : report.layers) {
     ASSERT_FALSE(l.k.objective.empty());
     for (size_t i = 1; i < l.k.objective.size(); ++i) {
@@ -277,10 +285,12 @@ TEST(Surgery, SharedPlaneResidualIsExactAtFullRankAndMonotone) {
   ModelConfig odd = c;
   odd.num_kv_heads = 1;
   const Source mqa{odd, RandomLlamaWeights(odd, 2), std::nullopt};
-  auto r = ConvertModel(odd, mqa.weights, LrkvAt(3, RopeMode::kSharedPlane), nullptr, nullptr);
+  auto r = ConvertModel(odd, mqa.weights, LrkvAt(3, RopeMode::kSharedPlane),
+                        nullptr, nullptr);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   const Source qk = RandomMha(/*qk_norm=*/true);
-  r = ConvertModel(qk.config, qk.weights, LrkvAt(4, RopeMode::kSharedPlane), nullptr, nullptr);
+  r = ConvertModel(qk.config, qk.weights, LrkvAt(4, RopeMode::kSharedPlane),
+                   nullptr, nullptr);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -288,14 +298,17 @@ TEST(Surgery, GqaPoolingAveragesEachGroup) {
   const Source s = RandomMha();
   const auto pooled = PoolKvHeads(s.config, s.weights.layers[0].wk, 2);
   const auto heads = s.weights.layers[0].wk.view({4, 64, -1});
-  EXPECT_TRUE(at::allclose(pooled.view({2, 64, -1})[1], (heads[2] + heads[3]) / 2));
+  EXPECT_TRUE(
+      at::allclose(pooled.view({2, 64, -1})[1], (heads[2] + heads[3]) / 2));
 }
 
 TEST(Surgery, ObjectiveNeverIncreasesAndErrorsShrinkWithRank) {
   const Source s = Stories();
   const CalibrationStats calib = Calibrate(s, 0, 0.5);
-  for (SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
-    for (RopeMode mode : {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial}) {
+  for (SurgeryMetric metric :
+       {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+    for (RopeMode mode :
+         {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial}) {
       double previous_error = 1e30;
       for (int64_t r : {2, 4, 6}) {
         ConversionOptions o = LrkvAt(r, mode);
@@ -310,7 +323,8 @@ TEST(Surgery, ObjectiveNeverIncreasesAndErrorsShrinkWithRank) {
             ASSERT_GE(p->objective.size(), 2u);
             for (size_t i = 1; i < p->objective.size(); ++i) {
               EXPECT_LE(p->objective[i], p->objective[i - 1] * (1 + 1e-12))
-                  << RopeModeName(mode) << " r=" << r << " layer " << layer.layer;
+                  << RopeModeName(mode) << " r=" << r << " layer "
+                  << layer.layer;
             }
             EXPECT_EQ(p->head_rel_error.size(), 4u);
           }
@@ -324,8 +338,8 @@ TEST(Surgery, ObjectiveNeverIncreasesAndErrorsShrinkWithRank) {
 }
 
 // An independent reference for the LRKV solver: the plain alternation the first
-// version shipped (S ← mean of W̃_h − Ũ_hB_hᵀ, then the best rank-r fit of each W̃_h − S
-// by SVD), run for `iters` steps. Returns Σ_h‖W̃_h − S − Ũ_hB_hᵀ‖².
+// version shipped (S ← mean of W̃_h − Ũ_hB_hᵀ, then the best rank-r fit of each
+// W̃_h − S by SVD), run for `iters` steps. Returns Σ_h‖W̃_h − S − Ũ_hB_hᵀ‖².
 double PlainAlternation(const at::Tensor& wt, int64_t r, int iters) {
   at::Tensor s = wt.mean(0), fit = at::zeros_like(wt);
   for (int it = 0; it < iters; ++it) {
@@ -337,18 +351,19 @@ double PlainAlternation(const at::Tensor& wt, int64_t r, int iters) {
   return (wt - s - fit).pow(2).sum().item<double>();
 }
 
-// The default solver converges (issue: 10 iterations stopped while the objective was
-// still falling): on every stories layer, K and V, both metrics, it ends converged, at
-// or below the objective the plain alternation reaches in 10 steps (the old default)
-// and, within what its gauge term may cost (ε·Σ‖Ũ_h‖²), at or below what the plain
-// alternation reaches in 3,000.
+// The default solver converges (issue: 10 iterations stopped while the
+// objective was still falling): on every stories layer, K and V, both metrics,
+// it ends converged, at or below the objective the plain alternation reaches in
+// 10 steps (the old default) and, within what its gauge term may cost
+// (ε·Σ‖Ũ_h‖²), at or below what the plain alternation reaches in 3,000.
 TEST(Surgery, DefaultSolverReachesTheConvergedReference) {
   const Source s = Stories();
   const CalibrationStats calib = Calibrate(s, 0, 0.5);
   const int64_t hkv = s.config.num_kv_heads, dh = s.config.head_dim, r = 2;
   LrkvDecompositionOptions o;
   o.rank = r;
-  for (SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+  for (SurgeryMetric metric :
+       {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
     for (int64_t layer = 0; layer < s.config.num_layers; ++layer) {
       at::Tensor whitening;
       if (metric == SurgeryMetric::kActivation) {
@@ -361,32 +376,36 @@ TEST(Surgery, DefaultSolverReachesTheConvergedReference) {
         const at::Tensor& proj = kv == 0 ? lw.wk : lw.wv;
         SCOPED_TRACE(absl::StrCat(SurgeryMetricName(metric), " layer ", layer,
                                   kv == 0 ? " K" : " V"));
-        const at::Tensor w = proj.to(at::kDouble).view({hkv, dh, -1}).transpose(1, 2);
-        const at::Tensor wt = whitening.defined() ? at::matmul(whitening.t(), w) : w;
+        const at::Tensor w =
+            proj.to(at::kDouble).view({hkv, dh, -1}).transpose(1, 2);
+        const at::Tensor wt =
+            whitening.defined() ? at::matmul(whitening.t(), w) : w;
         auto dec = DecomposeLrkv(w, whitening, o);
         ASSERT_TRUE(dec.ok()) << dec.status();
         EXPECT_TRUE(dec->converged);
         const double ours = dec->objective.back();
         EXPECT_LE(ours, PlainAlternation(wt, r, 10));
-        const at::Tensor u = whitening.defined() ? at::matmul(whitening.t(), dec->down)
-                                                 : dec->down;
+        const at::Tensor u = whitening.defined()
+                                 ? at::matmul(whitening.t(), dec->down)
+                                 : dec->down;
         const double gauge_cost = o.gauge * u.pow(2).sum().item<double>();
         EXPECT_LE(ours, PlainAlternation(wt, r, 3000) + gauge_cost);
         // What is reported is the residual of the factors returned.
         const at::Tensor approx =
             dec->shared + at::matmul(dec->down, dec->up.transpose(1, 2));
-        const at::Tensor res = whitening.defined() ? at::matmul(whitening.t(), w - approx)
-                                                   : w - approx;
+        const at::Tensor res = whitening.defined()
+                                   ? at::matmul(whitening.t(), w - approx)
+                                   : w - approx;
         EXPECT_NEAR(res.pow(2).sum().item<double>(), ours, 1e-9 * ours);
       }
     }
   }
 }
 
-// Two KV heads: at S = mean their residuals are opposite, so their subspaces coincide and
-// the exact minimiser over S is unbounded along them (measured before the gauge term:
-// |S| up to 140× the largest weight, cancelled by U_hB_hᵀ). With the gauge, S stays of
-// the weights' size.
+// Two KV heads: at S = mean their residuals are opposite, so their subspaces
+// coincide and the exact minimiser over S is unbounded along them (measured
+// before the gauge term: |S| up to 140× the largest weight, cancelled by
+// U_hB_hᵀ). With the gauge, S stays of the weights' size.
 TEST(Surgery, SharedProjectionStaysOfTheWeightsSize) {
   at::manual_seed(7);
   const at::Tensor w = at::randn({2, 128, 64}, at::kDouble) * 0.02;
@@ -395,22 +414,25 @@ TEST(Surgery, SharedProjectionStaysOfTheWeightsSize) {
     o.rank = r;
     auto dec = DecomposeLrkv(w, at::Tensor(), o);
     ASSERT_TRUE(dec.ok()) << dec.status();
-    // Frobenius norms: S no larger than the largest head (it is their shared part), and
-    // each U_h = (W_h − S)B_h no larger than ‖W_h‖ + ‖S‖.
+    // Frobenius norms: S no larger than the largest head (it is their shared
+    // part), and each U_h = (W_h − S)B_h no larger than ‖W_h‖ + ‖S‖.
     const double head_max = w.pow(2).sum({1, 2}).sqrt().max().item<double>();
     const double shared = dec->shared.norm().item<double>();
     EXPECT_LE(shared, head_max) << "r=" << r;
-    EXPECT_LE(dec->down.pow(2).sum({1, 2}).sqrt().max().item<double>(), head_max + shared)
+    EXPECT_LE(dec->down.pow(2).sum({1, 2}).sqrt().max().item<double>(),
+              head_max + shared)
         << "r=" << r;
   }
 }
 
 TEST(BudgetAllocation, GreedyOnMarginalErrorPerElementWithinTheBudget) {
-  // Cost 10 + 2·size per layer. Layer 0's error falls fast, layer 1's hardly: with the
-  // uniform plan's budget (size 2 each: 28) the greedy plan moves size to layer 0.
+  // Cost 10 + 2·size per layer. Layer 0's error falls fast, layer 1's hardly:
+  // with the uniform plan's budget (size 2 each: 28) the greedy plan moves size
+  // to layer 0.
   auto cost = [](int64_t size) { return 10 + 2 * size; };
-  std::vector<LayerErrorCurve> curves = {{{0, 1, 2, 3, 4}, {100, 40, 20, 5, 1}},
-                                         {{0, 1, 2, 3, 4}, {10, 9.5, 9, 8.5, 8}}};
+  std::vector<LayerErrorCurve> curves = {
+      {{0, 1, 2, 3, 4}, {100, 40, 20, 5, 1}},
+      {{0, 1, 2, 3, 4}, {10, 9.5, 9, 8.5, 8}}};
   auto a = AllocateBudget(curves, cost, 28, 2);
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->sizes, (std::vector<int64_t>{4, 0}));
@@ -431,11 +453,11 @@ TEST(BudgetAllocation, GreedyOnMarginalErrorPerElementWithinTheBudget) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// --allocation layers on stories (activation metric): the plan spends the budget's
-// cache (no more), the curves rate it better than the uniform plan, the checkpoint
-// records the per-layer sizes, and it verifies exactly like a uniform one (LRKV plane
-// through the factored kernel, MLA by reconstruction), its cache bytes equal to the
-// per-layer formula.
+// --allocation layers on stories (activation metric): the plan spends the
+// budget's cache (no more), the curves rate it better than the uniform plan,
+// the checkpoint records the per-layer sizes, and it verifies exactly like a
+// uniform one (LRKV plane through the factored kernel, MLA by reconstruction),
+// its cache bytes equal to the per-layer formula.
 TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
   const std::filesystem::path dir = testing::FreshTempDir("layer_allocation");
   struct Case {
@@ -445,8 +467,10 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
     double budget;
     const char* mode;
   };
-  for (const Case& c : {Case{"lrkv_plane", KvVariant::kLrkv, RopeMode::kPlane, 0.75, "plane"},
-                        Case{"mla", KvVariant::kMla, RopeMode::kReconstruct, 0.25, "reconstruct"}}) {
+  for (const Case& c :
+       {Case{"lrkv_plane", KvVariant::kLrkv, RopeMode::kPlane, 0.75, "plane"},
+        Case{"mla", KvVariant::kMla, RopeMode::kReconstruct, 0.25,
+             "reconstruct"}}) {
     SCOPED_TRACE(c.name);
     ConvertJobOptions o;
     o.checkpoint = testing::StoriesModelPath();
@@ -454,7 +478,7 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
     o.calib_path = testing::StoriesTextPath();
     o.calib_range = {0, 0.5};
     o.conversion.variant = c.variant;
-    o.conversion.rope_mode = c.rope;
+    o.rope_mode = c.rope;
     o.conversion.budget = c.budget;
     o.conversion.metric = SurgeryMetric::kActivation;
     o.conversion.allocation = SizeAllocation::kLayers;
@@ -467,13 +491,15 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
     EXPECT_FALSE(report->allocation_kept_uniform);
     EXPECT_NE(*std::min_element(sizes.begin(), sizes.end()),
               *std::max_element(sizes.begin(), sizes.end()));
-    EXPECT_LT(report->allocation_estimated_error, report->allocation_uniform_error);
+    EXPECT_LT(report->allocation_estimated_error,
+              report->allocation_uniform_error);
     const AttentionShape shape = report->shape;
     EXPECT_LE(CacheElementsAllLayers(shape, report->target),
               static_cast<int64_t>(c.budget * 5 * SourceCacheElements(shape)));
     EXPECT_EQ(report->footprint.elements_per_token,
               CacheElementsAllLayers(shape, report->target));
-    for (size_t i = 0; i < sizes.size(); ++i) EXPECT_EQ(report->layers[i].size, sizes[i]);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      EXPECT_EQ(report->layers[i].size, sizes[i]);
     auto written = Checkpoint::Open(o.out_dir);
     ASSERT_TRUE(written.ok()) << written.status();
     EXPECT_EQ((*written)->config().kv.layer_sizes, sizes);
@@ -488,7 +514,8 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
     int exact = 0;
     for (const auto& e : v->equivalence) exact += e.applicable && e.equivalent;
     EXPECT_GE(exact, 1);
-    for (const auto& cache : v->cache) EXPECT_EQ(cache.used_bytes, cache.formula_bytes);
+    for (const auto& cache : v->cache)
+      EXPECT_EQ(cache.used_bytes, cache.formula_bytes);
   }
   // GQA/MQA have one size for every layer.
   ConversionOptions gqa;
@@ -499,14 +526,17 @@ TEST(Surgery, LayerAllocationSpendsTheBudgetWhereTheErrorFallsFastest) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(BudgetAllocation, JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLowerIt) {
-  // Cost = size, three layers, the uniform plan (2, 2, 2) spends the budget of 6. The
-  // curves' greedy plan is (4, 1, 1): the curves rate it 1.75 against the uniform 2.6.
+TEST(BudgetAllocation,
+     JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLowerIt) {
+  // Cost = size, three layers, the uniform plan (2, 2, 2) spends the budget
+  // of 6. The curves' greedy plan is (4, 1, 1): the curves rate it 1.75 against
+  // the uniform 2.6.
   auto cost = [](int64_t size) { return size; };
   const std::vector<int64_t> sizes = {0, 1, 2, 3, 4};
-  const std::vector<LayerErrorCurve> curves = {{sizes, {5, 3, 1, 0.5, 0}},
-                                               {sizes, {1, 0.9, 0.8, 0.7, 0.6}},
-                                               {sizes, {1, 0.85, 0.8, 0.7, 0.6}}};
+  const std::vector<LayerErrorCurve> curves = {
+      {sizes, {5, 3, 1, 0.5, 0}},
+      {sizes, {1, 0.9, 0.8, 0.7, 0.6}},
+      {sizes, {1, 0.85, 0.8, 0.7, 0.6}}};
   auto start = AllocateBudget(curves, cost, 6, 2);
   ASSERT_TRUE(start.ok()) << start.status();
   ASSERT_EQ(start->sizes, (std::vector<int64_t>{4, 1, 1}));
@@ -515,10 +545,11 @@ TEST(BudgetAllocation, JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLower
     for (size_t l = 0; l < plan.size(); ++l) sum += curves[l].errors[plan[l]];
     return sum;
   };
-  // Layers below size 2 hurt each other (the loss is not the curves' sum): the measured
-  // uniform plan wins, and no move from it lowers the loss.
+  // Layers below size 2 hurt each other (the loss is not the curves' sum): the
+  // measured uniform plan wins, and no move from it lowers the loss.
   int calls = 0;
-  auto interacting = [&](const std::vector<int64_t>& plan) -> absl::StatusOr<double> {
+  auto interacting =
+      [&](const std::vector<int64_t>& plan) -> absl::StatusOr<double> {
     ++calls;
     double penalty = 0;
     for (int64_t s : plan) penalty += s < 2 ? 5 : 0;
@@ -533,8 +564,9 @@ TEST(BudgetAllocation, JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLower
   EXPECT_EQ(r->moves, 0);
   EXPECT_EQ(r->evaluations, calls);
   EXPECT_LE(r->evaluations, 2 + JointRefinementOptions().moves_per_round);
-  // A bonus for layer 1 at size ≥ 2 that the one-layer curves cannot see: the move
-  // (layer 1 up, layer 2 down) from (4, 1, 1) to (4, 2, 0) is measured and taken.
+  // A bonus for layer 1 at size ≥ 2 that the one-layer curves cannot see: the
+  // move (layer 1 up, layer 2 down) from (4, 1, 1) to (4, 2, 0) is measured and
+  // taken.
   auto bonus = [&](const std::vector<int64_t>& plan) -> absl::StatusOr<double> {
     return additive(plan) - (plan[1] >= 2 ? 0.5 : 0);
   };
@@ -546,27 +578,35 @@ TEST(BudgetAllocation, JointLossKeepsTheBetterMeasuredPlanAndTakesMovesThatLower
   int64_t used = 0;
   for (int64_t s : r->sizes) used += cost(s);
   EXPECT_LE(used, 6);
-  // A probe's failure is returned; plans off the curves or over the budget are refused.
+  // A probe's failure is returned; plans off the curves or over the budget are
+  // refused.
   auto failing = [](const std::vector<int64_t>&) -> absl::StatusOr<double> {
     return absl::CancelledError("stopped");
   };
-  EXPECT_EQ(RefineByJointLoss(curves, start->sizes, 2, cost, 6, failing).status().code(),
+  EXPECT_EQ(RefineByJointLoss(curves, start->sizes, 2, cost, 6, failing)
+                .status()
+                .code(),
             absl::StatusCode::kCancelled);
-  EXPECT_EQ(RefineByJointLoss(curves, {4, 1}, 2, cost, 6, bonus).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RefineByJointLoss(curves, {4, 1, 7}, 2, cost, 6, bonus).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RefineByJointLoss(curves, {4, 2, 2}, 2, cost, 6, bonus).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RefineByJointLoss(curves, {4, 1}, 2, cost, 6, bonus).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RefineByJointLoss(curves, {4, 1, 7}, 2, cost, 6, bonus).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RefineByJointLoss(curves, {4, 2, 2}, 2, cost, 6, bonus).status().code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
-// --allocation layers by loss on stories (LRKV r=2 at half the cache, both metrics,
-// the loss measured on the first half's opening stories): the plan's measured
-// calibration loss is at most the uniform plan's, the written model is the one rated,
-// and on held-out text (the second half) its perplexity is below the uniform plan's.
+// --allocation layers by loss on stories (LRKV r=2 at half the cache, both
+// metrics, the loss measured on the first half's opening stories): the plan's
+// measured calibration loss is at most the uniform plan's, the written model is
+// the one rated, and on held-out text (the second half) its perplexity is below
+// the uniform plan's.
 TEST(Surgery, LossAllocationBeatsTheUniformPlanOnHeldOutText) {
   const std::filesystem::path dir = testing::FreshTempDir("loss_allocation");
-  for (const SurgeryMetric metric : {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
+  for (const SurgeryMetric metric :
+       {SurgeryMetric::kWeight, SurgeryMetric::kActivation}) {
     const std::string name = SurgeryMetricName(metric);
     SCOPED_TRACE(name);
     ConvertJobOptions o;
@@ -588,7 +628,8 @@ TEST(Surgery, LossAllocationBeatsTheUniformPlanOnHeldOutText) {
     EXPECT_EQ(layers->allocation_objective, AllocationObjective::kLoss);
     EXPECT_GE(layers->allocation_loss_tokens, 2048);
     EXPECT_LE(layers->allocation_plan_loss, layers->allocation_uniform_loss);
-    EXPECT_LE(layers->allocation_plan_loss, layers->allocation_curves_plan_loss);
+    EXPECT_LE(layers->allocation_plan_loss,
+              layers->allocation_curves_plan_loss);
     EXPECT_GT(layers->allocation_plan_loss, layers->allocation_source_loss);
     // Re-solved from the S it was rated with: the same model up to the solver's
     // tolerance.
@@ -600,8 +641,9 @@ TEST(Surgery, LossAllocationBeatsTheUniformPlanOnHeldOutText) {
       EXPECT_NEAR(c.errors.back(), 0, 1e-4);  // full rank is the source
     }
     EXPECT_FALSE(layers->allocation_kept_uniform);
-    EXPECT_LE(CacheElementsAllLayers(layers->shape, layers->target),
-              static_cast<int64_t>(0.5 * 5 * SourceCacheElements(layers->shape)));
+    EXPECT_LE(
+        CacheElementsAllLayers(layers->shape, layers->target),
+        static_cast<int64_t>(0.5 * 5 * SourceCacheElements(layers->shape)));
     ASSERT_TRUE(layers->perplexity_after && uniform->perplexity_after);
     EXPECT_LT(*layers->perplexity_after, *uniform->perplexity_after);
     const nlohmann::json j = layers->ToJson();
@@ -624,7 +666,8 @@ TEST(Surgery, LossAllocationRefusesWhatItCannotMeasure) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("--calib"));
   o.calib_path = testing::StoriesTextPath();
   o.allocation_tokens = 0;
-  EXPECT_EQ(RunConvertJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunConvertJob(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // Decoupled-RoPE MLA has no dense layer to probe with.
   ConversionOptions mla;
   mla.variant = KvVariant::kMla;
@@ -642,10 +685,11 @@ TEST(Surgery, LossAllocationRefusesWhatItCannotMeasure) {
 }
 
 TEST(Surgery, PlaneModeKeepsWholeRotationPlanesWithTheMostEnergy) {
-  // Four heads that differ from their mean only in plane 1 (adjacent dims 2, 3): at
-  // r = 2, plane mode must pick that plane and be exact.
+  // Four heads that differ from their mean only in plane 1 (adjacent dims 2,
+  // 3): at r = 2, plane mode must pick that plane and be exact.
   const int64_t d = 16, dh = 8;
-  at::Tensor base = at::randn({1, d, dh}, at::kDouble).expand({4, d, dh}).clone();
+  at::Tensor base =
+      at::randn({1, d, dh}, at::kDouble).expand({4, d, dh}).clone();
   base.narrow(2, 2, 2).add_(at::randn({4, d, 2}, at::kDouble));
   LrkvDecompositionOptions o;
   o.rank = 2;
@@ -681,7 +725,8 @@ TEST(Surgery, PartialModeKeepsTheResidualOffTheRotatedPlanes) {
   for (const auto& l : m.weights.layers) {
     EXPECT_EQ(l.k_lr.up.narrow(1, 0, 2).abs().max().item<float>(), 0.0f);
   }
-  // Partial RoPE changes the function even at full rank: it is an approximation.
+  // Partial RoPE changes the function even at full rank: it is an
+  // approximation.
   const auto tokens = SomeTokens(s.config.vocab_size);
   o.rank = s.config.head_dim - 2;
   const auto full = Convert(s, o);
@@ -713,9 +758,10 @@ TEST(Surgery, ActivationMetricLowersTheOutputErrorOnCalibrationData) {
   EXPECT_LT(output_error(activation), output_error(weight));
 }
 
-// MLA with decoupled RoPE written in the DeepSeek-V3 layout (fused q_proj with the
-// softmax scale folded in, [latent | rotated key] down-projection, per-head kv_b_proj)
-// loads back as the same model, and what the layout cannot hold is refused.
+// MLA with decoupled RoPE written in the DeepSeek-V3 layout (fused q_proj with
+// the softmax scale folded in, [latent | rotated key] down-projection, per-head
+// kv_b_proj) loads back as the same model, and what the layout cannot hold is
+// refused.
 TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   const Source s = Stories();
   ConversionOptions o;
@@ -727,8 +773,8 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   const auto tokens = SomeTokens(s.config.vocab_size);
   const auto ref = Logits(m.config, m.weights, tokens);
   const fs::path dir = testing::FreshTempDir("deepseek");
-  ASSERT_TRUE(SaveDeepseekCheckpoint(dir.string(), m.config, m.weights, nullptr, DType::kF32,
-                                     uint64_t{5} << 30)
+  ASSERT_TRUE(SaveDeepseekCheckpoint(dir.string(), m.config, m.weights, nullptr,
+                                     DType::kF32, uint64_t{5} << 30)
                   .ok());
   std::ifstream in(dir / "config.json");
   const auto j = nlohmann::json::parse(in);
@@ -738,7 +784,8 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   EXPECT_EQ(j["qk_nope_head_dim"], s.config.head_dim);
   EXPECT_EQ(j["v_head_dim"], s.config.head_dim);
   EXPECT_EQ(j["num_key_value_heads"], s.config.num_heads);
-  // Planes 0 and 1 of d_h = 8 at theta 10^4 are DeepSeek's 2-plane rotary at 10^4^(4/8).
+  // Planes 0 and 1 of d_h = 8 at theta 10^4 are DeepSeek's 2-plane rotary at
+  // 10^4^(4/8).
   EXPECT_NEAR(j["rope_theta"].get<double>(), 100.0, 1e-9);
   auto ckpt = Checkpoint::Open(dir.string());
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
@@ -747,20 +794,23 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   EXPECT_TRUE(c.kv.DecoupledRope());
   EXPECT_EQ(c.kv.latent, 24);
   EXPECT_EQ(c.kv.RopeWidth(), 4);
-  EXPECT_NE((*ckpt)->Find("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"), nullptr);
+  EXPECT_NE((*ckpt)->Find("model.layers.0.self_attn.kv_a_proj_with_mqa.weight"),
+            nullptr);
   auto w = LoadLlamaWeights(**ckpt);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_LE(MaxRelError(Logits(c, *w, tokens), ref), 1e-5);
 
-  // A biased source, and Llama-3 rope scaling past its unscaled high-frequency band.
+  // A biased source, and Llama-3 rope scaling past its unscaled high-frequency
+  // band.
   ModelConfig b = testing::SmallConfig();
   b.qkv_bias = true;
   const Source biased{b, RandomLlamaWeights(b, 3), std::nullopt};
   o.rope_planes_kept = 1;
   o.latent = 8;
   const auto mb = Convert(biased, o);
-  EXPECT_EQ(SaveDeepseekCheckpoint(testing::FreshTempDir("ds_bias").string(), mb.config,
-                                   mb.weights, nullptr, DType::kF32, uint64_t{5} << 30)
+  EXPECT_EQ(SaveDeepseekCheckpoint(testing::FreshTempDir("ds_bias").string(),
+                                   mb.config, mb.weights, nullptr, DType::kF32,
+                                   uint64_t{5} << 30)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   ModelConfig l3 = testing::SmallConfig();
@@ -777,26 +827,36 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   for (int64_t kept : {4, 16}) {
     o.rope_planes_kept = kept;
     const auto ml = Convert(llama3, o);
-    // Wavelengths under 8192 / 4 positions keep their frequency: planes 0..7 here.
+    // Wavelengths under 8192 / 4 positions keep their frequency: planes 0..7
+    // here.
     EXPECT_EQ(CheckDeepseekExport(ml.config).code(),
-              kept == 4 ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
+              kept == 4 ? absl::StatusCode::kOk
+                        : absl::StatusCode::kFailedPrecondition)
         << kept;
   }
 }
 
-// A DeepSeek config.json outside what the layout's reader takes names the field.
+// A DeepSeek config.json outside what the layout's reader takes names the
+// field.
 TEST(Surgery, DeepseekConfigsThisRuntimeCannotRunAreRefused) {
-  const nlohmann::json base = {
-      {"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 64},
-      {"intermediate_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
-      {"vocab_size", 32}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 4},
-      {"qk_nope_head_dim", 16}, {"v_head_dim", 16}, {"first_k_dense_replace", 2},
-      {"qk_latent_layernorm", false}};
+  const nlohmann::json base = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                               {"hidden_size", 64},
+                               {"intermediate_size", 128},
+                               {"num_hidden_layers", 2},
+                               {"num_attention_heads", 4},
+                               {"vocab_size", 32},
+                               {"kv_lora_rank", 16},
+                               {"qk_rope_head_dim", 4},
+                               {"qk_nope_head_dim", 16},
+                               {"v_head_dim", 16},
+                               {"first_k_dense_replace", 2},
+                               {"qk_latent_layernorm", false}};
   auto ok = ConfigFromHfJson(base.dump(), "config.json");
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->num_kv_heads, 4);
   EXPECT_EQ(ok->kv.latent, 16);
-  for (auto [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+  for (auto [field, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{
            {"qk_latent_layernorm", true},
            {"q_lora_rank", 64},
            {"v_head_dim", 8},
@@ -817,7 +877,9 @@ TEST(Surgery, ConvertedCheckpointsRoundTripAndExpand) {
     const auto m = Convert(s, o);
     const auto ref = Logits(m.config, m.weights, tokens);
     const fs::path dir = testing::FreshTempDir("converted");
-    ASSERT_TRUE(SaveSafetensorsCheckpoint(dir.string(), m.config, m.weights, nullptr).ok());
+    ASSERT_TRUE(
+        SaveSafetensorsCheckpoint(dir.string(), m.config, m.weights, nullptr)
+            .ok());
     auto ckpt = Checkpoint::Open(dir.string());
     ASSERT_TRUE(ckpt.ok()) << ckpt.status();
     EXPECT_EQ((*ckpt)->config().kv.layout, KvLayout::kLrkv);
@@ -828,7 +890,9 @@ TEST(Surgery, ConvertedCheckpointsRoundTripAndExpand) {
     EXPECT_LE(MaxRelError(Logits((*ckpt)->config(), *w, tokens), ref), 1e-5);
     const auto expanded = ExpandModel(m.config, m.weights);
     EXPECT_EQ(expanded.config.kv.layout, KvLayout::kDense);
-    EXPECT_LE(MaxRelError(Logits(expanded.config, expanded.weights, tokens), ref), 1e-5);
+    EXPECT_LE(
+        MaxRelError(Logits(expanded.config, expanded.weights, tokens), ref),
+        1e-5);
   }
 }
 
@@ -844,7 +908,8 @@ class ConvertJobTest : public ::testing::Test {
                       bool out_existed = false) {
     auto r = RunConvertJob(job);
     ASSERT_FALSE(r.ok()) << phrase;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(phrase));
     EXPECT_EQ(fs::exists(job.out_dir), out_existed) << phrase;
     EXPECT_FALSE(fs::exists(job.out_dir + ".partial")) << phrase;
@@ -868,8 +933,8 @@ TEST_F(ConvertJobTest, WritesCheckpointAndReport) {
   ASSERT_TRUE(r->perplexity_before && r->perplexity_after);
   EXPECT_GT(*r->perplexity_after, *r->perplexity_before);
   EXPECT_EQ(r->calibration_tokens, 2048);
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.lrkv.json",
-                        "report.json", "report.txt"}) {
+  for (const char* f : {"config.json", "model.safetensors",
+                        "tokenizer.lrkv.json", "report.json", "report.txt"}) {
     EXPECT_TRUE(fs::exists(fs::path(job.out_dir) / f)) << f;
   }
   // An existing, non-empty output folder is refused and left alone.
@@ -877,9 +942,9 @@ TEST_F(ConvertJobTest, WritesCheckpointAndReport) {
   EXPECT_TRUE(fs::exists(fs::path(job.out_dir) / "model.safetensors"));
 }
 
-// --weight-dtype f16 / bf16: matrices written at half the bytes, each weight the
-// float32 one rounded once to nearest; norms stay float32; config.json and the GGUF
-// file type say so; the model reads back to those exact values.
+// --weight-dtype f16 / bf16: matrices written at half the bytes, each weight
+// the float32 one rounded once to nearest; norms stay float32; config.json and
+// the GGUF file type say so; the model reads back to those exact values.
 TEST_F(ConvertJobTest, HalfPrecisionOutputsRoundEachMatrixOnce) {
   ConvertJobOptions f32 = Job("f32");
   f32.conversion.variant = KvVariant::kGqa;
@@ -889,9 +954,11 @@ TEST_F(ConvertJobTest, HalfPrecisionOutputsRoundEachMatrixOnce) {
   ASSERT_TRUE(full.ok()) << full.status();
   auto full_w = LoadLlamaWeights(**full);
   ASSERT_TRUE(full_w.ok());
-  const auto f32_bytes = fs::file_size(fs::path(f32.out_dir) / "model.safetensors");
+  const auto f32_bytes =
+      fs::file_size(fs::path(f32.out_dir) / "model.safetensors");
   for (const auto& [name, dtype, scalar] :
-       {std::tuple{"f16", DType::kF16, at::kHalf}, {"bf16", DType::kBF16, at::kBFloat16}}) {
+       {std::tuple{"f16", DType::kF16, at::kHalf},
+        {"bf16", DType::kBF16, at::kBFloat16}}) {
     SCOPED_TRACE(name);
     for (const std::string format : {"safetensors", "gguf"}) {
       ConvertJobOptions job = f32;
@@ -899,24 +966,28 @@ TEST_F(ConvertJobTest, HalfPrecisionOutputsRoundEachMatrixOnce) {
       job.weight_dtype = name;
       job.format = format;
       ASSERT_TRUE(RunConvertJob(job).ok());
-      const fs::path file = fs::path(job.out_dir) /
-                            (format == "gguf" ? kGgufExportFileName : "model.safetensors");
-      auto half = Checkpoint::Open(format == "gguf" ? file.string() : job.out_dir);
+      const fs::path file =
+          fs::path(job.out_dir) /
+          (format == "gguf" ? kGgufExportFileName : "model.safetensors");
+      auto half =
+          Checkpoint::Open(format == "gguf" ? file.string() : job.out_dir);
       ASSERT_TRUE(half.ok()) << half.status();
-      EXPECT_EQ(half->get()->Find("model.layers.0.mlp.up_proj.weight") != nullptr
-                    ? half->get()->Find("model.layers.0.mlp.up_proj.weight")->dtype
-                    : half->get()->Find("blk.0.ffn_up.weight")->dtype,
-                dtype);
+      EXPECT_EQ(
+          half->get()->Find("model.layers.0.mlp.up_proj.weight") != nullptr
+              ? half->get()->Find("model.layers.0.mlp.up_proj.weight")->dtype
+              : half->get()->Find("blk.0.ffn_up.weight")->dtype,
+          dtype);
       auto w = LoadLlamaWeights(**half);
       ASSERT_TRUE(w.ok()) << w.status();
-      const auto& a = w->layers[0], &b = full_w->layers[0];
+      const auto &a = w->layers[0], &b = full_w->layers[0];
       EXPECT_TRUE(at::equal(a.w_up, b.w_up.to(scalar).to(at::kFloat)));
       EXPECT_TRUE(at::equal(a.ffn_norm, b.ffn_norm));  // norms stay float32
       if (format == "safetensors") {
         EXPECT_LT(fs::file_size(file), f32_bytes * 6 / 10);
         std::ifstream in(fs::path(job.out_dir) / "config.json");
         const std::string config((std::istreambuf_iterator<char>(in)), {});
-        EXPECT_THAT(config, HasSubstr(dtype == DType::kF16 ? "\"float16\"" : "\"bfloat16\""));
+        EXPECT_THAT(config, HasSubstr(dtype == DType::kF16 ? "\"float16\""
+                                                           : "\"bfloat16\""));
       }
     }
   }
@@ -938,20 +1009,21 @@ TEST_F(ConvertJobTest, ImpossibleRequestsFailAndWriteNothing) {
   job.conversion.kv_heads = 3;
   ExpectRejected(job, "must divide the 8 query heads");
   job.conversion.kv_heads = 2;
-  job.conversion.rope_mode = RopeMode::kPlane;
+  job.rope_mode = RopeMode::kPlane;
   ExpectRejected(job, "applies to lrkv only");
   job = Job("bad");
   job.conversion.rank = 3;
-  job.conversion.rope_mode = RopeMode::kPlane;
+  job.rope_mode = RopeMode::kPlane;
   ExpectRejected(job, "must be even in plane mode");
-  job.conversion.rope_mode = RopeMode::kReconstruct;
+  job.rope_mode = RopeMode::kReconstruct;
   job.conversion.metric = SurgeryMetric::kActivation;
   ExpectRejected(job, "needs --calib");
   job = Job("bad");
   job.conversion.rank = 2;
   job.checkpoint = testing::FixturePath("malformed/gguf_quantized.gguf");
   ExpectRejected(job, "Q4_0");
-  EXPECT_EQ(ParseKvVariant("mamba").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvVariant("mamba").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseDocumentRange("0.5:0.2").status().code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -2,26 +2,28 @@
 // mode (fp32 and bf16 caches, with and without QK-norm), the naive latent
 // rotation does not, and every engine's cache holds exactly the bytes the
 // accounting formula says.
+#include <ATen/Parallel.h>
+
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/decode_attention.h"
 #include "model/checkpoint.h"
+#include "runtime/decode_engine.h"
 #include "runtime/llama_weights.h"
 #include "runtime/rope.h"
 #include "surgery/cache_accounting.h"
+#include "surgery/convert_job.h"
 #include "surgery/converter.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
-#include "runtime/decode_engine.h"
-#include "kernels/decode_attention.h"
-#include <ATen/Parallel.h>
-#include "absl/strings/str_cat.h"
 #include "verify/equivalence.h"
 #include "verify/head_diversity.h"
 #include "verify/verify_job.h"
-#include "surgery/convert_job.h"
-#include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
-#include <limits>
 
 namespace lrkv {
 namespace {
@@ -64,10 +66,9 @@ EquivalenceOptions Prompt(const Model& m, at::ScalarType dtype) {
   return o;
 }
 
-EquivalenceResult Check(
-    const Model& m, DecodeMode mode, at::ScalarType dtype,
-    FactoredCacheLayout layout = FactoredCacheLayout::kAuto,
-    DecodeFault fault = DecodeFault::kNone) {
+EquivalenceResult Check(const Model& m, DecodeMode mode, at::ScalarType dtype,
+                        FactoredCacheLayout layout = FactoredCacheLayout::kAuto,
+                        DecodeFault fault = DecodeFault::kNone) {
   EquivalenceOptions o = Prompt(m, dtype);
   o.factored_layout = layout;
   o.fault = fault;
@@ -124,7 +125,8 @@ void ExpectWrong(const EquivalenceResult& r) {
   ASSERT_TRUE(r.applicable) << r.reason;
   EXPECT_FALSE(r.equivalent);
   EXPECT_GE(r.first_bad_step, 0);
-  EXPECT_GE(r.ratio, r.dtype == "fp32" ? 100.0 : 10.0) << r.mode << " " << r.dtype;
+  EXPECT_GE(r.ratio, r.dtype == "fp32" ? 100.0 : 10.0)
+      << r.mode << " " << r.dtype;
 }
 
 void ExpectNaiveFails(const Model& m) {
@@ -175,26 +177,30 @@ TEST(Equivalence, QkNormModelWithHeadDim64AtRank16) {
 // The other decoding errors the error model must catch: a dropped σ (QK-norm)
 // and latents rotated with the wrong plane's frequency.
 TEST(Equivalence, DroppedSigmaAndWrongPlaneFailByOrdersOfMagnitude) {
-  const Model plane = Convert(RandomQkNorm(), KvVariant::kLrkv, 16, RopeMode::kPlane);
+  const Model plane =
+      Convert(RandomQkNorm(), KvVariant::kLrkv, 16, RopeMode::kPlane);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     for (DecodeMode mode : {DecodeMode::kReconstruct, DecodeMode::kPlane}) {
       ExpectWrong(Check(plane, mode, dtype, FactoredCacheLayout::kAuto,
                         DecodeFault::kDropSigma));
     }
-    ExpectWrong(Check(plane, DecodeMode::kPlane, dtype, FactoredCacheLayout::kAuto,
-                      DecodeFault::kWrongPlane));
+    ExpectWrong(Check(plane, DecodeMode::kPlane, dtype,
+                      FactoredCacheLayout::kAuto, DecodeFault::kWrongPlane));
   }
-  const Model stories = Convert(Stories(), KvVariant::kLrkv, 4, RopeMode::kPlane);
-  ExpectWrong(Check(stories, DecodeMode::kPlane, at::kFloat, FactoredCacheLayout::kRows,
-                    DecodeFault::kWrongPlane));
+  const Model stories =
+      Convert(Stories(), KvVariant::kLrkv, 4, RopeMode::kPlane);
+  ExpectWrong(Check(stories, DecodeMode::kPlane, at::kFloat,
+                    FactoredCacheLayout::kRows, DecodeFault::kWrongPlane));
 }
 
 // CI runs on whichever CPU it gets: the verdict of each case must not depend
 // on the kernel build (generic, AVX2, AVX-512 with the fused tiled kernel) or
 // the thread count, only the measured errors may.
 TEST(Equivalence, VerdictsAreTheSameOnEveryKernelBuildAndThreadCount) {
-  const Model stories = Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane);
-  const Model qk = Convert(RandomQkNorm(128), KvVariant::kLrkv, 16, RopeMode::kPlane);
+  const Model stories =
+      Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane);
+  const Model qk =
+      Convert(RandomQkNorm(128), KvVariant::kLrkv, 16, RopeMode::kPlane);
   const int threads = at::get_num_threads();
   std::vector<std::string> isas = {"generic", "avx2", ""};
   for (const Model* m : {&stories, &qk}) {
@@ -202,12 +208,14 @@ TEST(Equivalence, VerdictsAreTheSameOnEveryKernelBuildAndThreadCount) {
       kernels::ForceKernelIsa(isa);
       for (int t : {1, 2}) {
         at::set_num_threads(t);
-        SCOPED_TRACE(absl::StrCat(kernels::KernelIsa(), " threads ", t, " head_dim ",
-                                  m->config.head_dim));
+        SCOPED_TRACE(absl::StrCat(kernels::KernelIsa(), " threads ", t,
+                                  " head_dim ", m->config.head_dim));
         for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-          for (DecodeMode mode : {DecodeMode::kReconstruct, DecodeMode::kPlane}) {
+          for (DecodeMode mode :
+               {DecodeMode::kReconstruct, DecodeMode::kPlane}) {
             const EquivalenceResult r = Check(*m, mode, dtype);
-            EXPECT_TRUE(r.equivalent) << r.mode << " " << r.dtype << " ratio " << r.ratio;
+            EXPECT_TRUE(r.equivalent)
+                << r.mode << " " << r.dtype << " ratio " << r.ratio;
             EXPECT_LE(r.ratio, 1.0);
           }
           const EquivalenceResult naive = Check(*m, DecodeMode::kNaive, dtype);
@@ -287,25 +295,28 @@ TEST(Equivalence, MlaWithDecoupledRopeIsExactAndAWrongPlaneIsNot) {
             mla.config.num_layers * 9 * (24 + mla.config.kv.RopeWidth()) * 4);
 }
 
-// Shared-plane LRKV (K latents shared by the heads, each plane read through a per-head
-// complex factor) decodes by associativity exactly as its expansion does; turning the
-// shared latents with the wrong planes' frequencies fails by orders of magnitude, and
-// the per-head modes do not apply to it.
+// Shared-plane LRKV (K latents shared by the heads, each plane read through a
+// per-head complex factor) decodes by associativity exactly as its expansion
+// does; turning the shared latents with the wrong planes' frequencies fails by
+// orders of magnitude, and the per-head modes do not apply to it.
 TEST(Equivalence, SharedPlaneLrkvIsExactAndAWrongPlaneIsNot) {
   const Model stories = Stories();
-  const Model shared = Convert(stories, KvVariant::kLrkv, 2, RopeMode::kSharedPlane);
+  const Model shared =
+      Convert(stories, KvVariant::kLrkv, 2, RopeMode::kSharedPlane);
   ASSERT_EQ(shared.config.kv.rope_mode, RopeMode::kSharedPlane);
   ExpectExact(shared, DecodeMode::kSharedPlane);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    ExpectWrong(Check(shared, DecodeMode::kSharedPlane, dtype, FactoredCacheLayout::kAuto,
-                      DecodeFault::kWrongPlane));
+    ExpectWrong(Check(shared, DecodeMode::kSharedPlane, dtype,
+                      FactoredCacheLayout::kAuto, DecodeFault::kWrongPlane));
   }
-  for (DecodeMode m : {DecodeMode::kPlane, DecodeMode::kReconstruct, DecodeMode::kNaive}) {
+  for (DecodeMode m :
+       {DecodeMode::kPlane, DecodeMode::kReconstruct, DecodeMode::kNaive}) {
     EXPECT_FALSE(Check(shared, m, at::kFloat).applicable) << DecodeModeName(m);
   }
   const Model plane = Convert(stories, KvVariant::kLrkv, 2, RopeMode::kPlane);
   EXPECT_FALSE(Check(plane, DecodeMode::kSharedPlane, at::kFloat).applicable);
-  // A GQA model with partial rotary dims (position-free pairs may be shared too).
+  // A GQA model with partial rotary dims (position-free pairs may be shared
+  // too).
   Model src = RandomQkNorm(32);
   src.config.qk_norm = false;
   src.config.rope_dim = 16;
@@ -315,7 +326,8 @@ TEST(Equivalence, SharedPlaneLrkvIsExactAndAWrongPlaneIsNot) {
   // LRKV's own cache: 2(d_h + H_kv·r) per token and layer.
   EngineOptions eo;
   eo.capacity = 7;
-  auto engine = CreateDecodeEngine(shared.config, shared.weights, DecodeMode::kSharedPlane, eo);
+  auto engine = CreateDecodeEngine(shared.config, shared.weights,
+                                   DecodeMode::kSharedPlane, eo);
   ASSERT_TRUE(engine.ok()) << engine.status();
   at::NoGradGuard no_grad;
   for (int t = 0; t < 7; ++t) (*engine)->Step(at::full({1}, 1 + t, at::kLong));
@@ -516,8 +528,8 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
   EXPECT_THAT(junit, ::testing::HasSubstr("failures=\"0\""));
   EXPECT_THAT(junit, ::testing::HasSubstr("skipped=\"2\""));
   EXPECT_EQ(r->ToJson()["passed"], true);
-  // Read back from its JSON (as a remote verify's report arrives), it prints the same
-  // table and JUnit.
+  // Read back from its JSON (as a remote verify's report arrives), it prints
+  // the same table and JUnit.
   auto back = VerifyReportFromJson(r->ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->ToTable(), r->ToTable());
@@ -526,12 +538,13 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Quality gates on fidelity: bounds around the measured figures pass and fail as they
-// should, in the verdict, the JSON (read back), the JUnit and the table; gates without
-// a source or text are refused before any work.
+// Quality gates on fidelity: bounds around the measured figures pass and fail
+// as they should, in the verdict, the JSON (read back), the JUnit and the
+// table; gates without a source or text are refused before any work.
 TEST_F(VerifyJobTest, QualityGatesJudgeFidelityAgainstTheirBounds) {
   const std::string dir =
-      Save("verify_gates", Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
+      Save("verify_gates",
+           Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
   VerifyJobOptions o;
   o.checkpoint = dir;
   o.source = testing::StoriesModelPath();
@@ -555,7 +568,8 @@ TEST_F(VerifyJobTest, QualityGatesJudgeFidelityAgainstTheirBounds) {
   ASSERT_EQ(loose->gates.size(), 3u);
   EXPECT_TRUE(loose->passed()) << loose->ToTable();
   EXPECT_NEAR(loose->gates[0].measured, increase, 1e-12);
-  // One bound on the wrong side of its figure fails the verdict, and only that gate.
+  // One bound on the wrong side of its figure fails the verdict, and only that
+  // gate.
   o.min_top1 = std::min(1.0, f.top1_agreement + 0.01);
   auto tight = RunVerifyJob(o);
   ASSERT_TRUE(tight.ok()) << tight.status();
@@ -565,7 +579,9 @@ TEST_F(VerifyJobTest, QualityGatesJudgeFidelityAgainstTheirBounds) {
   EXPECT_TRUE(tight->gates[2].passed());
   EXPECT_THAT(tight->ToTable(), ::testing::HasSubstr("top-1 agreement"));
   EXPECT_THAT(tight->ToTable(), ::testing::HasSubstr("FAIL"));
-  EXPECT_THAT(tight->ToJUnit(), ::testing::HasSubstr("classname=\"lrkv.quality\" name=\"min_top1\""));
+  EXPECT_THAT(
+      tight->ToJUnit(),
+      ::testing::HasSubstr("classname=\"lrkv.quality\" name=\"min_top1\""));
   EXPECT_EQ(tight->ToJson()["gates"][1]["passed"], false);
   auto back = VerifyReportFromJson(tight->ToJson());
   ASSERT_TRUE(back.ok()) << back.status();
@@ -573,7 +589,8 @@ TEST_F(VerifyJobTest, QualityGatesJudgeFidelityAgainstTheirBounds) {
   EXPECT_EQ(back->ToTable(), tight->ToTable());
   // Gates need what they measure.
   o.source.clear();
-  EXPECT_EQ(RunVerifyJob(o).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunVerifyJob(o).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
@@ -600,7 +617,8 @@ TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
   auto with_source = RunVerifyJob(o);
   ASSERT_TRUE(with_source.ok()) << with_source.status();
   EXPECT_FALSE(with_source->fidelity.has_value());
-  EXPECT_THAT(with_source->ToTable(), ::testing::HasSubstr("not measured: no --text given"));
+  EXPECT_THAT(with_source->ToTable(),
+              ::testing::HasSubstr("not measured: no --text given"));
   o.source.clear();
   o.modes = {"sideways"};
   EXPECT_EQ(RunVerifyJob(o).status().code(),
@@ -615,7 +633,8 @@ TEST_F(VerifyJobTest, ARequiredModeThatDoesNotApplyFailsTheGate) {
 // asked for by name it answers whether naive decoding is exact: it is not.
 TEST_F(VerifyJobTest, NaiveByNameFailsAndUnderAllIsAConfirmedControl) {
   const std::string dir =
-      Save("verify_naive", Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
+      Save("verify_naive",
+           Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
   VerifyJobOptions o;
   o.checkpoint = dir;
   o.prompt_tokens = 12;
@@ -635,16 +654,19 @@ TEST_F(VerifyJobTest, NaiveByNameFailsAndUnderAllIsAConfirmedControl) {
   auto all = RunVerifyJob(o);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_TRUE(all->passed()) << all->ToTable();
-  EXPECT_THAT(all->ToTable(), ::testing::HasSubstr("expected NOT EQUIVALENT: confirmed"));
+  EXPECT_THAT(all->ToTable(),
+              ::testing::HasSubstr("expected NOT EQUIVALENT: confirmed"));
   const nlohmann::json json = all->ToJson();
   ASSERT_GE(json["equivalence"].size(), 4u) << json.dump();
-  EXPECT_EQ(json["equivalence"][3]["verdict"], "expected NOT EQUIVALENT: confirmed");
+  EXPECT_EQ(json["equivalence"][3]["verdict"],
+            "expected NOT EQUIVALENT: confirmed");
   // n/a (partial mode on a plane model) is reported as n/a, never as a pass.
   const auto& partial = json["equivalence"][2];
   EXPECT_EQ(partial["verdict"], "n/a");
   for (absl::string_view line : absl::StrSplit(all->ToTable(), '\n')) {
     if (absl::StartsWith(line, "partial")) {
-      EXPECT_THAT(std::string(line), ::testing::Not(::testing::HasSubstr("pass")));
+      EXPECT_THAT(std::string(line),
+                  ::testing::Not(::testing::HasSubstr("pass")));
     }
   }
 }
@@ -653,7 +675,8 @@ TEST_F(VerifyJobTest, NaiveByNameFailsAndUnderAllIsAConfirmedControl) {
 // must fail at the first step instead of reading "max rel 0".
 TEST_F(VerifyJobTest, NonFiniteOutputsFailAtTheFirstStep) {
   Model m = Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane);
-  m.weights.embed = m.weights.embed.clone().fill_(std::numeric_limits<float>::quiet_NaN());
+  m.weights.embed =
+      m.weights.embed.clone().fill_(std::numeric_limits<float>::quiet_NaN());
   if (m.config.tie_word_embeddings) m.weights.lm_head = m.weights.embed;
   const EquivalenceResult r = Check(m, DecodeMode::kPlane, at::kFloat);
   ASSERT_TRUE(r.applicable);
@@ -672,8 +695,10 @@ TEST_F(VerifyJobTest, NonFiniteWeightsAreRefusedAtLoadNamingTheTensor) {
   auto r = RunVerifyJob(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(r.status().message()),
-              ::testing::HasSubstr("'model.layers.1.mlp.up_proj.weight' holds 0 NaN and 1 infinite"));
+  EXPECT_THAT(
+      std::string(r.status().message()),
+      ::testing::HasSubstr(
+          "'model.layers.1.mlp.up_proj.weight' holds 0 NaN and 1 infinite"));
 }
 
 // A reconstruct-mode conversion keeps whole per-head K bias deltas: at r = 0
@@ -684,13 +709,16 @@ TEST(Equivalence, PlaneIsNotApplicableWhereKBiasDeltasLieOffThePlanes) {
   src.config.qkv_bias = true;
   src.weights = RandomLlamaWeights(src.config, 5);
   for (int64_t rank : {0, 8}) {
-    const Model free = Convert(src, KvVariant::kLrkv, rank, RopeMode::kReconstruct);
+    const Model free =
+        Convert(src, KvVariant::kLrkv, rank, RopeMode::kReconstruct);
     const EquivalenceResult r = Check(free, DecodeMode::kPlane, at::kFloat);
     EXPECT_FALSE(r.applicable) << rank;
-    EXPECT_THAT(r.reason, ::testing::HasSubstr(rank == 0 ? "K bias deltas" : "RoPE planes"));
+    EXPECT_THAT(r.reason, ::testing::HasSubstr(rank == 0 ? "K bias deltas"
+                                                         : "RoPE planes"));
     ExpectExact(free, DecodeMode::kReconstruct);
   }
-  ExpectExact(Convert(src, KvVariant::kLrkv, 0, RopeMode::kPlane), DecodeMode::kPlane);
+  ExpectExact(Convert(src, KvVariant::kLrkv, 0, RopeMode::kPlane),
+              DecodeMode::kPlane);
 }
 
 // The activation-metric conversion that read FAIL at 1.15e-5 under the old
@@ -702,7 +730,7 @@ TEST_F(VerifyJobTest, ActivationMetricPlaneConversionVerifies) {
   c.out_dir = (dir / "out").string();
   c.conversion.variant = KvVariant::kLrkv;
   c.conversion.rank = 2;
-  c.conversion.rope_mode = RopeMode::kPlane;
+  c.rope_mode = RopeMode::kPlane;
   c.conversion.metric = SurgeryMetric::kActivation;
   c.calib_path = testing::StoriesTextPath();
   c.calib_range = {0, 0.8};
@@ -714,25 +742,31 @@ TEST_F(VerifyJobTest, ActivationMetricPlaneConversionVerifies) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->passed()) << r->ToTable();
   for (const auto& e : r->equivalence) {
-    if (e.applicable && e.expected_equivalent) EXPECT_LE(e.ratio, 1.0) << e.mode << e.dtype;
+    if (e.applicable && e.expected_equivalent)
+      EXPECT_LE(e.ratio, 1.0) << e.mode << e.dtype;
   }
 }
 
-// Prefill (one GEMM per layer over the tokens, then the cache position by position)
-// and single steps compute the same decode: for every engine, the logits after a
-// 20-token prefill and 5 steps are within the error model's bound of the float64
-// expanded engine stepped 25 times (2x the step-by-step engine's own error plus twice
-// fp32 rounding of the reference), and the same greedy tokens follow.
+// Prefill (one GEMM per layer over the tokens, then the cache position by
+// position) and single steps compute the same decode: for every engine, the
+// logits after a 20-token prefill and 5 steps are within the error model's
+// bound of the float64 expanded engine stepped 25 times (2x the step-by-step
+// engine's own error plus twice fp32 rounding of the reference), and the same
+// greedy tokens follow.
 TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
   const Model source = Stories();
   const Model lrkv = Convert(source, KvVariant::kLrkv, 2, RopeMode::kPlane);
-  const Model mla = Convert(source, KvVariant::kMla, 24, RopeMode::kReconstruct);
-  // QK-norm (σ per KV head in the factored cache) and a partial-RoPE conversion too.
+  const Model mla =
+      Convert(source, KvVariant::kMla, 24, RopeMode::kReconstruct);
+  // QK-norm (σ per KV head in the factored cache) and a partial-RoPE conversion
+  // too.
   const Model qk = RandomQkNorm();
   const Model qk_plane = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPlane);
   const Model qk_partial = Convert(qk, KvVariant::kLrkv, 8, RopeMode::kPartial);
-  const Model mla_partial = Convert(source, KvVariant::kMla, 24, RopeMode::kPartial);
-  const Model shared_plane = Convert(source, KvVariant::kLrkv, 2, RopeMode::kSharedPlane);
+  const Model mla_partial =
+      Convert(source, KvVariant::kMla, 24, RopeMode::kPartial);
+  const Model shared_plane =
+      Convert(source, KvVariant::kLrkv, 2, RopeMode::kSharedPlane);
   struct Case {
     const Model* m;
     DecodeMode mode;
@@ -747,9 +781,11 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
                {&shared_plane, DecodeMode::kSharedPlane}};
   at::NoGradGuard no_grad;
   for (const Case& c : cases) {
-    SCOPED_TRACE(absl::StrCat(DecodeModeName(c.mode), c.m->config.qk_norm ? " qk-norm" : ""));
+    SCOPED_TRACE(absl::StrCat(DecodeModeName(c.mode),
+                              c.m->config.qk_norm ? " qk-norm" : ""));
     std::vector<int64_t> ids = {1};
-    for (int i = 0; i < 24; ++i) ids.push_back(3 + (i * 37) % (c.m->config.vocab_size - 3));
+    for (int i = 0; i < 24; ++i)
+      ids.push_back(3 + (i * 37) % (c.m->config.vocab_size - 3));
     EngineOptions eo;
     eo.capacity = 8;  // grown on the way (prefill reserves its span at once)
     auto prefilled = CreateDecodeEngine(c.m->config, c.m->weights, c.mode, eo);
@@ -757,8 +793,9 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
     EngineOptions f64 = eo;
     f64.cache_dtype = at::kDouble;
     f64.materialize = true;
-    auto truth = CreateDecodeEngine(c.m->config, ForCompute(c.m->weights, at::kDouble),
-                                    DecodeMode::kExpanded, f64);
+    auto truth =
+        CreateDecodeEngine(c.m->config, ForCompute(c.m->weights, at::kDouble),
+                           DecodeMode::kExpanded, f64);
     ASSERT_TRUE(prefilled.ok() && stepped.ok() && truth.ok());
     const auto all = at::tensor(ids, at::kLong);
     at::Tensor a = (*prefilled)->Prefill(all.narrow(0, 0, 20));
@@ -769,11 +806,14 @@ TEST(DecodeEngine, PrefillDecodesAsSingleStepsDo) {
     }
     EXPECT_EQ((*prefilled)->length(), 20);
     for (int64_t i = 20; i <= 25; ++i) {
-      const double e_prefill = (a.to(at::kDouble) - t).pow(2).mean().sqrt().item<double>();
-      const double e_step = (b.to(at::kDouble) - t).pow(2).mean().sqrt().item<double>();
+      const double e_prefill =
+          (a.to(at::kDouble) - t).pow(2).mean().sqrt().item<double>();
+      const double e_step =
+          (b.to(at::kDouble) - t).pow(2).mean().sqrt().item<double>();
       const double rms = t.pow(2).mean().sqrt().item<double>();
       EXPECT_LE(e_prefill, 2 * e_step + 2 * 0x1p-24 * rms) << "step " << i;
-      EXPECT_EQ(a.argmax(-1).item<int64_t>(), t.argmax(-1).item<int64_t>()) << "step " << i;
+      EXPECT_EQ(a.argmax(-1).item<int64_t>(), t.argmax(-1).item<int64_t>())
+          << "step " << i;
       if (i == 25) break;
       const auto token = all.narrow(0, i, 1);
       a = (*prefilled)->Step(token);
