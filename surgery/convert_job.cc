@@ -331,9 +331,9 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
   }
   if (gguf) {
     // What the writer would refuse after the decomposition, refused before it.
-    ModelConfig written = scheme->converted_config();
-    if (o.expand) written = ExpandModel(written, LlamaWeights()).config;
-    RETURN_IF_ERROR(CheckGgufExportable(written));
+    const ModelConfig& converted = scheme->converted_config();
+    RETURN_IF_ERROR(
+        CheckGgufExportable(o.expand ? ExpandedConfig(converted) : converted));
   }
   if (activation || !o.eval_path.empty() || gguf || ProbesLoss(o)) {
     RETURN_IF_ERROR(source.RequireTokenizer().status());

@@ -159,9 +159,20 @@ absl::StatusOr<ConvertedModel> ConvertWithScheme(
   return out;
 }
 
+ModelConfig ExpandedConfig(ModelConfig config) {
+  // Partial RoPE changes the function; the expanded model keeps that setting.
+  config.kv.layout = KvLayout::kDense;
+  config.kv.rank = config.kv.latent = 0;
+  config.kv.layer_sizes.clear();
+  if (config.kv.rope_mode != RopeMode::kPartial) {
+    config.kv.rope_mode = RopeMode::kReconstruct;
+  }
+  return config;
+}
+
 ConvertedModel ExpandModel(const ModelConfig& config,
                            const LlamaWeights& weights) {
-  ConvertedModel out{config, weights};
+  ConvertedModel out{ExpandedConfig(config), weights};
   for (size_t i = 0; i < weights.layers.size(); ++i) {
     DenseKv dense = ExpandKv(config, weights.layers[i]);
     LayerWeights& l = out.weights.layers[i];
@@ -171,13 +182,6 @@ ConvertedModel ExpandModel(const ModelConfig& config,
     l.bv = dense.bv.defined() ? dense.bv.contiguous() : dense.bv;
     l.k_lr = l.v_lr = LowRankProjection();
     l.kv_down = l.k_up = l.v_up = at::Tensor();
-  }
-  // Partial RoPE changes the function; the expanded model keeps that setting.
-  out.config.kv.layout = KvLayout::kDense;
-  out.config.kv.rank = out.config.kv.latent = 0;
-  out.config.kv.layer_sizes.clear();
-  if (out.config.kv.rope_mode != RopeMode::kPartial) {
-    out.config.kv.rope_mode = RopeMode::kReconstruct;
   }
   return out;
 }

@@ -50,6 +50,9 @@ absl::StatusOr<ConvertedModel> ConvertWithScheme(
 ConvertedModel ExpandModel(const ModelConfig& config,
                            const LlamaWeights& weights);
 
+// ExpandModel's config alone: dense K/V, exact RoPE unless partial.
+ModelConfig ExpandedConfig(ModelConfig config);
+
 }  // namespace lrkv
 
 #endif  // LRKV_SURGERY_CONVERTER_H_

@@ -40,6 +40,12 @@ std::string LongVerifyParams(const std::string& source_id) {
       source_id, R"("})");
 }
 
+// A short verify against `source` (a checkpoint id or a server path).
+std::string ShortVerifyParams(const std::string& source) {
+  return absl::StrCat(R"({"prompt_tokens": 8, "decode_tokens": 4, "source": ")",
+                      source, R"("})");
+}
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
@@ -359,13 +365,9 @@ TEST_F(HardeningTest, AVerifySourceIsStagedAtSubmission) {
   ASSERT_TRUE(
       Submit(v1::VERIFY, source.id(), LongVerifyParams(source.id()), &blocker)
           .ok());
-  ASSERT_TRUE(
-      Submit(v1::VERIFY, converted.id(),
-             absl::StrCat(
-                 R"({"prompt_tokens": 8, "decode_tokens": 4, "source": ")",
-                 src.string(), R"("})"),
-             &verify)
-          .ok());
+  ASSERT_TRUE(Submit(v1::VERIFY, converted.id(),
+                     ShortVerifyParams(src.string()), &verify)
+                  .ok());
   EXPECT_NE(verify.params_json().find(
                 (dir_ / "data" / "checkpoints" / source.id()).string()),
             std::string::npos)
@@ -386,11 +388,7 @@ TEST_F(HardeningTest, AVerifySourceIsStagedAtSubmission) {
 
   v1::Job by_id;
   ASSERT_TRUE(
-      Submit(v1::VERIFY, converted.id(),
-             absl::StrCat(
-                 R"({"prompt_tokens": 8, "decode_tokens": 4, "source": ")",
-                 source.id(), R"("})"),
-             &by_id)
+      Submit(v1::VERIFY, converted.id(), ShortVerifyParams(source.id()), &by_id)
           .ok());
   EXPECT_NE(by_id.params_json().find((dir_ / "data" / "checkpoints").string()),
             std::string::npos);
