@@ -15,7 +15,9 @@ nlohmann::json ProjectionJson(const ProjectionReport& p) {
                       {"rel_error", p.rel_error}};
   if (!p.planes.empty()) j["planes"] = p.planes;
   if (p.objective.size() > 1) {
-    j["iterations"] = p.objective.size() - 1;
+    // Every step, float32 and float64 (the objective records the latter).
+    j["iterations"] = p.float32_steps + p.objective.size() - 1;
+    j["float32_steps"] = p.float32_steps;
     j["final_objective"] = p.final_objective;
     j["converged"] = p.converged;
   }
@@ -159,7 +161,7 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
   bool capped = false;
   // Iterations of the LRKV solver, '*' where it hit its cap before its tolerance.
   auto iters = [&](const nlohmann::json& p) {
-    const int n = static_cast<int>(std::max<size_t>(p["objective"].size(), 1) - 1);
+    const int n = p.value("iterations", 0);
     const bool converged = p.value("converged", true);
     capped = capped || !converged;
     return absl::StrCat(n, converged ? "" : "*");

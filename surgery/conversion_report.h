@@ -18,13 +18,16 @@ namespace lrkv {
 
 struct ProjectionReport {
   // LRKV: the solver's objective Σ_h‖M(W_h − Ŵ_h)‖² + ε·Σ_h‖MU_h‖² (its gauge term, see
-  // lrkv_decomposition.h) after initialisation and each iteration; it never increases.
+  // lrkv_decomposition.h) after initialisation and each float64 iteration; it never
+  // increases.
   std::vector<double> objective;
   // LRKV: Σ_h‖M(W_h − Ŵ_h)‖² at the end, without the gauge term.
   double final_objective = 0;
   // ‖M(W_h − Ŵ_h)‖ / ‖M W_h‖ per source KV head.
   std::vector<double> head_rel_error;
   double rel_error = 0;
+  // LRKV: the float32 steps before the float64 ones `objective` records.
+  int float32_steps = 0;
   // LRKV: whether the solver stopped on its tolerance (false: on its iteration cap).
   bool converged = true;
   // Plane mode: the RoPE planes each head's residual keeps.

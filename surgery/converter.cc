@@ -3,7 +3,10 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -97,6 +100,44 @@ void FillReport(const ModelConfig& config, const KvScheme& scheme,
   }
 }
 
+// Converts every layer at its planned size into `out`, the layers side by side
+// on the intra-op threads: each layer's work is independent (a scheme keeps
+// per-layer state at the layer's index only), and within one layer the
+// decompositions do not fill the cores (LRKV's plane-mode keys converge in a
+// few steps, its values in about a hundred). Each thread takes the next layer
+// not yet taken; nested parallel regions (K beside V, BLAS) run inline. Rows
+// come back in layer order; the first error (in layer order) is returned.
+absl::StatusOr<std::vector<LayerReport>> ConvertLayers(
+    KvScheme& scheme, int64_t num_layers, const SourceLayerReader& read_layer,
+    const StopCheck& stop, const UnitProgress& on_layer, LlamaWeights* out) {
+  std::vector<absl::StatusOr<LayerReport>> rows(
+      num_layers, absl::InternalError("layer not converted"));
+  std::atomic<int64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex progress_mutex;
+  int64_t done = 0;
+  const int64_t workers = std::min<int64_t>(at::get_num_threads(), num_layers);
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next++; i < num_layers && !failed; i = next++) {
+      rows[i] = [&]() -> absl::StatusOr<LayerReport> {
+        RETURN_IF_ERROR(
+            CheckStop(stop, absl::StrCat("conversion (layer ", i, ")")));
+        ASSIGN_OR_RETURN(const SourceLayer layer, read_layer(i));
+        return scheme.ConvertLayer(layer, &out->layers[i]);
+      }();
+      if (!rows[i].ok()) failed = true;
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      if (on_layer) on_layer(++done, num_layers);
+    }
+  });
+  std::vector<LayerReport> ok;
+  for (auto& row : rows) {
+    RETURN_IF_ERROR(row.status());
+    ok.push_back(*std::move(row));
+  }
+  return ok;
+}
+
 }  // namespace
 
 absl::StatusOr<ConvertedModel> ConvertModel(
@@ -133,16 +174,9 @@ absl::StatusOr<ConvertedModel> ConvertWithScheme(
     if (!allocation->plan.uniform) scheme.SetLayerSizes(allocation->plan.sizes);
   }
   ConvertedModel out{scheme.converted_config(), weights};
-  std::vector<LayerReport> rows;
-  for (int64_t i = 0; i < config.num_layers; ++i) {
-    RETURN_IF_ERROR(
-        CheckStop(stop, absl::StrCat("conversion (layer ", i, ")")));
-    ASSIGN_OR_RETURN(const SourceLayer layer, read_layer(i));
-    ASSIGN_OR_RETURN(LayerReport row,
-                     scheme.ConvertLayer(layer, &out.weights.layers[i]));
-    rows.push_back(std::move(row));
-    if (on_layer) on_layer(i + 1, config.num_layers);
-  }
+  ASSIGN_OR_RETURN(std::vector<LayerReport> rows,
+                   ConvertLayers(scheme, config.num_layers, read_layer, stop,
+                                 on_layer, &out.weights));
   RETURN_IF_ERROR(out.config.Validate());
   double written_loss = 0;
   if (allocation && allocation->refinement) {

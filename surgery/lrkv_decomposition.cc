@@ -19,6 +19,11 @@ constexpr double kExtrapolationCapGrowth = 1.05;
 // Accepted steps over which the stopping tolerance is judged (see
 // DecomposeLrkv).
 constexpr size_t kConvergenceWindow = 5;
+// The free support's float32 run (see Alternate) is used from this many
+// weights on (below it a float64 step costs too little to matter); the float64
+// polish after it stops after one step that gains less than the tolerance.
+constexpr int64_t kFloat32PhaseMinElements = 1 << 16;
+constexpr size_t kPolishWindow = 1;
 
 // The residual subspaces B_h [H, dh, r] (orthonormal columns) for a given S,
 // chosen from the residual Grams G_h = (W̃_h − S)ᵀ(W̃_h − S) [H, dh, dh].
@@ -40,14 +45,14 @@ at::Tensor FreeSubspaces(const at::Tensor& gram, int64_t rank,
 }
 
 // Plane mode: B_h selects the coordinates of the r/2 planes with the most
-// residual energy (the diagonal of G_h); U_h is then W̃_h − S restricted to
-// them, the exact least-squares fit on that support.
+// residual energy (`col_energy` [H, d_h], the diagonal of G_h); U_h is then
+// W̃_h − S restricted to them, the exact least-squares fit on that support.
 at::Tensor PlaneSubspaces(
-    const at::Tensor& gram, int64_t rank,
+    const at::Tensor& col_energy, int64_t rank,
     const std::vector<std::pair<int64_t, int64_t>>& planes,
     std::vector<std::vector<int64_t>>* chosen) {
-  const int64_t h = gram.size(0), dh = gram.size(2), n_planes = rank / 2;
-  const at::Tensor col_energy = gram.diagonal(0, 1, 2).contiguous();  // [H, dh]
+  const int64_t h = col_energy.size(0), dh = col_energy.size(1),
+                n_planes = rank / 2;
   auto acc = col_energy.accessor<double, 2>();
   at::Tensor b = at::zeros({h, dh, rank}, at::kDouble);
   auto b_acc = b.accessor<double, 3>();
@@ -76,20 +81,15 @@ at::Tensor PlaneSubspaces(
 // The best S for fixed residual subspaces, with U_h = (W̃_h − S)B_h eliminated,
 // of the gauged objective Σ_h ‖(W̃_h − S)Q_h‖² + ε‖(W̃_h − S)B_h‖² (Q_h = I −
 // B_hB_hᵀ; the second term is ε‖U_h‖²): S·Σ(Q_h + εB_hB_hᵀ) = Σ W̃_h(Q_h +
-// εB_hB_hᵀ). See DecomposeLrkv for why ε. `wb` = W̃_h B_h [H, k, r].
-at::Tensor SharedGivenSubspaces(const at::Tensor& wt_sum, const at::Tensor& wb,
-                                const at::Tensor& b, double eps) {
-  const int64_t h = b.size(0), dh = b.size(1), r = b.size(2), k = wb.size(1);
-  const at::Tensor b_rows =
-      b.transpose(1, 2).reshape({h * r, dh});  // [B_1ᵀ; …; B_Hᵀ]
-  // Σ_h (Q_h + εB_hB_hᵀ) = H·I − (1 − ε)Σ_h B_hB_hᵀ, and the same for the
-  // right-hand side: one GEMM each. Its eigenvalues lie in [εH, H], so it is
-  // positive definite.
-  const at::Tensor lhs = static_cast<double>(h) * at::eye(dh, at::kDouble) -
-                         (1 - eps) * at::matmul(b_rows.t(), b_rows);
-  const at::Tensor rhs =
-      wt_sum -
-      (1 - eps) * at::matmul(wb.permute({1, 0, 2}).reshape({k, h * r}), b_rows);
+// εB_hB_hᵀ), that is S·(H·I − (1 − ε)·bb) = wt_sum − (1 − ε)·wbb with bb =
+// Σ_h B_hB_hᵀ and wbb = Σ_h W̃_hB_hB_hᵀ. See DecomposeLrkv for why ε. The
+// left-hand matrix's eigenvalues lie in [εH, H], so it is positive definite.
+at::Tensor SharedGivenSubspaces(const at::Tensor& wt_sum, const at::Tensor& wbb,
+                                const at::Tensor& bb, int64_t h, double eps) {
+  const at::Tensor lhs =
+      static_cast<double>(h) * at::eye(bb.size(0), bb.options()) -
+      (1 - eps) * bb;
+  const at::Tensor rhs = wt_sum - (1 - eps) * wbb;
   // S·lhs = rhs: Sᵀ = lhs⁻¹ rhsᵀ.
   return at::cholesky_solve(rhs.t(), at::linalg_cholesky(lhs)).t();
 }
@@ -133,66 +133,185 @@ absl::StatusOr<at::Tensor> CheckedSupport(const at::Tensor& weights,
   return mask;
 }
 
-// One point of the alternation: S, the subspaces B_h and U_h, the objective
-// with and without the gauge term, and plane mode's chosen planes.
+// One point of the alternation: S, the subspaces B_h, the objective with and
+// without the gauge term, and plane mode's chosen planes. U_h = (W̃_h − S)B_h is
+// formed once, at the end.
 struct Point {
-  at::Tensor s, b, u;
+  at::Tensor s, b;
   double objective = 0, gauged = 0;
   std::vector<std::vector<int64_t>> chosen;
 };
 
-// The whitened problem (in the reduced basis where there is one) and its
-// alternation.
-class Alternation {
+// The objectives of a trace: after the start point and after each accepted
+// step.
+struct Trace {
+  std::vector<double> objective, gauged;
+};
+
+// One alternation from S: the best subspaces for that S, then the best S for
+// those subspaces. Each half minimises exactly, so from an accepted point the
+// objective never rises.
+class AlternationStep {
  public:
-  Alternation(const at::Tensor& wt, const at::Tensor& mask,
-              const LrkvDecompositionOptions& opt)
-      : wt_(wt),
-        mask_(mask),
+  virtual ~AlternationStep() = default;
+  virtual Point Step(const at::Tensor& from) const = 0;
+};
+
+// Free support (and partial mode's masked one), in the working precision
+// `work`: the whitened heads W̃ [H, k, d_h] are given in float64 and kept in
+// `work` for the GEMMs and eigh; the objectives are summed in float64 from
+// trace identities, so no step forms the [H, k, d_h] residual.
+class FreeStep : public AlternationStep {
+ public:
+  FreeStep(const at::Tensor& wt, const at::Tensor& mask,
+           const LrkvDecompositionOptions& opt, at::ScalarType work)
+      : mask_(mask.defined() ? mask.to(work) : mask),
         opt_(opt),
         h_(wt.size(0)),
         k_(wt.size(1)),
         dh_(wt.size(2)),
+        wt_(wt.to(work)),
+        wt_cols_(wt_.permute({1, 0, 2}).reshape({k_, h_ * dh_})),
+        wt_gram_(at::matmul(wt.transpose(1, 2), wt).to(work)),
         wt_sum_(wt.sum(0)),
-        wt_cols_(wt.permute({1, 0, 2}).reshape({k_, h_ * dh_})),  // [W̃_1 … W̃_H]
-        wt_gram_(at::matmul(wt.transpose(1, 2), wt)) {}  // W̃_hᵀW̃_h
+        wt_sum_work_(wt_sum_.to(work)),
+        energy_(wt.pow(2).sum().item<double>()) {}
 
-  // One alternation from `from`: the best subspaces for that S, then the best S
-  // (and U) for those subspaces. Each half minimises exactly, so from an
-  // accepted point the objective never rises.
-  Point Step(const at::Tensor& from) const {
+  Point Step(const at::Tensor& from) const override {
     Point p;
     // G_h = W̃_hᵀW̃_h − X_h − X_hᵀ + SᵀS with X_h = W̃_hᵀS: one GEMM for all
     // heads.
     const at::Tensor x = at::matmul(wt_cols_.t(), from).view({h_, dh_, dh_});
     const at::Tensor gram =
         wt_gram_ - x - x.transpose(1, 2) + at::matmul(from.t(), from);
-    p.b = opt_.support == ResidualSupport::kRopePlanes
-              ? PlaneSubspaces(gram, opt_.rank, opt_.planes, &p.chosen)
-              : FreeSubspaces(gram, opt_.rank, mask_);
-    const at::Tensor wb = at::matmul(wt_, p.b);
-    p.s = SharedGivenSubspaces(wt_sum_, wb, p.b, opt_.gauge);
-    p.u = wb - at::matmul(p.s, p.b);
-    // B_h has orthonormal columns: ‖R_hQ_h‖² = ‖R_h‖² − ‖R_hB_h‖², R_h = W̃_h −
-    // S. (Clamped: near an exact fit the difference rounds to a tiny negative.)
-    const double u_energy = p.u.pow(2).sum().item<double>();
-    p.objective =
-        std::max(0.0, (wt_ - p.s).pow(2).sum().item<double>() - u_energy);
+    p.b = FreeSubspaces(gram, opt_.rank, mask_);
+    const at::Tensor wb = at::matmul(wt_, p.b);  // W̃_hB_h [H, k, r]
+    const int64_t r = opt_.rank;
+    const at::Tensor b_rows =
+        p.b.transpose(1, 2).reshape({h_ * r, dh_});  // [B_1ᵀ; …; B_Hᵀ]
+    const at::Tensor bb = at::matmul(b_rows.t(), b_rows);  // Σ_h B_hB_hᵀ
+    // Σ_h W̃_hB_hB_hᵀ [k, d_h].
+    const at::Tensor wbb =
+        at::matmul(wb.permute({1, 0, 2}).reshape({k_, h_ * r}), b_rows);
+    p.s = SharedGivenSubspaces(wt_sum_work_, wbb, bb, h_, opt_.gauge);
+    // With orthonormal B_h: Σ‖W̃_h − S‖² = Σ‖W̃_h‖² − 2⟨S, ΣW̃_h⟩ + H‖S‖², and
+    // Σ‖U_h‖² = Σ‖(W̃_h − S)B_h‖² = Σ‖W̃_hB_h‖² − 2⟨S, ΣW̃_hB_hB_hᵀ⟩ +
+    // ⟨SᵀS, ΣB_hB_hᵀ⟩; the objective is their difference. (Clamped: near an
+    // exact fit it rounds to a tiny negative.)
+    const at::Tensor s = p.s.to(at::kDouble);
+    const double total = energy_ - 2 * (s * wt_sum_).sum().item<double>() +
+                         static_cast<double>(h_) * s.pow(2).sum().item<double>();
+    const double u_energy =
+        wb.pow(2).sum(at::kDouble).item<double>() -
+        2 * (s * wbb.to(at::kDouble)).sum().item<double>() +
+        (at::matmul(s.t(), s) * bb.to(at::kDouble)).sum().item<double>();
+    p.objective = std::max(0.0, total - u_energy);
     p.gauged = p.objective + opt_.gauge * u_energy;
     return p;
   }
 
-  // Alternates from `best` (S, with B = U = 0) until converged or max_iters
-  // accepted steps, recording the objectives in `out`.
-  void Run(Point* best, LrkvDecomposition* out) const;
+ private:
+  const at::Tensor mask_;
+  const LrkvDecompositionOptions& opt_;
+  const int64_t h_, k_, dh_;
+  const at::Tensor wt_, wt_cols_, wt_gram_, wt_sum_, wt_sum_work_;
+  const double energy_;
+};
+
+// Plane mode: B_h selects coordinates, so every product above is a column
+// selection and the problem splits by column j: S's column is the weighted mean
+// of the heads' columns, weight ε where head h keeps plane j in its residual
+// and 1 where it does not. A step costs O(H·k·d_h), no GEMM, in float64.
+class PlaneStep : public AlternationStep {
+ public:
+  PlaneStep(const at::Tensor& wt, const LrkvDecompositionOptions& opt)
+      : wt_(wt), opt_(opt) {}
+
+  Point Step(const at::Tensor& from) const override {
+    Point p;
+    // The diagonal of G_h: each coordinate's residual energy [H, d_h].
+    const at::Tensor col_energy = (wt_ - from).pow(2).sum(1);
+    p.b = PlaneSubspaces(col_energy, opt_.rank, opt_.planes, &p.chosen);
+    const at::Tensor in_residual = p.b.sum(2);  // m_hj ∈ {0, 1} [H, d_h]
+    const at::Tensor weight = 1 - (1 - opt_.gauge) * in_residual;
+    p.s = (wt_ * weight.unsqueeze(1)).sum(0) / weight.sum(0);
+    const at::Tensor residual = (wt_ - p.s).pow(2).sum(1);  // [H, d_h]
+    const double u_energy = (residual * in_residual).sum().item<double>();
+    p.objective = (residual * (1 - in_residual)).sum().item<double>();
+    p.gauged = p.objective + opt_.gauge * u_energy;
+    return p;
+  }
 
  private:
   const at::Tensor& wt_;
-  const at::Tensor& mask_;
   const LrkvDecompositionOptions& opt_;
-  const int64_t h_, k_, dh_;
-  const at::Tensor wt_sum_, wt_cols_, wt_gram_;
 };
+
+// How a run of the alternation ends: after `max_steps` accepted steps, or once
+// the last `window` of them together gained less than `tol` of the objective
+// each.
+struct RunLimits {
+  int max_steps = 0;
+  double tol = 0;
+  size_t window = kConvergenceWindow;
+};
+
+// Alternates from `best` (its S; B as the last step left it) until converged
+// or out of steps, appending the accepted objectives to `trace`, whose last
+// entry is the start's (+∞ when unknown, so that the first step is always
+// taken). Returns whether it converged.
+bool RunAlternation(const AlternationStep& step, const RunLimits& limits,
+                    Point* best, Trace* trace);
+
+bool RunAlternation(const AlternationStep& step, const RunLimits& limits,
+                    Point* best, Trace* trace) {
+  at::Tensor s_prev = best->s, from = best->s;
+  bool extrapolated = false;
+  double beta = kExtrapolationStart, beta_cap = 1.0;
+  const size_t start = trace->gauged.size() - 1;
+  int steps = 0;
+  // Only accepted steps count: a rejected try is always followed by a plain
+  // step from the best point, which is accepted, so tries stay below
+  // 2·max_steps.
+  while (steps < limits.max_steps) {
+    Point next = step.Step(from);
+    const double prev = trace->gauged.back();
+    if (!(next.gauged < prev) && extrapolated) {
+      // The extrapolated start did worse: shrink β and restart from the best
+      // point.
+      beta_cap = beta;
+      beta /= kExtrapolationCut;
+      from = best->s;
+      extrapolated = false;
+      continue;
+    }
+    // Rounding only could raise it; the first step is always taken, so that
+    // B_h is a valid support even where the heads were equal to begin with.
+    if (next.gauged > prev && steps > 0) return true;  // keep the better point
+    s_prev = best->s;
+    *best = std::move(next);
+    trace->objective.push_back(best->objective);
+    trace->gauged.push_back(best->gauged);
+    ++steps;
+    // Converged once the last `window` steps together gained less than tol
+    // each: one slow step (a plain one after a rejected try, or a swamp the
+    // alternation crosses slowly) does not stop it.
+    const size_t n = static_cast<size_t>(steps);
+    const size_t window = std::min(n, limits.window);
+    const double before = trace->gauged[start + n - window];
+    if (best->gauged == 0 ||
+        (window == limits.window &&
+         before - best->gauged <=
+             static_cast<double>(window) * limits.tol * before)) {
+      return true;
+    }
+    beta = std::min(beta_cap, beta * kExtrapolationGrowth);
+    beta_cap = std::min(kExtrapolationMax, beta_cap * kExtrapolationCapGrowth);
+    from = best->s + beta * (best->s - s_prev);
+    extrapolated = true;
+  }
+  return false;
+}
 
 // Why the gauge term: where the heads' residual subspaces (nearly) share a
 // direction, the objective hardly depends on S along it (U_h absorbs the
@@ -208,69 +327,53 @@ class Alternation {
 // (Ang & Gillis, "Accelerating nonnegative matrix factorization algorithms
 // using extrapolation", Neural Computation 2019). Accepted points only ever
 // improve.
-void Alternation::Run(Point* best, LrkvDecomposition* out) const {
-  at::Tensor& s = best->s;
-  at::Tensor s_prev = s, from = s;
-  bool extrapolated = false;
-  double beta = kExtrapolationStart, beta_cap = 1.0;
-  // Only accepted steps count towards max_iters: a rejected try is always
-  // followed by a plain step from the best point, which is accepted, so tries
-  // stay below 2·max_iters.
-  while (static_cast<int>(out->objective.size()) - 1 < opt_.max_iters &&
-         opt_.rank > 0) {
-    Point next = Step(from);
-    const double prev = out->gauged_objective.back();
-    if (!(next.gauged < prev) && extrapolated) {
-      // The extrapolated start did worse: shrink β and restart from the best
-      // point.
-      beta_cap = beta;
-      beta /= kExtrapolationCut;
-      from = s;
-      extrapolated = false;
-      continue;
+//
+// Why two precisions (free support): a step's cost is its GEMMs and the H
+// eigendecompositions of d_h × d_h Grams, about 2.5× cheaper in float32, and
+// the tail of the alternation is long (about a hundred steps on a dense
+// spectrum such as random weights'). The float32 run only finds S; the
+// float64 steps that follow re-derive the subspaces and the objective from
+// it, and they alone are recorded, so the trace is float64 throughout.
+void Alternate(const at::Tensor& wt, const at::Tensor& mask,
+               const LrkvDecompositionOptions& opt, Point* best,
+               LrkvDecomposition* out) {
+  Trace trace{out->objective, out->gauged_objective};
+  if (opt.support == ResidualSupport::kRopePlanes) {
+    out->converged = RunAlternation(PlaneStep(wt, opt),
+                                    {opt.max_iters, opt.tol}, best, &trace);
+  } else {
+    int polish = opt.max_iters;
+    if (opt.max_iters > 1 && wt.numel() >= kFloat32PhaseMinElements) {
+      // The float32 run's own objectives stay out of the trace (rounded to
+      // about 1e-7 of the energy, they would not be comparable with the
+      // float64 ones); its start is the trace's.
+      Trace work{{out->objective.back()}, {out->gauged_objective.back()}};
+      Point p{best->s.to(at::kFloat), best->b.to(at::kFloat)};
+      RunAlternation(FreeStep(wt, mask, opt, at::kFloat),
+                     {opt.max_iters - 1, opt.tol}, &p,
+                     &work);
+      out->float32_steps = static_cast<int>(work.gauged.size()) - 1;
+      polish -= out->float32_steps;
+      best->s = p.s.to(at::kDouble);
     }
-    // Rounding only could raise it; the first step is always taken, so that B_h
-    // is a valid support even where the heads were equal to begin with.
-    if (next.gauged > prev &&
-        out->objective.size() > 1) {  // keep the better point
-      out->converged = true;
-      break;
-    }
-    s_prev = s;
-    s = next.s;
-    best->b = next.b;
-    best->u = next.u;
-    out->planes_chosen = std::move(next.chosen);
-    out->objective.push_back(next.objective);
-    out->gauged_objective.push_back(next.gauged);
-    // Converged once the last kConvergenceWindow steps together gained less
-    // than tol each: one slow step (a plain one after a rejected try, or a
-    // swamp the alternation crosses slowly) does not stop it.
-    const size_t n = out->gauged_objective.size() - 1;
-    const size_t window = std::min<size_t>(n, kConvergenceWindow);
-    const double before = out->gauged_objective[n - window];
-    if (next.gauged == 0 ||
-        (window == kConvergenceWindow &&
-         before - next.gauged <=
-             static_cast<double>(window) * opt_.tol * before)) {
-      out->converged = true;
-      break;
-    }
-    beta = std::min(beta_cap, beta * kExtrapolationGrowth);
-    beta_cap = std::min(kExtrapolationMax, beta_cap * kExtrapolationCapGrowth);
-    from = s + beta * (s - s_prev);
-    extrapolated = true;
+    out->converged =
+        RunAlternation(FreeStep(wt, mask, opt, at::kDouble),
+                       {polish, opt.tol, kPolishWindow}, best, &trace);
   }
+  out->objective = std::move(trace.objective);
+  out->gauged_objective = std::move(trace.gauged);
+  out->planes_chosen = std::move(best->chosen);
 }
 
 // The errors of the final point (from the residual itself, not the trace's
 // difference of norms), and its factors back in original coordinates.
 void Finish(const at::Tensor& wt, const at::Tensor& basis,
-            const at::Tensor& whitening, int64_t r, Point p,
+            const at::Tensor& whitening, int64_t r, const Point& p,
             LrkvDecomposition* out) {
   // u: Ũ [H, k, r] (whitened coordinates, in the reduced basis if any); b: B
   // [H, dh, r].
-  const at::Tensor err = wt - p.s - at::matmul(p.u, p.b.transpose(1, 2));
+  at::Tensor s = p.s, u = at::matmul(wt - p.s, p.b);
+  const at::Tensor err = wt - s - at::matmul(u, p.b.transpose(1, 2));
   const auto head_err = err.pow(2).sum({1, 2}).sqrt();
   const auto head_norm = wt.pow(2).sum({1, 2}).sqrt();
   for (int64_t i = 0; i < wt.size(0); ++i) {
@@ -281,18 +384,17 @@ void Finish(const at::Tensor& wt, const at::Tensor& basis,
   const double final_objective = err.pow(2).sum().item<double>();
   out->rel_error = energy > 0 ? std::sqrt(final_objective / energy) : 0.0;
   if (basis.defined()) {
-    p.s = at::matmul(basis, p.s);
-    p.u = at::matmul(basis, p.u);
+    s = at::matmul(basis, s);
+    u = at::matmul(basis, u);
   }
   if (whitening.defined()) {
     // Back to original coordinates: S = L⁻ᵀ S̃, U_h = L⁻ᵀ Ũ_h.
     const at::Tensor lt = whitening.t();
-    out->shared = at::linalg_solve_triangular(lt, p.s, /*upper=*/true);
-    out->down =
-        r > 0 ? at::linalg_solve_triangular(lt, p.u, /*upper=*/true) : p.u;
+    out->shared = at::linalg_solve_triangular(lt, s, /*upper=*/true);
+    out->down = r > 0 ? at::linalg_solve_triangular(lt, u, /*upper=*/true) : u;
   } else {
-    out->shared = p.s;
-    out->down = p.u;
+    out->shared = s;
+    out->down = u;
   }
   out->up = p.b;
 }
@@ -319,7 +421,6 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(
     wt = at::matmul(basis.t(), wt);  // [H, k, dh]
   }
   LrkvDecomposition out;
-  const Alternation alternation(wt, mask, opt);
   Point best;
   best.s = wt.mean(0);
   if (opt.initial_shared.defined()) {
@@ -328,12 +429,11 @@ absl::StatusOr<LrkvDecomposition> DecomposeLrkv(
     best.s = basis.defined() ? at::matmul(basis.t(), s0) : s0;
   }
   best.b = at::zeros({h, dh, r}, at::kDouble);
-  best.u = at::zeros({h, wt.size(1), r}, at::kDouble);
   out.objective.push_back((wt - best.s).pow(2).sum().item<double>());
   out.gauged_objective.push_back(out.objective.back());
-  alternation.Run(&best, &out);
+  if (r > 0) Alternate(wt, mask, opt, &best, &out);
   if (r == 0 || out.objective.back() == 0) out.converged = true;
-  Finish(wt, basis, whitening, r, std::move(best), &out);
+  Finish(wt, basis, whitening, r, best, &out);
   return out;
 }
 

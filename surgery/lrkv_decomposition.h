@@ -3,7 +3,8 @@
 // over the H_kv heads, in whitened coordinates W̃ = MW (M = Lᵀ for the activation
 // metric, I for the weight metric), by alternating the best residual subspaces B_h for
 // S (top-r right singular vectors of W̃_h − S) with the best S and U_h for those
-// subspaces (closed form), extrapolating S between steps. DESIGN.md §3.
+// subspaces (closed form), extrapolating S between steps; the free support runs
+// in float32 first and finishes in float64. DESIGN.md §3.
 #ifndef LRKV_SURGERY_LRKV_DECOMPOSITION_H_
 #define LRKV_SURGERY_LRKV_DECOMPOSITION_H_
 
@@ -50,12 +51,15 @@ struct LrkvDecomposition {
   at::Tensor down;    // U   [H_kv, d, r]    float64, original coordinates
   at::Tensor up;      // B   [H_kv, d_h, r]  float64
   // Σ_h ‖M(W_h − S − U_h B_hᵀ)‖²: after initialisation (S = mean, U = 0) and after
-  // each iteration.
+  // each float64 iteration.
   std::vector<double> objective;
   // objective + ε·Σ_h‖Ũ_h‖², what the solver minimises: never increases.
   std::vector<double> gauged_objective;
   // ‖M(W_h − S − U_h B_hᵀ)‖ / ‖M W_h‖ per head, at the end.
   std::vector<double> head_rel_error;
+  // Steps the free support's float32 run took before the float64 steps the
+  // objectives record (see DecomposeLrkv); they count towards max_iters.
+  int float32_steps = 0;
   // Stopped on the tolerance (or exact); false when max_iters ran out first.
   bool converged = false;
   // sqrt(final objective / Σ_h ‖M W_h‖²).

@@ -24,6 +24,7 @@ ProjectionReport ReportOf(const LrkvDecomposition& dec) {
   p.head_rel_error = dec.head_rel_error;
   p.rel_error = dec.rel_error;
   p.planes = dec.planes_chosen;
+  p.float32_steps = dec.float32_steps;
   p.converged = dec.converged;
   return p;
 }

@@ -402,6 +402,47 @@ TEST(Surgery, DefaultSolverReachesTheConvergedReference) {
   }
 }
 
+// Heads large enough for the solver's float32 run (stories' are not): the
+// float64 steps after it leave a converged decomposition whose recorded
+// objective is the residual of the factors returned, never rising, at or below
+// the plain alternation's 10-step value and, within the gauge's cost, its
+// 300-step one; in the weight metric and in an ill-conditioned whitened one.
+TEST(Surgery, Float32RunThenFloat64StepsReachTheConvergedReference) {
+  at::manual_seed(11);
+  const int64_t h = 8, d = 128, dh = 64, r = 16;  // 65,536 weights
+  const at::Tensor w = at::randn({h, d, dh}, at::kDouble) * 0.02;
+  const at::Tensor q = std::get<0>(at::linalg_qr(at::randn({d, d}, at::kDouble)));
+  const at::Tensor spectrum = at::arange(1, d + 1, at::kDouble).reciprocal();
+  const at::Tensor whitened_metric =
+      at::linalg_cholesky(at::matmul(q * spectrum.view({1, -1}), q.t()));
+  for (const at::Tensor& whitening : {at::Tensor(), whitened_metric}) {
+    SCOPED_TRACE(whitening.defined() ? "whitened" : "weight metric");
+    LrkvDecompositionOptions o;
+    o.rank = r;
+    auto dec = DecomposeLrkv(w, whitening, o);
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    EXPECT_GT(dec->float32_steps, 0);
+    EXPECT_TRUE(dec->converged);
+    for (size_t i = 1; i < dec->gauged_objective.size(); ++i) {
+      EXPECT_LE(dec->gauged_objective[i], dec->gauged_objective[i - 1]);
+    }
+    const at::Tensor wt = whitening.defined() ? at::matmul(whitening.t(), w) : w;
+    const at::Tensor approx =
+        dec->shared + at::matmul(dec->down, dec->up.transpose(1, 2));
+    const at::Tensor res = whitening.defined()
+                               ? at::matmul(whitening.t(), w - approx)
+                               : w - approx;
+    const double ours = dec->objective.back();
+    EXPECT_NEAR(res.pow(2).sum().item<double>(), ours, 1e-9 * ours);
+    EXPECT_LE(ours, PlainAlternation(wt, r, 10));
+    const at::Tensor u = whitening.defined()
+                             ? at::matmul(whitening.t(), dec->down)
+                             : dec->down;
+    const double gauge_cost = o.gauge * u.pow(2).sum().item<double>();
+    EXPECT_LE(ours, PlainAlternation(wt, r, 300) + gauge_cost);
+  }
+}
+
 // Two KV heads: at S = mean their residuals are opposite, so their subspaces
 // coincide and the exact minimiser over S is unbounded along them (measured
 // before the gauge term: |S| up to 140× the largest weight, cancelled by
