@@ -538,6 +538,27 @@ TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// At rank 0 in every layer (the Qwen2.5-0.5B shape, H_kv = 2, at budget 0.5)
+// there is no residual for naive decoding to get wrong: "all" runs no naive
+// control there (it used to, and failed the verdict with "expected NOT
+// EQUIVALENT: it was EQUIVALENT"), and the exact modes pass.
+TEST_F(VerifyJobTest, RankZeroModelHasNoNaiveControlAndPasses) {
+  const std::string dir =
+      Save("verify_rank0",
+           Convert(Stories(), KvVariant::kLrkv, 0, RopeMode::kPlane));
+  VerifyJobOptions o;
+  o.checkpoint = dir;
+  o.prompt_tokens = 8;
+  o.decode_tokens = 4;
+  auto r = RunVerifyJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->passed()) << r->ToTable();
+  ASSERT_FALSE(r->equivalence.empty());
+  for (const auto& e : r->equivalence) {
+    EXPECT_NE(e.mode, DecodeModeName(DecodeMode::kNaive)) << r->ToTable();
+  }
+}
+
 // Quality gates on fidelity: bounds around the measured figures pass and fail
 // as they should, in the verdict, the JSON (read back), the JUnit and the
 // table; gates without a source or text are refused before any work.
