@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 

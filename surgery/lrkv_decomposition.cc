@@ -199,8 +199,9 @@ class FreeStep : public AlternationStep {
     // ⟨SᵀS, ΣB_hB_hᵀ⟩; the objective is their difference. (Clamped: near an
     // exact fit it rounds to a tiny negative.)
     const at::Tensor s = p.s.to(at::kDouble);
-    const double total = energy_ - 2 * (s * wt_sum_).sum().item<double>() +
-                         static_cast<double>(h_) * s.pow(2).sum().item<double>();
+    const double total =
+        energy_ - 2 * (s * wt_sum_).sum().item<double>() +
+        static_cast<double>(h_) * s.pow(2).sum().item<double>();
     const double u_energy =
         wb.pow(2).sum(at::kDouble).item<double>() -
         2 * (s * wbb.to(at::kDouble)).sum().item<double>() +
@@ -350,8 +351,7 @@ void Alternate(const at::Tensor& wt, const at::Tensor& mask,
       Trace work{{out->objective.back()}, {out->gauged_objective.back()}};
       Point p{best->s.to(at::kFloat), best->b.to(at::kFloat)};
       RunAlternation(FreeStep(wt, mask, opt, at::kFloat),
-                     {opt.max_iters - 1, opt.tol}, &p,
-                     &work);
+                     {opt.max_iters - 1, opt.tol}, &p, &work);
       out->float32_steps = static_cast<int>(work.gauged.size()) - 1;
       polish -= out->float32_steps;
       best->s = p.s.to(at::kDouble);

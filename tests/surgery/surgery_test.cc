@@ -351,6 +351,29 @@ double PlainAlternation(const at::Tensor& wt, int64_t r, int iters) {
   return (wt - s - fit).pow(2).sum().item<double>();
 }
 
+// The checks both solver tests make of a converged decomposition `dec` of heads
+// `w` (whitened by `whitening`, or not): what it reports is the residual of the
+// factors it returns, at or below the plain alternation's 10-step value and,
+// within what the gauge term may cost (ε·Σ‖Ũ_h‖²), its `long_steps` one.
+void ExpectAtTheConvergedReference(const at::Tensor& w,
+                                   const at::Tensor& whitening,
+                                   const LrkvDecomposition& dec, int64_t r,
+                                   double gauge, int long_steps) {
+  const at::Tensor wt = whitening.defined() ? at::matmul(whitening.t(), w) : w;
+  EXPECT_TRUE(dec.converged);
+  const double ours = dec.objective.back();
+  const at::Tensor approx =
+      dec.shared + at::matmul(dec.down, dec.up.transpose(1, 2));
+  const at::Tensor res =
+      whitening.defined() ? at::matmul(whitening.t(), w - approx) : w - approx;
+  EXPECT_NEAR(res.pow(2).sum().item<double>(), ours, 1e-9 * ours);
+  EXPECT_LE(ours, PlainAlternation(wt, r, 10));
+  const at::Tensor u =
+      whitening.defined() ? at::matmul(whitening.t(), dec.down) : dec.down;
+  const double gauge_cost = gauge * u.pow(2).sum().item<double>();
+  EXPECT_LE(ours, PlainAlternation(wt, r, long_steps) + gauge_cost);
+}
+
 // The default solver converges (issue: 10 iterations stopped while the
 // objective was still falling): on every stories layer, K and V, both metrics,
 // it ends converged, at or below the objective the plain alternation reaches in
@@ -378,25 +401,9 @@ TEST(Surgery, DefaultSolverReachesTheConvergedReference) {
                                   kv == 0 ? " K" : " V"));
         const at::Tensor w =
             proj.to(at::kDouble).view({hkv, dh, -1}).transpose(1, 2);
-        const at::Tensor wt =
-            whitening.defined() ? at::matmul(whitening.t(), w) : w;
         auto dec = DecomposeLrkv(w, whitening, o);
         ASSERT_TRUE(dec.ok()) << dec.status();
-        EXPECT_TRUE(dec->converged);
-        const double ours = dec->objective.back();
-        EXPECT_LE(ours, PlainAlternation(wt, r, 10));
-        const at::Tensor u = whitening.defined()
-                                 ? at::matmul(whitening.t(), dec->down)
-                                 : dec->down;
-        const double gauge_cost = o.gauge * u.pow(2).sum().item<double>();
-        EXPECT_LE(ours, PlainAlternation(wt, r, 3000) + gauge_cost);
-        // What is reported is the residual of the factors returned.
-        const at::Tensor approx =
-            dec->shared + at::matmul(dec->down, dec->up.transpose(1, 2));
-        const at::Tensor res = whitening.defined()
-                                   ? at::matmul(whitening.t(), w - approx)
-                                   : w - approx;
-        EXPECT_NEAR(res.pow(2).sum().item<double>(), ours, 1e-9 * ours);
+        ExpectAtTheConvergedReference(w, whitening, *dec, r, o.gauge, 3000);
       }
     }
   }
@@ -411,7 +418,8 @@ TEST(Surgery, Float32RunThenFloat64StepsReachTheConvergedReference) {
   at::manual_seed(11);
   const int64_t h = 8, d = 128, dh = 64, r = 16;  // 65,536 weights
   const at::Tensor w = at::randn({h, d, dh}, at::kDouble) * 0.02;
-  const at::Tensor q = std::get<0>(at::linalg_qr(at::randn({d, d}, at::kDouble)));
+  const at::Tensor q =
+      std::get<0>(at::linalg_qr(at::randn({d, d}, at::kDouble)));
   const at::Tensor spectrum = at::arange(1, d + 1, at::kDouble).reciprocal();
   const at::Tensor whitened_metric =
       at::linalg_cholesky(at::matmul(q * spectrum.view({1, -1}), q.t()));
@@ -422,24 +430,10 @@ TEST(Surgery, Float32RunThenFloat64StepsReachTheConvergedReference) {
     auto dec = DecomposeLrkv(w, whitening, o);
     ASSERT_TRUE(dec.ok()) << dec.status();
     EXPECT_GT(dec->float32_steps, 0);
-    EXPECT_TRUE(dec->converged);
     for (size_t i = 1; i < dec->gauged_objective.size(); ++i) {
       EXPECT_LE(dec->gauged_objective[i], dec->gauged_objective[i - 1]);
     }
-    const at::Tensor wt = whitening.defined() ? at::matmul(whitening.t(), w) : w;
-    const at::Tensor approx =
-        dec->shared + at::matmul(dec->down, dec->up.transpose(1, 2));
-    const at::Tensor res = whitening.defined()
-                               ? at::matmul(whitening.t(), w - approx)
-                               : w - approx;
-    const double ours = dec->objective.back();
-    EXPECT_NEAR(res.pow(2).sum().item<double>(), ours, 1e-9 * ours);
-    EXPECT_LE(ours, PlainAlternation(wt, r, 10));
-    const at::Tensor u = whitening.defined()
-                             ? at::matmul(whitening.t(), dec->down)
-                             : dec->down;
-    const double gauge_cost = o.gauge * u.pow(2).sum().item<double>();
-    EXPECT_LE(ours, PlainAlternation(wt, r, 300) + gauge_cost);
+    ExpectAtTheConvergedReference(w, whitening, *dec, r, o.gauge, 300);
   }
 }
 

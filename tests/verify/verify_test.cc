@@ -491,6 +491,15 @@ class VerifyJobTest : public ::testing::Test {
                     .ok());
     return dir.string();
   }
+  // A verify of `dir` on a short prompt, the other options at their defaults.
+  static VerifyJobOptions Short(const std::string& dir, int64_t prompt_tokens,
+                                int64_t decode_tokens) {
+    VerifyJobOptions o;
+    o.checkpoint = dir;
+    o.prompt_tokens = prompt_tokens;
+    o.decode_tokens = decode_tokens;
+    return o;
+  }
 };
 
 TEST_F(VerifyJobTest, StoriesPlaneModelPassesWithFidelityAndReports) {
@@ -546,11 +555,7 @@ TEST_F(VerifyJobTest, RankZeroModelHasNoNaiveControlAndPasses) {
   const std::string dir =
       Save("verify_rank0",
            Convert(Stories(), KvVariant::kLrkv, 0, RopeMode::kPlane));
-  VerifyJobOptions o;
-  o.checkpoint = dir;
-  o.prompt_tokens = 8;
-  o.decode_tokens = 4;
-  auto r = RunVerifyJob(o);
+  auto r = RunVerifyJob(Short(dir, 8, 4));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->passed()) << r->ToTable();
   ASSERT_FALSE(r->equivalence.empty());
@@ -656,10 +661,7 @@ TEST_F(VerifyJobTest, NaiveByNameFailsAndUnderAllIsAConfirmedControl) {
   const std::string dir =
       Save("verify_naive",
            Convert(Stories(), KvVariant::kLrkv, 2, RopeMode::kPlane));
-  VerifyJobOptions o;
-  o.checkpoint = dir;
-  o.prompt_tokens = 12;
-  o.decode_tokens = 4;
+  VerifyJobOptions o = Short(dir, 12, 4);
   o.modes = {"naive"};
   auto named = RunVerifyJob(o);
   ASSERT_TRUE(named.ok()) << named.status();
