@@ -1,13 +1,14 @@
-// The expanded engine: a standard per-KV-head cache of post-QK-norm, post-RoPE keys
-// and values. Serves MHA, GQA and MQA models, and LRKV/MLA models through their
-// materialised per-head projections (the reference for the factored engines).
+// The expanded engine: a standard per-KV-head cache of post-QK-norm, post-RoPE
+// keys and values. Serves MHA, GQA and MQA models, and LRKV/MLA models through
+// their materialised per-head projections (the reference for the factored
+// engines).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "kernels/decode_attention.h"
-#include "runtime/layers.h"
 #include "runtime/engines.h"
+#include "runtime/layers.h"
 
 namespace lrkv {
 namespace {
@@ -19,23 +20,28 @@ class ExpandedEngine : public DecodeEngine {
       : DecodeEngine(config, weights, DecodeMode::kExpanded, options) {
     for (const auto& l : weights.layers) {
       dense_.push_back(ExpandKv(config, l));
-      k_.push_back(NewCache({config.num_kv_heads, config.head_dim + config.kv.RopeWidth()}));
+      k_.push_back(NewCache(
+          {config.num_kv_heads, config.head_dim + config.kv.RopeWidth()}));
       v_.push_back(NewCache({config.num_kv_heads, config.head_dim}));
     }
   }
 
  protected:
-  void Append(int64_t layer, const at::Tensor& x, const RowPositions& at) override {
+  void Append(int64_t layer, const at::Tensor& x,
+              const RowPositions& at) override {
     const DenseKv& kv = dense_[layer];
-    const int64_t b = x.size(0), hkv = config_.num_kv_heads, dh = config_.head_dim;
+    const int64_t b = x.size(0), hkv = config_.num_kv_heads,
+                  dh = config_.head_dim;
     auto k = Linear(x, kv.wk, kv.bk).view({b, hkv, dh});
     if (config_.qk_norm) {
       k = QkNorm(config_, k, weights_.layers[layer].k_norm);
     }
     if (config_.kv.DecoupledRope()) {
       // [RoPE-free key | the shared rotated key], per KV head.
-      const auto shared = RotateLeadingAt(layer, Linear(x, kv.wk_rope, kv.bk_rope).view({b, 1, -1}), at);
-      Write(k_[layer], at, at::cat({k, shared.expand({b, hkv, shared.size(2)})}, -1));
+      const auto shared = RotateLeadingAt(
+          layer, Linear(x, kv.wk_rope, kv.bk_rope).view({b, 1, -1}), at);
+      Write(k_[layer], at,
+            at::cat({k, shared.expand({b, hkv, shared.size(2)})}, -1));
       Write(v_[layer], at, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
       return;
     }
@@ -45,10 +51,12 @@ class ExpandedEngine : public DecodeEngine {
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
     // Keys wider than values (decoupled RoPE) have no MHA kernel: ATen.
-    if (options_.materialize || !options_.kernels || config_.kv.DecoupledRope()) {
+    if (options_.materialize || !options_.kernels ||
+        config_.kv.DecoupledRope()) {
       return AttendAten(layer, q, pos);
     }
-    // Through the fused CPU kernel (kernels/), reading the position-major cache.
+    // Through the fused CPU kernel (kernels/), reading the position-major
+    // cache.
     const auto qr = RotateAt(layer, q, pos).contiguous();
     auto out = at::empty(q.sizes(), at::kFloat);
     kernels::MhaDecodeParams p;
@@ -64,7 +72,8 @@ class ExpandedEngine : public DecodeEngine {
     p.k = k_[layer].data_ptr();
     p.v = v_[layer].data_ptr();
     p.q = qr.data_ptr<float>();
-    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+    p.scale = static_cast<float>(
+        1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
     p.out = out.data_ptr<float>();
     const absl::Status st = kernels::MhaDecode(p);
     TORCH_CHECK(st.ok(), "MHA decode kernel: ", std::string(st.message()));
@@ -74,8 +83,10 @@ class ExpandedEngine : public DecodeEngine {
   // The same attention with ATen operations (materialize = true).
   at::Tensor AttendAten(int64_t layer, const at::Tensor& q, int64_t pos) {
     const int64_t n = pos + 1;
-    const auto qr = Grouped(RotateQuery(layer, q, {pos, false}));  // [B, Hkv, g, dq]
-    const auto k = Read(k_[layer], n), v = Read(v_[layer], n);  // [B, L, Hkv, dq | dh]
+    const auto qr =
+        Grouped(RotateQuery(layer, q, {pos, false}));  // [B, Hkv, g, dq]
+    const auto k = Read(k_[layer], n),
+               v = Read(v_[layer], n);  // [B, L, Hkv, dq | dh]
     auto scores = at::einsum("bhgd,blhd->bhgl", {qr, k}) /
                   std::sqrt(static_cast<double>(config_.head_dim));
     auto probs = at::softmax(scores, -1);
@@ -83,22 +94,27 @@ class ExpandedEngine : public DecodeEngine {
         .reshape({q.size(0), config_.num_heads, config_.head_dim});
   }
 
-  // A prefill's rows attend causally in one product per chunk of rows (the cache
-  // read once per chunk, not once per row), through ATen: the same scores, softmax and
-  // sums as AttendAten for each row, over its own positions only.
-  at::Tensor AttendRows(int64_t layer, const at::Tensor& q, const RowPositions& at) override {
-    if (!at.consecutive || q.size(0) == 1) return DecodeEngine::AttendRows(layer, q, at);
+  // A prefill's rows attend causally in one product per chunk of rows (the
+  // cache read once per chunk, not once per row), through ATen: the same
+  // scores, softmax and sums as AttendAten for each row, over its own positions
+  // only.
+  at::Tensor AttendRows(int64_t layer, const at::Tensor& q,
+                        const RowPositions& at) override {
+    if (!at.consecutive || q.size(0) == 1)
+      return DecodeEngine::AttendRows(layer, q, at);
     const int64_t rows = q.size(0), n = at.pos + rows, dh = config_.head_dim;
-    const auto qr = Grouped(RotateQuery(layer, q, at));            // [T, Hkv, g, dq]
-    const auto k = Read(k_[layer], n)[0], v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
+    const auto qr = Grouped(RotateQuery(layer, q, at));  // [T, Hkv, g, dq]
+    const auto k = Read(k_[layer], n)[0],
+               v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
     const int64_t chunk = PrefillRowChunk(n);
     std::vector<at::Tensor> parts;
     for (int64_t t0 = 0; t0 < rows; t0 += chunk) {
       const int64_t m = std::min(chunk, rows - t0);
       auto scores = at::einsum("thgd,lhd->hgtl", {qr.narrow(0, t0, m), k}) /
                     std::sqrt(static_cast<double>(dh));
-      scores.masked_fill_(FuturePositions(at.pos + t0, m, n),  // [m, L] against [.., m, L]
-                          -std::numeric_limits<double>::infinity());
+      scores.masked_fill_(
+          FuturePositions(at.pos + t0, m, n),  // [m, L] against [.., m, L]
+          -std::numeric_limits<double>::infinity());
       const auto probs = at::softmax(scores, -1);
       parts.push_back(at::einsum("hgtl,lhd->thgd", {probs, v}));
     }

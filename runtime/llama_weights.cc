@@ -9,11 +9,11 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/deepseek_layout.h"
-#include "runtime/kv_layout.h"
+#include "base/status_macros.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
-#include "base/status_macros.h"
+#include "runtime/deepseek_layout.h"
+#include "runtime/kv_layout.h"
 
 namespace lrkv {
 namespace {
@@ -30,8 +30,10 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
   w->layers.resize(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w->layers[i];
-    if (!c.post_norm) fn(LayerTensorName(i, "input_layernorm.weight"), &l.attn_norm, {d});
-    if (!c.deepseek_layout) fn(LayerTensorName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
+    if (!c.post_norm)
+      fn(LayerTensorName(i, "input_layernorm.weight"), &l.attn_norm, {d});
+    if (!c.deepseek_layout)
+      fn(LayerTensorName(i, "self_attn.q_proj.weight"), &l.wq, {q, d});
     if (c.qkv_bias) fn(LayerTensorName(i, "self_attn.q_proj.bias"), &l.bq, {q});
     KvLayoutTypeOf(c.kv.layout).ForEachKvSlot(c, i, l, fn);
     if (c.qk_norm) {
@@ -42,10 +44,13 @@ void ForEachSlot(const ModelConfig& c, LlamaWeights* w,
     }
     fn(LayerTensorName(i, "self_attn.o_proj.weight"), &l.wo, {d, q});
     if (c.post_norm) {  // OLMo-2: norms of the block outputs
-      fn(LayerTensorName(i, "post_attention_layernorm.weight"), &l.attn_norm, {d});
-      fn(LayerTensorName(i, "post_feedforward_layernorm.weight"), &l.ffn_norm, {d});
+      fn(LayerTensorName(i, "post_attention_layernorm.weight"), &l.attn_norm,
+         {d});
+      fn(LayerTensorName(i, "post_feedforward_layernorm.weight"), &l.ffn_norm,
+         {d});
     } else {
-      fn(LayerTensorName(i, "post_attention_layernorm.weight"), &l.ffn_norm, {d});
+      fn(LayerTensorName(i, "post_attention_layernorm.weight"), &l.ffn_norm,
+         {d});
     }
     fn(LayerTensorName(i, "mlp.gate_proj.weight"), &l.w_gate, {ff, d});
     fn(LayerTensorName(i, "mlp.up_proj.weight"), &l.w_up, {ff, d});
@@ -94,11 +99,13 @@ at::Tensor PermuteHeads(const at::Tensor& t, int64_t heads, int64_t head_dim,
 namespace {
 
 at::ScalarType StoredScalar(DType dtype) {
-  return dtype == DType::kF16 ? at::kHalf : dtype == DType::kBF16 ? at::kBFloat16 : at::kFloat;
+  return dtype == DType::kF16    ? at::kHalf
+         : dtype == DType::kBF16 ? at::kBFloat16
+                                 : at::kFloat;
 }
 
-// `t` as stored in `dtype`: rounded to nearest even, once, from its value (a tensor
-// already in `dtype` is used as it is, without a copy).
+// `t` as stored in `dtype`: rounded to nearest even, once, from its value (a
+// tensor already in `dtype` is used as it is, without a copy).
 at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
   const at::ScalarType scalar = StoredScalar(dtype);
   at::Tensor cpu = t.detach().to(at::kCPU);
@@ -107,27 +114,28 @@ at::Tensor StoredTensor(const at::Tensor& t, DType dtype) {
 }
 
 absl::Status CheckWrittenDType(DType matrices) {
-  if (matrices == DType::kF32 || matrices == DType::kF16 || matrices == DType::kBF16) {
+  if (matrices == DType::kF32 || matrices == DType::kF16 ||
+      matrices == DType::kBF16) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weights are written as F32, F16 or BF16, not ", DTypeName(matrices)));
 }
 
-// One tensor of a random model: norms ~1 + N(0, 0.1²), biases N(0, 0.1²), the rest
-// N(0, 0.02²).
-at::Tensor RandomWeight(const std::string& name, const std::vector<int64_t>& shape,
-                        at::Generator& gen) {
+// One tensor of a random model: norms ~1 + N(0, 0.1²), biases N(0, 0.1²), the
+// rest N(0, 0.02²).
+at::Tensor RandomWeight(const std::string& name,
+                        const std::vector<int64_t>& shape, at::Generator& gen) {
   const at::Tensor t = at::randn(shape, gen, at::kFloat);
   if (name.find("norm") != std::string::npos) return 1.0 + 0.1 * t;
   if (name.find(".bias") != std::string::npos) return 0.1 * t;
   return 0.02 * t;
 }
 
-// `keep_alive` non-null: F32/F16/BF16 tensors become views of the mapped file that
-// hold it alive; otherwise (and for block types) float32 copies.
-absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
-                                  std::shared_ptr<const Checkpoint> keep_alive) {
+// `keep_alive` non-null: F32/F16/BF16 tensors become views of the mapped file
+// that hold it alive; otherwise (and for block types) float32 copies.
+absl::StatusOr<LlamaWeights> Load(
+    const Checkpoint& ckpt, std::shared_ptr<const Checkpoint> keep_alive) {
   const ModelConfig& c = ckpt.config();
   LlamaWeights w;
   absl::Status status;
@@ -157,13 +165,15 @@ absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
               DTypeName(t->dtype), "; weights must be F32, F16 or BF16"));
           return;
         }
-        const bool plain = DTypeSize(t->dtype) > 0;  // not a block-quantised type
+        const bool plain =
+            DTypeSize(t->dtype) > 0;  // not a block-quantised type
         at::Tensor out;
         if (keep_alive != nullptr && plain) {
           // Read-only pages of the map: nothing may write to this tensor.
-          out = at::from_blob(const_cast<uint8_t*>(t->data), shape,
-                              [keep = keep_alive](void*) {},
-                              at::TensorOptions().dtype(StoredScalar(t->dtype)));
+          out = at::from_blob(
+              const_cast<uint8_t*>(t->data), shape,
+              [keep = keep_alive](void*) {},
+              at::TensorOptions().dtype(StoredScalar(t->dtype)));
         } else {
           out = at::empty(shape, at::kFloat);
           ConvertToFloat32(t->dtype, t->data, static_cast<size_t>(t->numel()),
@@ -172,12 +182,14 @@ absl::StatusOr<LlamaWeights> Load(const Checkpoint& ckpt,
         // A NaN/Inf weight would make every comparison downstream false (and
         // verify read "max error 0"): refused here, naming the tensor.
         const NonFiniteCount bad =
-            plain ? CountNonFinite(t->dtype, t->data, static_cast<size_t>(t->numel()))
-                  : CountNonFinite(DType::kF32, out.data_ptr(), static_cast<size_t>(out.numel()));
+            plain ? CountNonFinite(t->dtype, t->data,
+                                   static_cast<size_t>(t->numel()))
+                  : CountNonFinite(DType::kF32, out.data_ptr(),
+                                   static_cast<size_t>(out.numel()));
         if (bad.nan + bad.inf > 0) {
           status = absl::InvalidArgumentError(
-              absl::StrCat(ckpt.path(), ": tensor '", name, "' holds ", bad.nan, " NaN and ",
-                           bad.inf, " infinite values"));
+              absl::StrCat(ckpt.path(), ": tensor '", name, "' holds ", bad.nan,
+                           " NaN and ", bad.inf, " infinite values"));
           return;
         }
         *slot = out;
@@ -202,8 +214,8 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt) {
   return Load(ckpt, nullptr);
 }
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(std::shared_ptr<const Checkpoint> ckpt,
-                                              const WeightLoadOptions& options) {
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(
+    std::shared_ptr<const Checkpoint> ckpt, const WeightLoadOptions& options) {
   const Checkpoint& c = *ckpt;
   return Load(c, options.stored_dtype ? std::move(ckpt) : nullptr);
 }
@@ -231,24 +243,31 @@ LlamaWeights RandomLlamaWeights(const ModelConfig& c, uint64_t seed) {
   return w;
 }
 
-absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& c, uint64_t seed,
-                                DType matrices, uint64_t max_shard_bytes) {
+absl::Status WriteRandomWeights(const std::string& dir, const ModelConfig& c,
+                                uint64_t seed, DType matrices,
+                                uint64_t max_shard_bytes) {
   RETURN_IF_ERROR(CheckWrittenDType(matrices));
   RETURN_IF_ERROR(c.Validate());
   std::vector<TensorSpec> specs;
   LlamaWeights unused;
-  ForEachSlot(c, &unused, [&](const std::string& name, at::Tensor*, std::vector<int64_t> shape) {
-    specs.push_back({name, shape.size() >= 2 ? matrices : DType::kF32, shape});
-  });
+  ForEachSlot(
+      c, &unused,
+      [&](const std::string& name, at::Tensor*, std::vector<int64_t> shape) {
+        specs.push_back(
+            {name, shape.size() >= 2 ? matrices : DType::kF32, shape});
+      });
   SafetensorsShardOptions shard_options;
   shard_options.max_shard_bytes = max_shard_bytes;
-  ASSIGN_OR_RETURN(auto writer, SafetensorsCheckpointWriter::Create(dir, specs, shard_options));
-  // One tensor at a time, as RandomLlamaWeights draws them: an 8B model is written in
-  // the memory of its largest tensor.
+  ASSIGN_OR_RETURN(auto writer, SafetensorsCheckpointWriter::Create(
+                                    dir, specs, shard_options));
+  // One tensor at a time, as RandomLlamaWeights draws them: an 8B model is
+  // written in the memory of its largest tensor.
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (const TensorSpec& spec : specs) {
-    const at::Tensor t = StoredTensor(RandomWeight(spec.name, spec.shape, gen), spec.dtype);
-    RETURN_IF_ERROR(writer->Write(spec.name, t.data_ptr(), t.numel() * t.element_size()));
+    const at::Tensor t =
+        StoredTensor(RandomWeight(spec.name, spec.shape, gen), spec.dtype);
+    RETURN_IF_ERROR(
+        writer->Write(spec.name, t.data_ptr(), t.numel() * t.element_size()));
   }
   return writer->Finish();
 }
@@ -291,7 +310,9 @@ namespace {
 // embeddings stay tied).
 template <typename Convert>
 LlamaWeights MapWeights(const LlamaWeights& w, const Convert& convert) {
-  auto move = [&](const at::Tensor& t) { return t.defined() ? convert(t.detach()) : t; };
+  auto move = [&](const at::Tensor& t) {
+    return t.defined() ? convert(t.detach()) : t;
+  };
   LlamaWeights out;
   out.embed = move(w.embed);
   out.final_norm = move(w.final_norm);
@@ -362,39 +383,42 @@ DenseKv ExpandKv(const ModelConfig& c, const LayerWeights& l) {
 
 namespace {
 
-// Calls fn(name, dtype, shape, tensor) for every tensor `c`'s layout stores, in file
-// order: matrices in `matrices`, vectors in F32. InvalidArgument for a missing or
-// misshaped one.
+// Calls fn(name, dtype, shape, tensor) for every tensor `c`'s layout stores, in
+// file order: matrices in `matrices`, vectors in F32. InvalidArgument for a
+// missing or misshaped one.
 absl::Status ForEachStoredWeight(
     const ModelConfig& c, const LlamaWeights& weights, DType matrices,
-    const std::function<absl::Status(const std::string&, DType, const std::vector<int64_t>&,
+    const std::function<absl::Status(const std::string&, DType,
+                                     const std::vector<int64_t>&,
                                      const at::Tensor&)>& fn) {
   RETURN_IF_ERROR(CheckWrittenDType(matrices));
   LlamaWeights w = weights;
   absl::Status status;
-  ForEachSlot(c, &w, [&](const std::string& name, at::Tensor* slot, std::vector<int64_t> shape) {
-    if (!status.ok()) return;
-    if (!slot->defined() || slot->sizes().vec() != shape) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("tensor '", name, "' is missing or has the wrong shape"));
-      return;
-    }
-    status = fn(name, shape.size() >= 2 ? matrices : DType::kF32, shape, *slot);
-  });
+  ForEachSlot(c, &w,
+              [&](const std::string& name, at::Tensor* slot,
+                  std::vector<int64_t> shape) {
+                if (!status.ok()) return;
+                if (!slot->defined() || slot->sizes().vec() != shape) {
+                  status = absl::InvalidArgumentError(absl::StrCat(
+                      "tensor '", name, "' is missing or has the wrong shape"));
+                  return;
+                }
+                status = fn(name, shape.size() >= 2 ? matrices : DType::kF32,
+                            shape, *slot);
+              });
   return status;
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
-                                                   const LlamaWeights& weights,
-                                                   std::vector<at::Tensor>* keep,
-                                                   DType matrices) {
+absl::StatusOr<std::vector<TensorView>> WeightViews(
+    const ModelConfig& c, const LlamaWeights& weights,
+    std::vector<at::Tensor>* keep, DType matrices) {
   std::vector<TensorView> views;
   RETURN_IF_ERROR(ForEachStoredWeight(
       c, weights, matrices,
-      [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-          const at::Tensor& slot) {
+      [&](const std::string& name, DType dtype,
+          const std::vector<int64_t>& shape, const at::Tensor& slot) {
         at::Tensor t = StoredTensor(slot, dtype);
         keep->push_back(t);
         TensorView v;
@@ -409,11 +433,15 @@ absl::StatusOr<std::vector<TensorView>> WeightViews(const ModelConfig& c,
   return views;
 }
 
-LlamaWeights MatricesIn(const ModelConfig& c, const LlamaWeights& weights, DType matrices) {
+LlamaWeights MatricesIn(const ModelConfig& c, const LlamaWeights& weights,
+                        DType matrices) {
   LlamaWeights w = weights;
-  ForEachSlot(c, &w, [&](const std::string&, at::Tensor* slot, std::vector<int64_t> shape) {
-    if (slot->defined() && shape.size() >= 2) *slot = StoredTensor(*slot, matrices);
-  });
+  ForEachSlot(
+      c, &w,
+      [&](const std::string&, at::Tensor* slot, std::vector<int64_t> shape) {
+        if (slot->defined() && shape.size() >= 2)
+          *slot = StoredTensor(*slot, matrices);
+      });
   if (c.tie_word_embeddings) w.lm_head = w.embed;
   return w;
 }
@@ -421,7 +449,8 @@ LlamaWeights MatricesIn(const ModelConfig& c, const LlamaWeights& weights, DType
 absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
                                        const ModelConfig& config,
                                        const LlamaWeights& weights,
-                                       const Tokenizer* tokenizer, DType matrices,
+                                       const Tokenizer* tokenizer,
+                                       DType matrices,
                                        uint64_t max_shard_bytes) {
   RETURN_IF_ERROR(config.Validate());
   ModelConfig c = config;
@@ -429,43 +458,47 @@ absl::Status SaveSafetensorsCheckpoint(const std::string& dir,
   LlamaWeights w = weights;
   PermuteRopeLayout(&c, &w, RopeLayout::kHalfSplit);
   RETURN_IF_ERROR(SaveSafetensorsWeights(dir, c, w, matrices, max_shard_bytes));
-  RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
-                                      ConfigToHfJson(c, TorchDTypeName(matrices))));
+  RETURN_IF_ERROR(
+      WriteFileAtomically((fs::path(dir) / kConfigFileName).string(),
+                          ConfigToHfJson(c, TorchDTypeName(matrices))));
   return WriteTokenizerFiles(dir, tokenizer);
 }
 
-absl::Status WriteTokenizerFiles(const std::string& dir, const Tokenizer* tokenizer) {
+absl::Status WriteTokenizerFiles(const std::string& dir,
+                                 const Tokenizer* tokenizer) {
   if (tokenizer != nullptr) {
     for (const TokenizerFile& f : tokenizer->Files()) {
-      RETURN_IF_ERROR(WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));
+      RETURN_IF_ERROR(
+          WriteFileAtomically((fs::path(dir) / f.name).string(), f.contents));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status SaveSafetensorsWeights(const std::string& dir, const ModelConfig& c,
-                                    const LlamaWeights& w, DType matrices,
-                                    uint64_t max_shard_bytes) {
+absl::Status SaveSafetensorsWeights(const std::string& dir,
+                                    const ModelConfig& c, const LlamaWeights& w,
+                                    DType matrices, uint64_t max_shard_bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     return absl::PermissionDeniedError(
         absl::StrCat(dir, ": cannot create: ", ec.message()));
   }
-  // Planned first (shard boundaries go in each shard's header), then streamed a tensor
-  // at a time: only one converted tensor is ever held besides the model itself.
+  // Planned first (shard boundaries go in each shard's header), then streamed a
+  // tensor at a time: only one converted tensor is ever held besides the model
+  // itself.
   std::vector<TensorSpec> specs;
   RETURN_IF_ERROR(ForEachStoredWeight(
       c, w, matrices,
-      [&](const std::string& name, DType dtype, const std::vector<int64_t>& shape,
-          const at::Tensor&) {
+      [&](const std::string& name, DType dtype,
+          const std::vector<int64_t>& shape, const at::Tensor&) {
         specs.push_back({name, dtype, shape});
         return absl::OkStatus();
       }));
   SafetensorsShardOptions shard_options;
   shard_options.max_shard_bytes = max_shard_bytes;
-  ASSIGN_OR_RETURN(auto writer,
-                   SafetensorsCheckpointWriter::Create(dir, std::move(specs), shard_options));
+  ASSIGN_OR_RETURN(auto writer, SafetensorsCheckpointWriter::Create(
+                                    dir, std::move(specs), shard_options));
   RETURN_IF_ERROR(ForEachStoredWeight(
       c, w, matrices,
       [&](const std::string& name, DType dtype, const std::vector<int64_t>&,
