@@ -321,6 +321,14 @@ absl::Status ModelConfig::Validate() const {
                        " must be the largest of layer_sizes (", largest, ")"));
     }
   }
+  if (kv.latent_norm && !kv.DecoupledRope()) {
+    return Invalid(
+        absl::StrCat("latent_norm applies to MLA with decoupled RoPE (layout "
+                     "mla, rope_mode partial); "
+                     "this model is ",
+                     KvLayoutName(kv.layout), " with rope mode ",
+                     RopeModeName(kv.rope_mode)));
+  }
   if (kv.rope_mode == RopeMode::kPartial &&
       (kv.rope_planes_kept < 0 || kv.rope_planes_kept > rope_dim / 2)) {
     return Invalid(absl::StrCat("rope_planes_kept ", kv.rope_planes_kept,
@@ -493,6 +501,8 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
     ASSIGN_OR_RETURN(c.kv.latent, IntField(*kv, "latent", source, 0));
     ASSIGN_OR_RETURN(c.kv.rope_planes_kept,
                      IntField(*kv, "rope_planes_kept", source, 0));
+    ASSIGN_OR_RETURN(c.kv.latent_norm,
+                     BoolField(*kv, "latent_norm", source, false));
     if (auto sizes = kv->find("layer_sizes"); sizes != kv->end()) {
       if (!sizes->is_array()) {
         return Invalid(absl::StrCat(
@@ -754,6 +764,7 @@ std::string ConfigToHfJson(const ModelConfig& c,
                     {"rope_planes_kept", c.kv.rope_planes_kept}};
     if (!c.kv.layer_sizes.empty())
       j["lrkv_kv"]["layer_sizes"] = c.kv.layer_sizes;
+    if (c.kv.latent_norm) j["lrkv_kv"]["latent_norm"] = true;
   }
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (!c.nope_layers.empty()) {

@@ -98,6 +98,11 @@ struct KvCompression {
     return layout == KvLayout::kMla && rope_mode == RopeMode::kPartial;
   }
   int64_t RopeWidth() const { return DecoupledRope() ? 2 * rope_planes_kept : 0; }
+  /// MLA with decoupled RoPE only: an RMSNorm on the latent, ĉ_t = γ ⊙ c_t / rms(c_t)
+  /// (weight γ [d_c] per layer, ε = the model's rms_norm_eps), applied before the
+  /// up-projections and cached in place of c_t, as DeepSeek-V3's kv_a_layernorm. It
+  /// adds no cached element; the K/V projections are then no longer linear in x.
+  bool latent_norm = false;
 };
 
 struct ModelConfig {

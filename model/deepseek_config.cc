@@ -73,12 +73,6 @@ absl::StatusOr<ModelConfig> ConfigFromDeepseekJson(const json& j,
         absl::StrCat("= ", dense,
                      ": layers from there on are MoE, not supported"));
   }
-  if (latent_norm) {
-    return refuse(
-        "qk_latent_layernorm",
-        "is true (DeepSeek's default): an RMSNorm over the latent "
-        "(kv_a_layernorm) is not supported; lrkv's exports set it false");
-  }
   if (!interleave)
     return refuse("rope_interleave", "is false: only interleaved pairs");
   if (bias) return refuse("attention_bias", "is true: not supported");
@@ -113,6 +107,9 @@ absl::StatusOr<ModelConfig> ConfigFromDeepseekJson(const json& j,
   c.kv.latent = latent;
   c.kv.rope_mode = RopeMode::kPartial;
   c.kv.rope_planes_kept = rope / 2;
+  // DeepSeek always normalises the latent (kv_a_layernorm); only TransMLA's
+  // loaders read qk_latent_layernorm, which lrkv's norm-free exports set false.
+  c.kv.latent_norm = latent_norm;
   if (auto b = j.find("bos_token_id"); b != j.end() && b->is_number_integer()) {
     c.bos_token_id = b->get<int64_t>();
   }

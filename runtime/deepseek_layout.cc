@@ -6,10 +6,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "model/checkpoint_files.h"
-#include "runtime/rope.h"
-#include "model/safetensors.h"
 #include "base/status_macros.h"
+#include "model/checkpoint_files.h"
+#include "model/safetensors.h"
+#include "runtime/rope.h"
 
 namespace lrkv {
 namespace {
@@ -114,7 +114,6 @@ std::string DeepseekConfigJson(const ModelConfig& c, const DeepseekRope& rope,
       {"head_dim", w},
       {"rope_theta", rope.theta},
       {"rope_interleave", true},
-      {"qk_latent_layernorm", false},
       {"attention_bias", false},
       // Every layer dense: the MoE fields are inert but present for loaders
       // that read them.
@@ -137,6 +136,9 @@ std::string DeepseekConfigJson(const ModelConfig& c, const DeepseekRope& rope,
            ? json{{"rope_type", "linear"}, {"factor", rope.linear_factor}}
            : json()},
   };
+  // Without a latent norm the model departs from stock DeepSeek, which always
+  // applies kv_a_layernorm: the field TransMLA's loaders read says so.
+  if (!c.kv.latent_norm) j["qk_latent_layernorm"] = false;
   return j.dump(2) + "\n";
 }
 

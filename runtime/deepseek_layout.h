@@ -7,12 +7,11 @@
 //  layers), no
 //    attention biases (DeepSeek's q_proj has none), v_head_dim =
 //    qk_nope_head_dim;
-//  - no RMSNorm on the latent: the converted model's latent is linear in x, and
-//  a norm
-//    over it would change the function. The config says "qk_latent_layernorm":
-//    false (the field TransMLA's DeepSeek loaders read); transformers'
-//    DeepseekV3 always applies kv_a_layernorm, so it does not run these
-//    checkpoints as they are meant;
+//  - the latent's RMSNorm (kv_a_layernorm) where the model has one
+//    (kv.latent_norm), as stock DeepSeek-V3 always applies it. A model without
+//    one (its latent linear in x) is written with "qk_latent_layernorm": false,
+//    the field TransMLA's DeepSeek loaders read; transformers' DeepseekV3 does
+//    not read it, so it does not run those checkpoints as they are meant;
 //  - rope_interleave: pair m of the rotated parts is dims (2m, 2m+1) and turns
 //  with
 //    DeepSeek's m-th frequency rope_theta^(-2m/qk_rope_head_dim), times

@@ -8,6 +8,7 @@
 
 #include "kernels/decode_attention.h"
 #include "runtime/engines.h"
+#include "runtime/kv_layout.h"
 #include "runtime/layers.h"
 
 namespace lrkv {
@@ -17,7 +18,9 @@ class ExpandedEngine : public DecodeEngine {
  public:
   ExpandedEngine(const ModelConfig& config, const LlamaWeights& weights,
                  const EngineOptions& options)
-      : DecodeEngine(config, weights, DecodeMode::kExpanded, options) {
+      : DecodeEngine(config, weights, DecodeMode::kExpanded, options),
+        layout_(KvLayoutTypeOf(config.kv.layout)),
+        linear_(layout_.LinearKv(config)) {
     for (const auto& l : weights.layers) {
       dense_.push_back(ExpandKv(config, l));
       k_.push_back(NewCache(
@@ -32,7 +35,16 @@ class ExpandedEngine : public DecodeEngine {
     const DenseKv& kv = dense_[layer];
     const int64_t b = x.size(0), hkv = config_.num_kv_heads,
                   dh = config_.head_dim;
-    auto k = Linear(x, kv.wk, kv.bk).view({b, hkv, dh});
+    at::Tensor k, v;
+    if (linear_) {
+      k = Linear(x, kv.wk, kv.bk);
+      v = Linear(x, kv.wv, kv.bv);
+    } else {
+      // K/V not linear in x (MLA's latent norm): the layout's own projection.
+      layout_.ProjectKv(config_, layer, weights_.layers[layer], x, &k, &v);
+    }
+    k = k.reshape({b, hkv, dh});
+    v = v.reshape({b, hkv, dh});
     if (config_.qk_norm) {
       k = QkNorm(config_, k, weights_.layers[layer].k_norm);
     }
@@ -42,11 +54,11 @@ class ExpandedEngine : public DecodeEngine {
           layer, Linear(x, kv.wk_rope, kv.bk_rope).view({b, 1, -1}), at);
       Write(k_[layer], at,
             at::cat({k, shared.expand({b, hkv, shared.size(2)})}, -1));
-      Write(v_[layer], at, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
+      Write(v_[layer], at, v);
       return;
     }
     Write(k_[layer], at, RotateAt(layer, k, at));
-    Write(v_[layer], at, Linear(x, kv.wv, kv.bv).view({b, hkv, dh}));
+    Write(v_[layer], at, v);
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {
@@ -129,6 +141,8 @@ class ExpandedEngine : public DecodeEngine {
   }
 
  private:
+  const KvLayoutType& layout_;
+  const bool linear_;  // K/V linear in x: projected through dense_
   std::vector<DenseKv> dense_;
   std::vector<at::Tensor> k_, v_;
 };

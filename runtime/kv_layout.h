@@ -44,9 +44,15 @@ class KvLayoutType {
                          const LayerWeights& weights, const at::Tensor& x,
                          at::Tensor* k, at::Tensor* v) const = 0;
 
-  // The per-head K/V weights the layer stands for.
+  // The per-head K/V weights the layer stands for. Where the projection is not
+  // linear in x (LinearKv false), they are its weights up to a per-token factor
+  // every head shares, fit for comparing heads but not for computing K/V.
   virtual DenseKv Expand(const ModelConfig& config,
                          const LayerWeights& weights) const = 0;
+
+  // Whether K and V are linear maps of x (Expand gives them exactly); false for
+  // MLA with a latent norm, whose engines then project through ProjectKv.
+  virtual bool LinearKv(const ModelConfig&) const { return true; }
 
   // The factored modes a model of this layout decodes in (verify's "all"); none
   // for dense K/V, which decodes expanded only.

@@ -53,6 +53,14 @@ inline at::Tensor Embed(const at::Tensor& embed, const at::Tensor& tokens,
 }
 
 // The SwiGLU feed-forward block.
+// The MLA latent of x, kv_down·x, through the latent's RMSNorm where the model has
+// one (kv.latent_norm, DeepSeek-V3's kv_a_layernorm): what MLA engines cache.
+inline at::Tensor MlaLatent(const ModelConfig& c, const LayerWeights& l, const at::Tensor& x) {
+  const at::Tensor latent = Linear(x, l.kv_down);
+  if (!c.kv.latent_norm) return latent;
+  return RmsNorm(latent, AsDtypeOf(l.kv_norm, latent), c.rms_norm_eps);
+}
+
 inline at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) {
   return Linear(at::silu(Linear(x, l.w_gate)) * Linear(x, l.w_up), l.w_down);
 }

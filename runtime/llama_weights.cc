@@ -336,6 +336,7 @@ LlamaWeights MapWeights(const LlamaWeights& w, const Convert& convert) {
                             {&m.kv_down, &l.kv_down},
                             {&m.k_up, &l.k_up},
                             {&m.v_up, &l.v_up},
+                            {&m.kv_norm, &l.kv_norm},
                             {&m.k_rope, &l.k_rope},
                             {&m.q_rope, &l.q_rope},
                             {&m.bk_rope, &l.bk_rope},

@@ -37,6 +37,7 @@ struct LayerWeights {
   LowRankProjection k_lr, v_lr;   // LRKV layout only
   at::Tensor kv_down;             // [dc, d] MLA layout only: the joint latent
   at::Tensor k_up, v_up;          // [Hkv*dh, dc] MLA layout only
+  at::Tensor kv_norm;             // [dc] MLA with kv.latent_norm: the latent's RMSNorm γ
   // MLA with decoupled RoPE (kv.DecoupledRope(), w = kv.RopeWidth()): the rotated key
   // every head shares and each query head's part against it, pair m turning with
   // RoPE plane m; bk then biases the RoPE-free key only.

@@ -5,12 +5,13 @@
 // DeepSeek layout) caches c_t and the shared rotated key k_t (rotated at write
 // time) and attends absorbed, as FlashMLA does: s_h(t) = (q_h W_hᵏ)·c_t +
 // q_h,rope·k_t, through the factored decode kernel (one shared "KV head" of
-// width d_c, the rotated key as its rank-w latent).
+// width d_c, the rotated key as its rank-w latent). With a latent norm the
+// cache holds the normalised latent (MlaLatent), the rest unchanged.
 #include <cmath>
 
 #include "kernels/decode_attention.h"
-#include "runtime/layers.h"
 #include "runtime/engines.h"
+#include "runtime/layers.h"
 
 namespace lrkv {
 namespace {
@@ -32,7 +33,7 @@ class MlaEngine : public DecodeEngine {
   void Append(int64_t layer, const at::Tensor& x,
               const RowPositions& at) override {
     const LayerWeights& l = weights_.layers[layer];
-    Write(latent_[layer], at, Linear(x, l.kv_down));
+    Write(latent_[layer], at, MlaLatent(config_, l, x));
     if (!config_.kv.DecoupledRope()) return;
     auto k = Linear(x, l.k_rope, l.bk_rope).unsqueeze(1);  // [R, 1, w]
     if (options_.fault == DecodeFault::kWrongPlane) {

@@ -56,8 +56,8 @@ std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
       }
     }
     for (at::Tensor* t :
-         {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up, &l.k_rope,
-          &l.bk_rope, &l.q_rope, &l.bq_rope})
+         {&l.wk, &l.wv, &l.bk, &l.bv, &l.kv_down, &l.k_up, &l.v_up, &l.kv_norm,
+          &l.k_rope, &l.bk_rope, &l.q_rope, &l.bq_rope})
       add(*t);
     if (set == TrainableSet::kKv) continue;
     for (at::Tensor* t : {&l.wq, &l.bq, &l.wo, &l.q_norm, &l.k_norm}) add(*t);

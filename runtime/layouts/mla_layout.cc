@@ -23,10 +23,19 @@ class Mla : public KvLayoutType {
          {dc + w, d});
       fn(LayerTensorName(i, "self_attn.kv_b_proj.weight"), &l.k_up,
          {c.num_heads * 2 * c.head_dim, dc});
+      if (c.kv.latent_norm) {
+        fn(LayerTensorName(i, "self_attn.kv_a_layernorm.weight"), &l.kv_norm,
+           {dc});
+      }
       return;
     }
     fn(LayerTensorName(i, "self_attn.kv_down.weight"), &l.kv_down,
        {c.kv.LatentAt(i), d});
+    if (c.kv.latent_norm) {
+      // DeepSeek-V3's name for the same norm.
+      fn(LayerTensorName(i, "self_attn.kv_a_layernorm.weight"), &l.kv_norm,
+         {c.kv.LatentAt(i)});
+    }
     fn(LayerTensorName(i, "self_attn.k_up.weight"), &l.k_up,
        {kv, c.kv.LatentAt(i)});
     fn(LayerTensorName(i, "self_attn.v_up.weight"), &l.v_up,
@@ -51,6 +60,10 @@ class Mla : public KvLayoutType {
   bool WeightsMatch(const ModelConfig& c, int64_t layer,
                     const LayerWeights& l) const override {
     bool ok = l.kv_down.defined() && l.kv_down.size(0) == c.kv.LatentAt(layer);
+    if (c.kv.latent_norm) {
+      ok = ok && l.kv_norm.defined() &&
+           l.kv_norm.numel() == c.kv.LatentAt(layer);
+    }
     if (c.kv.DecoupledRope()) {
       const int64_t w = c.kv.RopeWidth();
       ok = ok && l.k_rope.defined() && l.k_rope.size(0) == w &&
@@ -59,23 +72,33 @@ class Mla : public KvLayoutType {
     return ok;
   }
 
-  void ProjectKv(const ModelConfig&, int64_t, const LayerWeights& l,
+  void ProjectKv(const ModelConfig& c, int64_t, const LayerWeights& l,
                  const at::Tensor& x, at::Tensor* k,
                  at::Tensor* v) const override {
-    auto latent = Linear(x, l.kv_down);
+    const auto latent = MlaLatent(c, l, x);
     *k = Linear(latent, l.k_up, l.bk);
     *v = Linear(latent, l.v_up, l.bv);
   }
 
-  DenseKv Expand(const ModelConfig&, const LayerWeights& l) const override {
+  DenseKv Expand(const ModelConfig& c, const LayerWeights& l) const override {
     DenseKv out;
-    out.wk = at::matmul(l.k_up, l.kv_down);
-    out.wv = at::matmul(l.v_up, l.kv_down);
+    // With a latent norm: k_up·diag(γ)·kv_down, the projection up to the
+    // token's 1/rms(c_t), which every head shares.
+    const at::Tensor down =
+        c.kv.latent_norm
+            ? l.kv_down * l.kv_norm.to(l.kv_down.scalar_type()).unsqueeze(1)
+            : l.kv_down;
+    out.wk = at::matmul(l.k_up, down);
+    out.wv = at::matmul(l.v_up, down);
     out.bk = l.bk;
     out.bv = l.bv;
     out.wk_rope = l.k_rope;
     out.bk_rope = l.bk_rope;
     return out;
+  }
+
+  bool LinearKv(const ModelConfig& c) const override {
+    return !c.kv.latent_norm;
   }
 
   std::vector<DecodeMode> FactoredModes(const ModelConfig& c) const override {

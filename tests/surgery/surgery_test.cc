@@ -873,6 +873,53 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
 
 // A DeepSeek config.json outside what the layout's reader takes names the
 // field.
+// A decoupled-RoPE MLA model with a latent norm (γ drawn away from 1) is
+// written in the stock DeepSeek-V3 layout — kv_a_layernorm present, no
+// qk_latent_layernorm key — and in lrkv's own, and both load back as the same
+// model; the norm changes the function (it is not silently dropped).
+TEST(Surgery, LatentNormMlaRoundTripsThroughBothLayouts) {
+  const Source s = Stories();
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.rope_mode = RopeMode::kPartial;
+  o.latent = 24;
+  auto m = Convert(s, o);
+  const auto tokens = SomeTokens(s.config.vocab_size);
+  const auto without = Logits(m.config, m.weights, tokens);
+  m.config.kv.latent_norm = true;
+  at::manual_seed(5);
+  for (LayerWeights& l : m.weights.layers) {
+    l.kv_norm = 0.5 + at::rand({m.config.kv.latent}, at::kFloat);
+  }
+  const auto ref = Logits(m.config, m.weights, tokens);
+  EXPECT_GT(MaxRelError(ref, without), 1e-3);
+  const fs::path deepseek = testing::FreshTempDir("deepseek_norm");
+  ASSERT_TRUE(SaveDeepseekCheckpoint(deepseek.string(), m.config, m.weights,
+                                     nullptr, DType::kF32, uint64_t{5} << 30)
+                  .ok());
+  std::ifstream in(deepseek / "config.json");
+  EXPECT_FALSE(nlohmann::json::parse(in).contains("qk_latent_layernorm"));
+  const fs::path own = testing::FreshTempDir("mla_norm");
+  ASSERT_TRUE(
+      SaveSafetensorsCheckpoint(own.string(), m.config, m.weights, nullptr)
+          .ok());
+  for (const fs::path& dir : {deepseek, own}) {
+    SCOPED_TRACE(dir.string());
+    auto ckpt = Checkpoint::Open(dir.string());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    EXPECT_TRUE((*ckpt)->config().kv.latent_norm);
+    EXPECT_NE((*ckpt)->Find("model.layers.0.self_attn.kv_a_layernorm.weight"),
+              nullptr);
+    auto w = LoadLlamaWeights(**ckpt);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_LE(MaxRelError(Logits((*ckpt)->config(), *w, tokens), ref), 1e-5);
+  }
+  // Only decoupled-RoPE MLA has a latent norm.
+  ModelConfig lrkv = Convert(s, LrkvAt(2)).config;
+  lrkv.kv.latent_norm = true;
+  EXPECT_EQ(lrkv.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Surgery, DeepseekConfigsThisRuntimeCannotRunAreRefused) {
   const nlohmann::json base = {{"architectures", {"DeepseekV3ForCausalLM"}},
                                {"hidden_size", 64},
@@ -890,9 +937,15 @@ TEST(Surgery, DeepseekConfigsThisRuntimeCannotRunAreRefused) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->num_kv_heads, 4);
   EXPECT_EQ(ok->kv.latent, 16);
+  EXPECT_FALSE(ok->kv.latent_norm);
+  // Stock DeepSeek-V3 (no qk_latent_layernorm key) normalises the latent.
+  nlohmann::json stock = base;
+  stock.erase("qk_latent_layernorm");
+  auto normed = ConfigFromHfJson(stock.dump(), "config.json");
+  ASSERT_TRUE(normed.ok()) << normed.status();
+  EXPECT_TRUE(normed->kv.latent_norm);
   for (auto [field, value] :
        std::vector<std::pair<std::string, nlohmann::json>>{
-           {"qk_latent_layernorm", true},
            {"q_lora_rank", 64},
            {"v_head_dim", 8},
            {"attention_bias", true},

@@ -295,6 +295,22 @@ TEST(Equivalence, MlaWithDecoupledRopeIsExactAndAWrongPlaneIsNot) {
             mla.config.num_layers * 9 * (24 + mla.config.kv.RopeWidth()) * 4);
 }
 
+// MLA with a latent norm (DeepSeek-V3's kv_a_layernorm, γ away from 1): the
+// factored engine caches the normalised latent and decodes exactly as the
+// expanded engine, which projects through the norm itself; the wrong-plane
+// fault still fails.
+TEST(Equivalence, MlaWithALatentNormIsExact) {
+  Model mla = Convert(Stories(), KvVariant::kMla, 24, RopeMode::kPartial);
+  mla.config.kv.latent_norm = true;
+  at::manual_seed(3);
+  for (LayerWeights& l : mla.weights.layers) {
+    l.kv_norm = 0.5 + at::rand({24}, at::kFloat);
+  }
+  ExpectExact(mla, DecodeMode::kPartial);
+  ExpectWrong(Check(mla, DecodeMode::kPartial, at::kFloat,
+                    FactoredCacheLayout::kAuto, DecodeFault::kWrongPlane));
+}
+
 // Shared-plane LRKV (K latents shared by the heads, each plane read through a
 // per-head complex factor) decodes by associativity exactly as its expansion
 // does; turning the shared latents with the wrong planes' frequencies fails by
