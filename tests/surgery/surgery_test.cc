@@ -94,6 +94,17 @@ ConversionOptions LrkvAt(int64_t r, RopeMode mode = RopeMode::kReconstruct) {
   return o;
 }
 
+// MLA with decoupled RoPE at latent d_c, keeping `planes` RoPE planes (0: the
+// default, every plane).
+ConversionOptions DecoupledMlaAt(int64_t latent, int64_t planes = 0) {
+  ConversionOptions o;
+  o.variant = KvVariant::kMla;
+  o.rope_mode = RopeMode::kPartial;
+  if (planes > 0) o.rope_planes_kept = planes;
+  o.latent = latent;
+  return o;
+}
+
 TEST(Surgery, FullRankReproducesTheSource) {
   const Source stories = Stories();
   const auto tokens = SomeTokens(stories.config.vocab_size);
@@ -799,12 +810,7 @@ TEST(Surgery, ActivationMetricLowersTheOutputErrorOnCalibrationData) {
 // refused.
 TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   const Source s = Stories();
-  ConversionOptions o;
-  o.variant = KvVariant::kMla;
-  o.rope_mode = RopeMode::kPartial;
-  o.rope_planes_kept = 2;
-  o.latent = 24;
-  const auto m = Convert(s, o);
+  const auto m = Convert(s, DecoupledMlaAt(24, 2));
   const auto tokens = SomeTokens(s.config.vocab_size);
   const auto ref = Logits(m.config, m.weights, tokens);
   const fs::path dir = testing::FreshTempDir("deepseek");
@@ -840,9 +846,7 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   ModelConfig b = testing::SmallConfig();
   b.qkv_bias = true;
   const Source biased{b, RandomLlamaWeights(b, 3), std::nullopt};
-  o.rope_planes_kept = 1;
-  o.latent = 8;
-  const auto mb = Convert(biased, o);
+  const auto mb = Convert(biased, DecoupledMlaAt(8, 1));
   EXPECT_EQ(SaveDeepseekCheckpoint(testing::FreshTempDir("ds_bias").string(),
                                    mb.config, mb.weights, nullptr, DType::kF32,
                                    uint64_t{5} << 30)
@@ -858,10 +862,8 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   l3.rope_scaling.factor = 32;
   l3.rope_scaling.original_max_position_embeddings = 8192;
   const Source llama3{l3, RandomLlamaWeights(l3, 4), std::nullopt};
-  o.latent = 32;
   for (int64_t kept : {4, 16}) {
-    o.rope_planes_kept = kept;
-    const auto ml = Convert(llama3, o);
+    const auto ml = Convert(llama3, DecoupledMlaAt(32, kept));
     // Wavelengths under 8192 / 4 positions keep their frequency: planes 0..7
     // here.
     EXPECT_EQ(CheckDeepseekExport(ml.config).code(),
@@ -879,11 +881,7 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
 // model; the norm changes the function (it is not silently dropped).
 TEST(Surgery, LatentNormMlaRoundTripsThroughBothLayouts) {
   const Source s = Stories();
-  ConversionOptions o;
-  o.variant = KvVariant::kMla;
-  o.rope_mode = RopeMode::kPartial;
-  o.latent = 24;
-  auto m = Convert(s, o);
+  auto m = Convert(s, DecoupledMlaAt(24));
   const auto tokens = SomeTokens(s.config.vocab_size);
   const auto without = Logits(m.config, m.weights, tokens);
   m.config.kv.latent_norm = true;
