@@ -157,13 +157,24 @@ class AlternationStep {
   virtual Point Step(const at::Tensor& from) const = 0;
 };
 
+// What every free-support step reads of the whitened heads W̃ [H, k, d_h], in
+// float64, computed once for both precisions' runs.
+struct HeadSums {
+  explicit HeadSums(const at::Tensor& wt)
+      : gram(at::matmul(wt.transpose(1, 2), wt)),  // W̃_hᵀW̃_h
+        sum(wt.sum(0)),
+        energy(wt.pow(2).sum().item<double>()) {}
+  const at::Tensor gram, sum;
+  const double energy;  // Σ_h‖W̃_h‖²
+};
+
 // Free support (and partial mode's masked one), in the working precision
 // `work`: the whitened heads W̃ [H, k, d_h] are given in float64 and kept in
 // `work` for the GEMMs and eigh; the objectives are summed in float64 from
 // trace identities, so no step forms the [H, k, d_h] residual.
 class FreeStep : public AlternationStep {
  public:
-  FreeStep(const at::Tensor& wt, const at::Tensor& mask,
+  FreeStep(const at::Tensor& wt, const HeadSums& sums, const at::Tensor& mask,
            const LrkvDecompositionOptions& opt, at::ScalarType work)
       : mask_(mask.defined() ? mask.to(work) : mask),
         opt_(opt),
@@ -172,10 +183,10 @@ class FreeStep : public AlternationStep {
         dh_(wt.size(2)),
         wt_(wt.to(work)),
         wt_cols_(wt_.permute({1, 0, 2}).reshape({k_, h_ * dh_})),
-        wt_gram_(at::matmul(wt.transpose(1, 2), wt).to(work)),
-        wt_sum_(wt.sum(0)),
-        wt_sum_work_(wt_sum_.to(work)),
-        energy_(wt.pow(2).sum().item<double>()) {}
+        wt_gram_(sums.gram.to(work)),
+        wt_sum_(sums.sum),
+        wt_sum_work_(sums.sum.to(work)),
+        energy_(sums.energy) {}
 
   Point Step(const at::Tensor& from) const override {
     Point p;
@@ -343,6 +354,7 @@ void Alternate(const at::Tensor& wt, const at::Tensor& mask,
     out->converged = RunAlternation(PlaneStep(wt, opt),
                                     {opt.max_iters, opt.tol}, best, &trace);
   } else {
+    const HeadSums sums(wt);
     int polish = opt.max_iters;
     if (opt.max_iters > 1 && wt.numel() >= kFloat32PhaseMinElements) {
       // The float32 run's own objectives stay out of the trace (rounded to
@@ -350,14 +362,14 @@ void Alternate(const at::Tensor& wt, const at::Tensor& mask,
       // float64 ones); its start is the trace's.
       Trace work{{out->objective.back()}, {out->gauged_objective.back()}};
       Point p{best->s.to(at::kFloat), best->b.to(at::kFloat)};
-      RunAlternation(FreeStep(wt, mask, opt, at::kFloat),
+      RunAlternation(FreeStep(wt, sums, mask, opt, at::kFloat),
                      {opt.max_iters - 1, opt.tol}, &p, &work);
       out->float32_steps = static_cast<int>(work.gauged.size()) - 1;
       polish -= out->float32_steps;
       best->s = p.s.to(at::kDouble);
     }
     out->converged =
-        RunAlternation(FreeStep(wt, mask, opt, at::kDouble),
+        RunAlternation(FreeStep(wt, sums, mask, opt, at::kDouble),
                        {polish, opt.tol, kPolishWindow}, best, &trace);
   }
   out->objective = std::move(trace.objective);
@@ -372,8 +384,9 @@ void Finish(const at::Tensor& wt, const at::Tensor& basis,
             LrkvDecomposition* out) {
   // u: Ũ [H, k, r] (whitened coordinates, in the reduced basis if any); b: B
   // [H, dh, r].
-  at::Tensor s = p.s, u = at::matmul(wt - p.s, p.b);
-  const at::Tensor err = wt - s - at::matmul(u, p.b.transpose(1, 2));
+  const at::Tensor residual = wt - p.s;
+  at::Tensor s = p.s, u = at::matmul(residual, p.b);
+  const at::Tensor err = residual - at::matmul(u, p.b.transpose(1, 2));
   const auto head_err = err.pow(2).sum({1, 2}).sqrt();
   const auto head_norm = wt.pow(2).sum({1, 2}).sqrt();
   for (int64_t i = 0; i < wt.size(0); ++i) {
