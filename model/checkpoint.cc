@@ -69,6 +69,11 @@ constexpr NameMap kLayerNames[] = {
     {"ffn_gate.weight", "mlp.gate_proj.weight"},
     {"ffn_up.weight", "mlp.up_proj.weight"},
     {"ffn_down.weight", "mlp.down_proj.weight"},
+    // deepseek2 (MLA with decoupled RoPE); attn_k_b / attn_v_b are fused into
+    // kv_b_proj on opening (FuseDeepseekGgufKvB).
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
 };
 
 // What a folder without a tokenizer was searched for, for messages.
@@ -195,6 +200,71 @@ std::string GgufNameFromCanonical(const std::string& name) {
   return "";
 }
 
+// kv_b_proj [H·2d_h, d_c] of layer `layer` from llama.cpp's per-head split:
+// head h's rows are k_b[h]ᵀ (k_b [H, d_c, d_h]) then v_b[h] ([H, d_h, d_c]).
+static absl::StatusOr<std::vector<uint8_t>> FusedKvB(const TensorView& k_b,
+                                                     const TensorView& v_b) {
+  const uint64_t es = v_b.dtype == DType::kF32 ? 4
+                      : v_b.dtype == DType::kF16 || v_b.dtype == DType::kBF16
+                          ? 2
+                          : 0;
+  if (es == 0 || k_b.dtype != v_b.dtype || k_b.shape.size() != 3 ||
+      v_b.shape.size() != 3 || k_b.shape[0] != v_b.shape[0] ||
+      k_b.shape[1] != v_b.shape[2] || k_b.shape[2] != v_b.shape[1]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(k_b.name, " ", ShapeString(k_b.shape), " and ", v_b.name,
+                     " ", ShapeString(v_b.shape),
+                     ": need F32/F16/BF16 [H, d_c, d_h] and [H, d_h, d_c]"));
+  }
+  const int64_t h = k_b.shape[0], dc = k_b.shape[1], dh = k_b.shape[2];
+  std::vector<uint8_t> out(static_cast<size_t>(h * 2 * dh * dc) * es);
+  uint8_t* row = out.data();
+  for (int64_t head = 0; head < h; ++head) {
+    const uint8_t* k = k_b.data + head * dc * dh * es;
+    for (int64_t i = 0; i < dh; ++i) {
+      for (int64_t c = 0; c < dc; ++c, row += es) {
+        std::memcpy(row, k + (c * dh + i) * es, es);
+      }
+    }
+    const size_t v_bytes = static_cast<size_t>(dh * dc) * es;
+    std::memcpy(row, v_b.data + head * v_bytes, v_bytes);
+    row += v_bytes;
+  }
+  return out;
+}
+
+absl::Status FuseDeepseekGgufKvB(Checkpoint* ckpt) {
+  for (int64_t i = 0; i < ckpt->config_.num_layers; ++i) {
+    const std::string blk = absl::StrCat("blk.", i, ".");
+    const TensorView* k_b = ckpt->Find(blk + "attn_k_b.weight");
+    const TensorView* v_b = ckpt->Find(blk + "attn_v_b.weight");
+    if (k_b == nullptr || v_b == nullptr)
+      continue;  // the loader names what is missing
+    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, FusedKvB(*k_b, *v_b));
+    TensorView fused;
+    fused.name =
+        absl::StrCat("model.layers.", i, ".self_attn.kv_b_proj.weight");
+    fused.dtype = v_b->dtype;
+    fused.shape = {k_b->shape[0] * 2 * k_b->shape[2], k_b->shape[1]};
+    fused.nbytes = bytes.size();
+    ckpt->assembled_.push_back(std::move(bytes));
+    fused.data = ckpt->assembled_.back().data();
+    ckpt->tensors_.push_back(std::move(fused));
+  }
+  // The split halves are now part of kv_b_proj: the model has no place for
+  // them.
+  auto split = [](const TensorView& t) {
+    return t.name.rfind("blk.", 0) == 0 &&
+           (t.name.find(".attn_k_b.weight") != std::string::npos ||
+            t.name.find(".attn_v_b.weight") != std::string::npos);
+  };
+  ckpt->tensors_.erase(
+      std::remove_if(ckpt->tensors_.begin(), ckpt->tensors_.end(), split),
+      ckpt->tensors_.end());
+  ckpt->Index();
+  return absl::OkStatus();
+}
+
 void Checkpoint::Index() {
   index_.clear();
   for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
@@ -241,6 +311,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
       ckpt->tensors_.push_back(std::move(v));
     }
     ckpt->Index();
+    if (ckpt->config_.deepseek_layout) {
+      if (auto s = FuseDeepseekGgufKvB(ckpt.get()); !s.ok())
+        return WithPath(s, path);
+    }
     return ckpt;
   }
   if (!fs::is_directory(path, ec) && fs::path(path).extension() == ".gguf") {

@@ -52,7 +52,11 @@ class Checkpoint {
   std::unique_ptr<GgufReader> gguf_;
   std::unique_ptr<SafetensorsReader> safetensors_;
   std::vector<TensorView> tensors_;
+  // Tensors assembled on opening rather than mapped (a deepseek2 GGUF's
+  // kv_b_proj, which the file stores split per head).
+  std::vector<std::vector<uint8_t>> assembled_;
   std::map<std::string, size_t> index_;
+  friend absl::Status FuseDeepseekGgufKvB(Checkpoint* ckpt);
 };
 
 // The tokenizer of a checkpoint path without reading its weights: a GGUF file's

@@ -620,11 +620,12 @@ absl::Status Llama3ScalingFromFactors(const TensorView& t, ModelConfig* c) {
 
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufContents& g) {
   ASSIGN_OR_RETURN(std::string arch, GgufString(g, "general.architecture"));
+  if (arch == "deepseek2") return ConfigFromDeepseekGguf(g);
   if (arch != "llama" && arch != "qwen2" && arch != "qwen3") {
     return Invalid(
         absl::StrCat("unsupported architecture (metadata "
                      "'general.architecture' = '",
-                     arch, "'); supported: llama, qwen2, qwen3"));
+                     arch, "'); supported: llama, qwen2, qwen3, deepseek2"));
   }
   ModelConfig c;
   // Every architecture's hyperparameters sit under its own name:

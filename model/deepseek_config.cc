@@ -123,4 +123,74 @@ absl::StatusOr<ModelConfig> ConfigFromDeepseekJson(const json& j,
   return c;
 }
 
+absl::StatusOr<ModelConfig> ConfigFromDeepseekGguf(const GgufContents& g) {
+  const std::string source = "deepseek2 GGUF";
+  auto key = [](const char* k) { return absl::StrCat("deepseek2.", k); };
+  json j = {{"num_key_value_heads", nullptr}};
+  // DeepSeek config.json field <- GGUF key; required unless a default is given.
+  struct Field {
+    const char* hf;
+    const char* gguf;
+    bool required;
+  };
+  static constexpr Field kFields[] = {
+      {"hidden_size", "embedding_length", true},
+      {"intermediate_size", "feed_forward_length", true},
+      {"num_hidden_layers", "block_count", true},
+      {"num_attention_heads", "attention.head_count", true},
+      {"max_position_embeddings", "context_length", false},
+      {"kv_lora_rank", "attention.kv_lora_rank", true},
+      {"qk_rope_head_dim", "rope.dimension_count", true},
+      {"v_head_dim", "attention.value_length_mla", true},
+      {"first_k_dense_replace", "leading_dense_block_count", false},
+      {"vocab_size", "vocab_size", false}};
+  for (const Field& f : kFields) {
+    auto v = GgufUint(g, key(f.gguf));
+    if (v.ok()) {
+      j[f.hf] = *v;
+    } else if (f.required || !absl::IsNotFound(v.status())) {
+      return Invalid(absl::StrCat(source, ": ", v.status().message()));
+    }
+  }
+  ASSIGN_OR_RETURN(const uint64_t key_mla,
+                   GgufUint(g, key("attention.key_length_mla")));
+  j["qk_nope_head_dim"] =
+      static_cast<int64_t>(key_mla) - j["qk_rope_head_dim"].get<int64_t>();
+  j["num_key_value_heads"] = j["num_attention_heads"];
+  if (auto q = GgufUint(g, key("attention.q_lora_rank")); q.ok() && *q > 0) {
+    j["q_lora_rank"] = *q;
+  }
+  if (auto e = GgufUint(g, key("expert_count")); e.ok() && *e > 0) {
+    j["n_routed_experts"] = *e;
+    if (!j.contains("first_k_dense_replace")) j["first_k_dense_replace"] = 0;
+  }
+  if (auto eps = GgufFloat(g, key("attention.layer_norm_rms_epsilon"));
+      eps.ok()) {
+    j["rms_norm_eps"] = *eps;
+  }
+  if (auto theta = GgufFloat(g, key("rope.freq_base")); theta.ok()) {
+    j["rope_theta"] = *theta;
+  }
+  if (auto type = GgufString(g, key("rope.scaling.type"));
+      type.ok() && *type != "none") {
+    auto factor = GgufFloat(g, key("rope.scaling.factor"));
+    j["rope_scaling"] = {{"rope_type", *type},
+                         {"factor", factor.ok() ? *factor : 1.0}};
+  }
+  bool has_output = false;
+  for (const auto& t : g.tensors) {
+    has_output = has_output || t.name == "output.weight";
+    if (t.name == "token_embd.weight" && t.shape.size() == 2 &&
+        !j.contains("vocab_size")) {
+      j["vocab_size"] = t.shape[0];
+    }
+  }
+  j["tie_word_embeddings"] = !has_output;
+  if (auto v = GgufUint(g, "tokenizer.ggml.bos_token_id"); v.ok())
+    j["bos_token_id"] = *v;
+  if (auto v = GgufUint(g, "tokenizer.ggml.eos_token_id"); v.ok())
+    j["eos_token_id"] = *v;
+  return ConfigFromDeepseekJson(j, source);
+}
+
 }  // namespace lrkv

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/gguf.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {
@@ -21,6 +22,12 @@ bool IsDeepseekConfig(const std::string& architecture,
 // InvalidArgument naming the field for what the layout's rules exclude.
 absl::StatusOr<ModelConfig> ConfigFromDeepseekJson(const nlohmann::json& j,
                                                    const std::string& source);
+
+// The model a llama.cpp `deepseek2` GGUF describes (as lrkv's deepseek2 export
+// writes it, runtime/deepseek_gguf_export.h): its metadata read as the
+// DeepSeek config.json fields they stand for, then ConfigFromDeepseekJson's
+// rules. The latent norm is always on (deepseek2 always applies it).
+absl::StatusOr<ModelConfig> ConfigFromDeepseekGguf(const GgufContents& gguf);
 
 }  // namespace lrkv
 

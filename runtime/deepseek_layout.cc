@@ -28,14 +28,9 @@ double QueryScale(const ModelConfig& c) {
                    static_cast<double>(c.head_dim));
 }
 
-// DeepSeek's rotary: base and linear factor reproducing the kept planes'
-// frequencies.
-struct DeepseekRope {
-  double theta = 10000.0;
-  double linear_factor = 1.0;
-};
+}  // namespace
 
-absl::StatusOr<DeepseekRope> RopeFor(const ModelConfig& c) {
+absl::StatusOr<DeepseekRope> DeepseekRopeFor(const ModelConfig& c) {
   if (c.rope_scaling.type == RopeScalingType::kDynamic) {
     return Invalid(
         "DeepSeek export: dynamic rope_scaling turns each position with its "
@@ -68,6 +63,8 @@ absl::StatusOr<DeepseekRope> RopeFor(const ModelConfig& c) {
   return out;
 }
 
+namespace {
+
 absl::Status CheckExportable(const ModelConfig& c) {
   RETURN_IF_ERROR(c.Validate());
   if (!c.kv.DecoupledRope()) {
@@ -78,6 +75,12 @@ absl::Status CheckExportable(const ModelConfig& c) {
         RopeModeName(c.kv.rope_mode)));
   }
   const char* why = c.qkv_bias ? "attention biases (DeepSeek's q_proj has none)"
+                    : c.qk_norm ? "QK-norm (Qwen3, OLMo-2: serve such a model "
+                                  "with lrkv)"
+                    : !c.kv.latent_norm
+                        ? "a latent without its RMSNorm (kv_a_layernorm, which "
+                          "stock DeepSeek-V3 always applies): convert with "
+                          "--latent-norm"
                     : !c.kv.layer_sizes.empty()
                         ? "per-layer latent sizes (one kv_lora_rank)"
                     : !c.nope_layers.empty() ? "NoPE layers"
@@ -136,9 +139,6 @@ std::string DeepseekConfigJson(const ModelConfig& c, const DeepseekRope& rope,
            ? json{{"rope_type", "linear"}, {"factor", rope.linear_factor}}
            : json()},
   };
-  // Without a latent norm the model departs from stock DeepSeek, which always
-  // applies kv_a_layernorm: the field TransMLA's loaders read says so.
-  if (!c.kv.latent_norm) j["qk_latent_layernorm"] = false;
   return j.dump(2) + "\n";
 }
 
@@ -167,7 +167,7 @@ absl::Status UnfuseDeepseekAttention(const ModelConfig& c,
 
 absl::Status CheckDeepseekExport(const ModelConfig& config) {
   RETURN_IF_ERROR(CheckExportable(config));
-  return RopeFor(config).status();
+  return DeepseekRopeFor(config).status();
 }
 
 absl::Status SaveDeepseekCheckpoint(const std::string& dir,
@@ -176,9 +176,21 @@ absl::Status SaveDeepseekCheckpoint(const std::string& dir,
                                     const Tokenizer* tokenizer, DType matrices,
                                     uint64_t max_shard_bytes) {
   RETURN_IF_ERROR(CheckExportable(config));
-  ASSIGN_OR_RETURN(const DeepseekRope rope, RopeFor(config));
+  ASSIGN_OR_RETURN(const DeepseekRope rope, DeepseekRopeFor(config));
   ModelConfig c = config;
   c.deepseek_layout = true;
+  c.num_kv_heads = c.num_heads;  // as written (kv_b_proj's rows are per head)
+  RETURN_IF_ERROR(SaveSafetensorsWeights(dir, c,
+                                         FuseDeepseekAttention(config, weights),
+                                         matrices, max_shard_bytes));
+  RETURN_IF_ERROR(WriteFileAtomically(
+      (fs::path(dir) / kConfigFileName).string(),
+      DeepseekConfigJson(config, rope, TorchDTypeName(matrices))));
+  return WriteTokenizerFiles(dir, tokenizer);
+}
+
+LlamaWeights FuseDeepseekAttention(const ModelConfig& c,
+                                   const LlamaWeights& weights) {
   const int64_t h = c.num_heads, hkv = c.num_kv_heads, group = h / hkv,
                 dh = c.head_dim, w = c.kv.RopeWidth(), d = c.hidden_size,
                 dc = c.kv.latent;
@@ -197,13 +209,7 @@ absl::Status SaveDeepseekCheckpoint(const std::string& dir,
     l.k_up = kv_b.repeat_interleave(group, 0).reshape({h * 2 * dh, dc});
     l.v_up = l.q_rope = l.k_rope = at::Tensor();
   }
-  c.num_kv_heads = h;  // as written (DeepSeek's kv_b_proj rows are per head)
-  RETURN_IF_ERROR(
-      SaveSafetensorsWeights(dir, c, fused, matrices, max_shard_bytes));
-  RETURN_IF_ERROR(WriteFileAtomically(
-      (fs::path(dir) / kConfigFileName).string(),
-      DeepseekConfigJson(config, rope, TorchDTypeName(matrices))));
-  return WriteTokenizerFiles(dir, tokenizer);
+  return fused;
 }
 
 }  // namespace lrkv

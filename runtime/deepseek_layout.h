@@ -7,11 +7,10 @@
 //  layers), no
 //    attention biases (DeepSeek's q_proj has none), v_head_dim =
 //    qk_nope_head_dim;
-//  - the latent's RMSNorm (kv_a_layernorm) where the model has one
-//    (kv.latent_norm), as stock DeepSeek-V3 always applies it. A model without
-//    one (its latent linear in x) is written with "qk_latent_layernorm": false,
-//    the field TransMLA's DeepSeek loaders read; transformers' DeepseekV3 does
-//    not read it, so it does not run those checkpoints as they are meant;
+//  - the latent's RMSNorm (kv_a_layernorm), which stock DeepSeek-V3 always
+//    applies: a model without one (kv.latent_norm false) is refused on
+//    writing; reading, a config with "qk_latent_layernorm": false (TransMLA's
+//    loaders' field) loads as such a model;
 //  - rope_interleave: pair m of the rotated parts is dims (2m, 2m+1) and turns
 //  with
 //    DeepSeek's m-th frequency rope_theta^(-2m/qk_rope_head_dim), times
@@ -33,6 +32,27 @@
 #include "model/tokenizer.h"
 
 namespace lrkv {
+
+// DeepSeek's rotary for the kept planes: the base and linear factor that
+// reproduce their frequencies as one progression
+// rope_theta^(-2m/d_rope)/factor.
+struct DeepseekRope {
+  double theta = 10000.0;
+  double linear_factor = 1.0;
+};
+
+// FailedPrecondition where the kept planes' frequencies are no such
+// progression.
+absl::StatusOr<DeepseekRope> DeepseekRopeFor(const ModelConfig& config);
+
+// A decoupled-RoPE MLA model's attention in DeepSeek's fused form, float32:
+// wq = q_proj ([q_nope | q_rope] per head, times sqrt((d_h + d_rope)/d_h)),
+// kv_down = kv_a_proj_with_mqa ([latent | shared rotated key]), k_up =
+// kv_b_proj ([k_nope | v] per query head, each KV head's rows repeated for its
+// group); v_up, q_rope and k_rope cleared. Its config as written has
+// num_kv_heads = num_heads.
+LlamaWeights FuseDeepseekAttention(const ModelConfig& config,
+                                   const LlamaWeights& weights);
 
 // Splits the fused tensors a deepseek_layout load leaves in each layer's wq,
 // kv_down and k_up into wq, q_rope, kv_down, k_rope, k_up and v_up (float32).

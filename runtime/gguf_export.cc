@@ -4,10 +4,11 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "model/checkpoint.h"
 #include "model/gguf_writer.h"
+#include "runtime/deepseek_gguf_export.h"
 #include "runtime/rope.h"
-#include "base/status_macros.h"
 
 namespace lrkv {
 namespace {
@@ -21,7 +22,10 @@ std::string GgufArchitecture(const ModelConfig& c) {
   return "llama";
 }
 
-absl::Status AddTokenizer(const Tokenizer& tokenizer, int64_t rows, GgufBuilder* g) {
+}  // namespace
+
+absl::Status AddGgufTokenizer(const Tokenizer& tokenizer, int64_t rows,
+                              GgufBuilder* g) {
   ASSIGN_OR_RETURN(GgufVocabulary v, tokenizer.ToGgufVocabulary());
   // llama.cpp wants one token per embedding row: pad as its converter does.
   for (int64_t id = static_cast<int64_t>(v.tokens.size()); id < rows; ++id) {
@@ -46,10 +50,9 @@ absl::Status AddTokenizer(const Tokenizer& tokenizer, int64_t rows, GgufBuilder*
   return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::Status CheckGgufExportable(const ModelConfig& config) {
   RETURN_IF_ERROR(config.Validate());
+  if (config.kv.DecoupledRope()) return CheckDeepseekGgufExport(config);
   if (config.kv.layout != KvLayout::kDense) {
     return Invalid(absl::StrCat("a ", KvLayoutName(config.kv.layout),
                                 " checkpoint has no GGUF form llama.cpp runs; convert with "
@@ -85,6 +88,9 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
                                               std::vector<at::Tensor>* keep,
                                               DType matrices) {
   RETURN_IF_ERROR(CheckGgufExportable(config));
+  if (config.kv.DecoupledRope()) {
+    return DeepseekGgufBuilder(config, weights, tokenizer, keep, matrices);
+  }
   const RopeScalingType scaling = config.rope_scaling.type;
   const std::string arch = GgufArchitecture(config);
   ModelConfig c = config;
@@ -139,7 +145,7 @@ absl::StatusOr<GgufBuilder> GgufExportBuilder(const ModelConfig& config,
                                       (0.1 * std::log(c.rope_scaling.factor) + 1.0)));
     }
   }
-  RETURN_IF_ERROR(AddTokenizer(tokenizer, c.vocab_size, &g));
+  RETURN_IF_ERROR(AddGgufTokenizer(tokenizer, c.vocab_size, &g));
 
   ASSIGN_OR_RETURN(std::vector<TensorView> views, WeightViews(c, w, keep, matrices));
   for (TensorView& v : views) {

@@ -469,7 +469,7 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   bo.checkpoint = model;
   // The decode mode of the converted model: its RoPE mode's name.
   const std::string mode =
-      RopeModeName(WithRopeModeResolved(co).conversion.rope_mode);
+      RopeModeName(WithAutoResolved(co).conversion.rope_mode);
   bo.mode = mode;
   bo.source = source.path;
   bo.context = pp.bench_context;

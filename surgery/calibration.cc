@@ -3,17 +3,18 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
-#include "runtime/perplexity.h"
 #include "base/status_macros.h"
+#include "runtime/perplexity.h"
 
 namespace lrkv {
 
-absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
-                                                    const Tokenizer& tokenizer,
-                                                    const std::vector<std::string>& docs,
-                                                    int64_t max_tokens,
-                                                    const StopCheck& stop) {
+absl::StatusOr<CalibrationStats> CollectCalibration(
+    const Transformer& model, const Tokenizer& tokenizer,
+    const std::vector<std::string>& docs, int64_t max_tokens,
+    const StopCheck& stop, int64_t samples) {
   if (max_tokens <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("calibration tokens must be positive, got ", max_tokens));
@@ -25,6 +26,10 @@ absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
   }
   at::NoGradGuard no_grad;
   const int64_t window = EvalWindow(c);
+  const int64_t stride =
+      samples > 0 ? std::max<int64_t>(1, (max_tokens + samples - 1) / samples)
+                  : 0;
+  std::vector<std::vector<at::Tensor>> kept(samples > 0 ? c.num_layers : 0);
   for (const auto& doc : docs) {
     if (stats.tokens >= max_tokens) break;
     std::vector<int64_t> ids = {tokenizer.document_start_id()};
@@ -35,9 +40,19 @@ absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
     for (int64_t p = 0; p < take; p += window) {
       RETURN_IF_ERROR(CheckStop(stop, "calibration"));
       const auto tokens = all.slice(0, p, std::min(p + window, take)).unsqueeze(0);
+      // Tokens of this window at positions stats.tokens + p + i with i ≡ first
+      // (mod stride).
+      const int64_t at = stats.tokens + p;
+      const int64_t first = stride > 0 ? (stride - at % stride) % stride : 0;
       model.Forward(tokens, [&](int64_t layer, const at::Tensor& x) {
-        auto flat = x.reshape({-1, x.size(-1)}).to(at::kDouble);
-        stats.gram[layer].addmm_(flat.t(), flat);
+        auto flat = x.reshape({-1, x.size(-1)});
+        stats.gram[layer].addmm_(flat.to(at::kDouble).t(),
+                                 flat.to(at::kDouble));
+        if (stride > 0 && first < flat.size(0)) {
+          kept[layer].push_back(flat.slice(0, first, flat.size(0), stride)
+                                    .to(at::kFloat)
+                                    .clone());
+        }
       });
     }
     stats.tokens += take;
@@ -45,6 +60,11 @@ absl::StatusOr<CalibrationStats> CollectCalibration(const Transformer& model,
   }
   if (stats.tokens == 0) {
     return absl::InvalidArgumentError("calibration text holds no tokens");
+  }
+  for (auto& layer : kept) {
+    auto all = at::cat(layer, 0);
+    stats.samples.push_back(all.size(0) > samples ? all.slice(0, 0, samples)
+                                                  : all);
   }
   return stats;
 }

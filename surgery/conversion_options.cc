@@ -149,6 +149,11 @@ absl::StatusOr<KvConfig> ResolveTarget(const ModelConfig& c,
   const bool mla_partial =
       o.variant == KvVariant::kMla && o.rope_mode == RopeMode::kPartial;
   RETURN_IF_ERROR(CheckRopeMode(c, o));
+  if (o.latent_norm && !mla_partial) {
+    return Invalid(
+        "--latent-norm is the RMSNorm of DeepSeek's MLA latent: it applies to "
+        "--variant mla --rope-mode partial only");
+  }
   const int64_t rope_width = mla_partial ? 2 * RopePlanesKept(c, o) : 0;
   if (o.variant == KvVariant::kMha) {
     return Invalid(

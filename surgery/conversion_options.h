@@ -62,6 +62,11 @@ struct ConversionOptions {
   /// over K and V; `auto` is `loss` when calibration text is given and the conversion
   /// can be run densely (not decoupled-RoPE MLA), `error` otherwise.
   AllocationObjective allocation_objective = AllocationObjective::kAuto;
+  /// MLA with decoupled RoPE: an RMSNorm on the latent (DeepSeek-V3's
+  /// kv_a_layernorm, which llama.cpp's deepseek2 and stock DeepSeek code always
+  /// apply), its weight fitted on the calibration inputs when given
+  /// (surgery/latent_norm_fit.h). Adds no cached element.
+  bool latent_norm = false;
 };
 
 // The RoPE planes a partial-mode conversion keeps (the option, or its default); 0 in

@@ -2,6 +2,7 @@
 #include "surgery/conversion_report.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -35,14 +36,22 @@ nlohmann::json ConversionReport::ToJson() const {
       lj["rope"] = {{"shared_energy", l.shared_rope_energy},
                     {"kept_plane_energy", l.kept_plane_energy}};
     }
+    if (latent_norm) {
+      lj["latent_norm_error"] = std::isnan(l.latent_norm_error)
+                                    ? nlohmann::json()
+                                    : nlohmann::json(l.latent_norm_error);
+    }
     layers_json.push_back(std::move(lj));
   }
   nlohmann::json j = {
       {"source", source},
       {"output", output},
       {"shape",
-       {{"layers", shape.layers}, {"hidden", shape.d()}, {"heads", shape.heads},
-        {"kv_heads", shape.source_kv_heads()}, {"head_dim", shape.head_dim},
+       {{"layers", shape.layers},
+        {"hidden", shape.d()},
+        {"heads", shape.heads},
+        {"kv_heads", shape.source_kv_heads()},
+        {"head_dim", shape.head_dim},
         {"qk_norm", shape.qk_norm},
         {"qk_norm_over_heads", shape.qk_norm_over_heads}}},
       {"variant", KvVariantName(target.variant)},
@@ -54,6 +63,7 @@ nlohmann::json ConversionReport::ToJson() const {
       {"rope_mode", rope_mode_applies ? RopeModeName(rope_mode) : "unchanged"},
       {"rope_planes_kept", rope_planes_kept},
       {"rope_dim", target.rope_dim},
+      {"latent_norm", latent_norm},
       {"budget", budget},
       {"cache_elements_per_token_layer", footprint.elements_per_token_layer},
       {"cache_elements_per_token", footprint.elements_per_token},
@@ -190,6 +200,19 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
     absl::StrAppendFormat(&out, "%5d  %30.2f%%  %24.2f%%\n", l.value("layer", int64_t{0}),
                           100 * l["rope"].value("kept_plane_energy", 0.0),
                           100 * l["rope"].value("shared_energy", 0.0));
+  }
+  if (j.value("latent_norm", false)) {
+    absl::StrAppend(&out,
+                    "\nlatent norm (kv_a_layernorm): relative error it adds to "
+                    "the RoPE-free keys and values before healing\n");
+    for (const auto& l : j.value("layers", nlohmann::json::array())) {
+      const nlohmann::json& e = l["latent_norm_error"];
+      absl::StrAppendFormat(
+          &out, "%5d  %s\n", l.value("layer", int64_t{0}),
+          e.is_number()
+              ? absl::StrFormat("%.5f", e.get<double>())
+              : "not measured (gamma from the weights: give --calib)");
+    }
   }
   if (capped) {
     const nlohmann::json solver = j.value("solver", nlohmann::json::object());

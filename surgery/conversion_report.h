@@ -5,6 +5,7 @@
 #define LRKV_SURGERY_CONVERSION_REPORT_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct LayerReport {
   // MLA with decoupled RoPE (surgery/decoupled_rope.h): of the kept planes' key energy,
   // the share the shared rotated key carries; of the key's, the share in the kept planes.
   double shared_rope_energy = 0, kept_plane_energy = 0;
+  // MLA with a latent norm: the relative error the norm adds to the RoPE-free
+  // keys and values on the calibration inputs (surgery/latent_norm_fit.h);
+  // NaN when fitted without them.
+  double latent_norm_error = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct ConversionReport {
@@ -54,6 +59,7 @@ struct ConversionReport {
   // it, and the report says "unchanged" rather than a mode that did nothing.
   bool rope_mode_applies = true;
   int64_t rope_planes_kept = 0;
+  bool latent_norm = false;  // MLA: the latent's RMSNorm (LayerReport)
   double budget = 0;      // requested budget (0 when an explicit size was given)
   CacheFootprint footprint;         // per token per layer, ratios
   int64_t calibration_tokens = 0;

@@ -174,8 +174,11 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   std::optional<DType> matrices;
   if (o.weight_dtype != "auto") matrices = ParseWeightDType(o.weight_dtype);
   const bool probe_loss = ProbesLoss(o);
+  // The latent norm's fit reads calibration inputs when text is given.
+  const bool norm_fit = o.conversion.latent_norm && !o.calib_path.empty();
+  const bool calibrate = activation || norm_fit;
   std::vector<std::string> calib_docs, eval_docs;
-  if (activation || probe_loss) {
+  if (calibrate || probe_loss) {
     ASSIGN_OR_RETURN(auto docs, ReadDocuments(o.calib_path));
     calib_docs = o.calib_range.Slice(docs);
     if (calib_docs.empty()) return Invalid("--calib-range selects no document");
@@ -197,18 +200,19 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
   report.output = o.out_dir;
   std::optional<CalibrationStats> calib;
   const int64_t stages =
-      2 + (activation ? 1 : 0) + (o.eval_path.empty() ? 0 : 1);
+      2 + (calibrate ? 1 : 0) + (o.eval_path.empty() ? 0 : 1);
   int64_t stage = 0;
   auto progress = [&](const std::string& what) {
     if (o.on_progress) o.on_progress(what, ++stage, stages);
   };
-  if (activation) {
+  if (calibrate) {
     progress(
         absl::StrCat("calibration on ", o.calib_tokens, " tokens at most"));
     const auto t = std::chrono::steady_clock::now();
     ASSIGN_OR_RETURN(calib,
                      CollectCalibration(*source, *ckpt->tokenizer(), calib_docs,
-                                        o.calib_tokens, o.should_stop));
+                                        o.calib_tokens, o.should_stop,
+                                        norm_fit ? kLatentNormSamples : 0));
     report.calibration_seconds = since(t);
   }
   KvLossProbe loss_probe;
@@ -260,15 +264,25 @@ RopeMode AutoRopeMode(const ConversionOptions& c) {
                                         : RopeMode::kPlane;
 }
 
-ConvertJobOptions WithRopeModeResolved(ConvertJobOptions o) {
-  o.conversion.rope_mode = o.rope_mode.value_or(AutoRopeMode(o.conversion));
+bool DeepseekFormat(const ConvertJobOptions& o) {
+  return o.format == "gguf" || o.format == "deepseek";
+}
+
+ConvertJobOptions WithAutoResolved(ConvertJobOptions o) {
+  const bool deepseek_mla =
+      o.conversion.variant == KvVariant::kMla && DeepseekFormat(o) && !o.expand;
+  o.conversion.rope_mode = o.rope_mode.value_or(
+      deepseek_mla ? RopeMode::kPartial : AutoRopeMode(o.conversion));
   o.rope_mode = o.conversion.rope_mode;
+  o.conversion.latent_norm = o.latent_norm.value_or(
+      deepseek_mla && o.conversion.rope_mode == RopeMode::kPartial);
+  o.latent_norm = o.conversion.latent_norm;
   return o;
 }
 
 absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
                                        const Checkpoint& source) {
-  const ConvertJobOptions o = WithRopeModeResolved(asked);
+  const ConvertJobOptions o = WithAutoResolved(asked);
   // The target resolved and its scheme found, as the conversion will (an
   // impossible size or budget is refused here, before any work).
   ASSIGN_OR_RETURN(const std::unique_ptr<KvScheme> scheme,
@@ -299,6 +313,14 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
     return Invalid(absl::StrCat("--format '", o.format,
                                 "' is not one of safetensors, gguf, deepseek"));
   }
+  if (DeepseekFormat(o) && o.conversion.variant == KvVariant::kMla &&
+      !o.expand && !o.conversion.latent_norm) {
+    return Invalid(absl::StrCat(
+        "--format ", o.format, ": ",
+        gguf ? "llama.cpp's deepseek2" : "stock DeepSeek-V3",
+        " always applies the latent's RMSNorm (kv_a_layernorm): convert with "
+        "--latent-norm"));
+  }
   if (o.format == "deepseek") {
     if (o.conversion.variant != KvVariant::kMla ||
         o.conversion.rope_mode != RopeMode::kPartial || o.expand) {
@@ -320,14 +342,13 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
   }
   if (o.max_shard_bytes == 0)
     return Invalid("--max-shard-size must be positive");
-  if ((o.expand || gguf) && o.conversion.variant == KvVariant::kMla &&
+  if (o.expand && o.conversion.variant == KvVariant::kMla &&
       o.conversion.rope_mode == RopeMode::kPartial) {
-    return Invalid(absl::StrCat(o.expand ? "--expand" : "--format gguf",
-                                ": MLA with decoupled RoPE has keys of d_h + "
-                                "d_rope dims (a RoPE-free part and a "
-                                "rotated part all heads share), which no dense "
-                                "Llama layout holds; write the MLA "
-                                "checkpoint as safetensors"));
+    return Invalid(
+        "--expand: MLA with decoupled RoPE has keys of d_h + d_rope dims (a "
+        "RoPE-free part and a rotated part all heads share), which no dense "
+        "Llama layout holds; write it as MLA (--format safetensors, gguf or "
+        "deepseek)");
   }
   if (gguf) {
     // What the writer would refuse after the decomposition, refused before it.
@@ -361,7 +382,7 @@ absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text) {
 absl::StatusOr<ConversionReport> RunConvertJob(
     const ConvertJobOptions& options) {
   try {
-    return Run(WithRopeModeResolved(options));
+    return Run(WithAutoResolved(options));
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("conversion failed in LibTorch: ",
                                             e.what_without_backtrace()));

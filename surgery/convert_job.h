@@ -44,8 +44,14 @@ struct ConvertJobOptions {
   /// (WithRopeModeResolved): set this, not conversion.rope_mode, which the
   /// resolution overwrites.
   std::optional<RopeMode> rope_mode;
-  /// Calibration text (needed for the activation metric), its document range
-  /// and the number of tokens to use at most.
+  /// MLA with decoupled RoPE: the latent's RMSNorm (ConversionOptions::
+  /// latent_norm). Unset is on for --format gguf and deepseek (llama.cpp's
+  /// deepseek2 and stock DeepSeek-V3 always apply it), off otherwise. The job
+  /// converts with conversion.latent_norm = this, resolved.
+  std::optional<bool> latent_norm;
+  /// Calibration text (needed for the activation metric, read by per-layer
+  /// sizes by loss and the latent norm's fit), its document range and the
+  /// number of tokens to use at most.
   std::string calib_path;
   DocumentRange calib_range;
   int64_t calib_tokens = 16384;
@@ -92,6 +98,10 @@ inline constexpr char kGgufExportFileName[] = "model.gguf";
 // before).
 inline constexpr int64_t kMaxCalibrationTokens = int64_t{1} << 24;
 
+// Calibration tokens whose attention inputs the latent norm's fit reads per
+// layer (spread over the calibration text; 4 MB a layer at d = 1024).
+inline constexpr int64_t kLatentNormSamples = 1024;
+
 class Checkpoint;
 
 // What `--rope-mode auto` converts with: for LRKV `plane` — exact, associative,
@@ -102,9 +112,16 @@ class Checkpoint;
 // layout, `partial`, approximates it); GQA/MQA keep the source's RoPE.
 RopeMode AutoRopeMode(const ConversionOptions& conversion);
 
-// `options` with conversion.rope_mode (and rope_mode) the mode asked for, or
-// `auto`'s.
-ConvertJobOptions WithRopeModeResolved(ConvertJobOptions options);
+// Whether the output format holds MLA only in DeepSeek's decoupled layout with
+// the latent norm (gguf as llama.cpp's deepseek2, deepseek).
+bool DeepseekFormat(const ConvertJobOptions& options);
+
+// `options` with the choices left to `auto` made: conversion.rope_mode (and
+// rope_mode) the mode asked for, or AutoRopeMode's — partial for MLA written
+// in a DeepSeek format, the only layout those hold —, and
+// conversion.latent_norm (and latent_norm) as asked, or on for MLA with
+// decoupled RoPE in a DeepSeek format.
+ConvertJobOptions WithAutoResolved(ConvertJobOptions options);
 
 // InvalidArgument naming the option when one does not apply to `source` (the
 // target's shape, the metric's inputs, formats, dtypes, limits); RunConvertJob

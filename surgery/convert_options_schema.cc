@@ -102,6 +102,12 @@ void AddMethodOptions(OptionSchema<Options>& s) {
       "(one "
       "forward pass over them per layer and candidate size)");
   s.Value(
+      "latent_norm", [](Options & o) -> auto& { return o.latent_norm; },
+      "MLA with decoupled RoPE: an RMSNorm on the latent, as DeepSeek-V3's "
+      "kv_a_layernorm (default on for --format gguf|deepseek, which llama.cpp "
+      "and stock DeepSeek code run with it; off otherwise); its weight fitted "
+      "on --calib when given");
+  s.Value(
       "rope_planes",
       [](Options & o) -> auto& { return o.conversion.rope_planes_kept; },
       "Partial mode: RoPE planes kept, the highest frequencies (default a "
@@ -163,12 +169,14 @@ OptionSchema<Options> Build() {
     // given to neither, it would be ignored without a word.
     if (!o.calib_path.empty() &&
         o.conversion.metric == SurgeryMetric::kWeight &&
-        o.conversion.allocation == SizeAllocation::kUniform) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(OptionName("calib", source), " is read only by ",
-                       OptionName("metric", source), " activation or ",
-                       OptionName("allocation", source),
-                       " layers; with neither it would be ignored"));
+        o.conversion.allocation == SizeAllocation::kUniform &&
+        !WithAutoResolved(o).conversion.latent_norm) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          OptionName("calib", source), " is read only by ",
+          OptionName("metric", source), " activation, ",
+          OptionName("allocation", source), " layers or the MLA latent norm (",
+          OptionName("latent_norm", source),
+          "); with none of them it would be ignored"));
     }
     return absl::OkStatus();
   });

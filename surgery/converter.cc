@@ -48,6 +48,10 @@ absl::StatusOr<SourceLayer> ReadSourceLayer(const LlamaWeights& weights,
         layer.whitening,
         WhiteningFactor(calibration->gram[i], calibration->tokens, o.damping));
   }
+  if (calibration != nullptr &&
+      static_cast<int64_t>(calibration->samples.size()) > i) {
+    layer.inputs = calibration->samples[i];
+  }
   return layer;
 }
 
@@ -73,6 +77,7 @@ void FillReport(const ModelConfig& config, const KvScheme& scheme,
   report->rope_mode_applies =
       scheme.converted_config().kv.layout != KvLayout::kDense;
   report->rope_planes_kept = scheme.rope_planes_kept();
+  report->latent_norm = scheme.converted_config().kv.latent_norm;
   report->budget = o.budget;
   report->footprint = MeasureFootprint(report->shape, scheme.target(), 1, 1, 1);
   report->calibration_tokens = calibration != nullptr ? calibration->tokens : 0;

@@ -38,6 +38,9 @@ struct SourceLayer {
   LayerWeights kv;
   // L of the activation metric's whitening; undefined for the weight metric.
   at::Tensor whitening;
+  // Calibration attention inputs [n, d] (CalibrationStats::samples), or
+  // undefined.
+  at::Tensor inputs;
 };
 
 // The loss change of the model with one layer alone converted to `candidate` at

@@ -13,7 +13,9 @@ namespace {
 std::string FlagNames(const OptionInfo& info) {
   std::string names = "--" + OptionFlagName(info.name);
   for (const auto& alias : info.aliases) names += ",--" + OptionFlagName(alias);
-  if (info.type == OptionType::kFlag && info.default_value == true) {
+  // A flag on by default, or unset (auto) until given, can be turned off.
+  if (info.type == OptionType::kFlag &&
+      (info.default_value == true || info.default_value.is_null())) {
     names += ",!--no-" + OptionFlagName(info.name);
   }
   return names;

@@ -3,6 +3,7 @@
 
 #include "surgery/baselines.h"
 #include "surgery/decoupled_rope.h"
+#include "surgery/latent_norm_fit.h"
 #include "surgery/schemes/exact_mla_scheme.h"
 
 namespace lrkv {
@@ -10,7 +11,10 @@ namespace {
 
 class DecoupledMlaScheme final : public ExactMlaScheme {
  public:
-  using ExactMlaScheme::ExactMlaScheme;
+  explicit DecoupledMlaScheme(const SchemeSetup& setup)
+      : ExactMlaScheme(setup) {
+    converted_.kv.latent_norm = options_.latent_norm;
+  }
 
   // Its keys (d_h + d_rope) have no dense form to probe.
   bool probes_loss_densely() const override { return false; }
@@ -43,6 +47,14 @@ class DecoupledMlaScheme final : public ExactMlaScheme {
     row.size = size;
     row.shared_rope_energy = split.shared_rope_energy;
     row.kept_plane_energy = split.kept_plane_energy;
+    if (options_.latent_norm) {
+      const LatentNormFit fit = FitLatentNorm(
+          f.kv_down, at::cat({f.k_up, f.v_up}, 0), layer.inputs,
+          source_.post_norm ? at::Tensor() : layer.stored->attn_norm,
+          source_.rms_norm_eps);
+      l->kv_norm = fit.gamma;
+      row.latent_norm_error = fit.rel_error;
+    }
     return row;
   }
 

@@ -108,6 +108,19 @@ expect 2 --stderr "must lie in \[0, 8\]" -- convert --checkpoint "$model" --vari
 # decomposition): a factored layout has no GGUF form llama.cpp runs.
 expect 2 --stderr "lrkv checkpoint has no GGUF form llama.cpp runs" -- convert --checkpoint "$model" --variant lrkv --rank 2 --format gguf --out "$work/x"
 ! grep -q "decomposition" "$work/err" || { echo "FAIL: convert --format gguf of an LRKV model started decomposing before refusing" >&2; failures=$((failures + 1)); }
+# MLA in a DeepSeek format: decoupled RoPE with the latent norm by default; the norm
+# turned off there, or asked of another scheme, is refused up front.
+expect 2 --stderr "always applies the latent's RMSNorm" -- convert --checkpoint "$model" --variant mla --budget 0.5 --format deepseek --no-latent-norm --out "$work/x"
+expect 2 --stderr "--latent-norm is the RMSNorm of DeepSeek's MLA latent" -- convert --checkpoint "$model" --variant lrkv --rank 2 --latent-norm --out "$work/x"
+[ ! -e "$work/x" ] || { echo "FAIL: a refused convert wrote $work/x" >&2; failures=$((failures + 1)); }
+expect 0 --json -- convert --checkpoint "$model" --variant mla --budget 0.5 --format gguf --out "$work/deepseek2" --json
+python3 - "$work/out" <<'PY' || failures=$((failures + 1))
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["rope_mode"] == "partial" and r["latent_norm"] is True, (r["rope_mode"], r.get("latent_norm"))
+assert all(l["latent_norm_error"] is None for l in r["layers"]), "γ without --calib reported an error"
+PY
+[ -s "$work/deepseek2/model.gguf" ] || { echo "FAIL: no deepseek2 model.gguf written" >&2; failures=$((failures + 1)); }
 expect 0 --json -- convert --checkpoint "$model" --variant LRKV --rank 2 --rope-mode plane --out "$work/plane/nested" --json
 expect 0 -- convert --checkpoint "$model" --variant lrkv --rank 2 --rope-mode reconstruct --out "$work/free"
 expect 2 --stderr "exists and is not empty" -- convert --checkpoint "$model" --variant lrkv --rank 2 --out "$work/free"

@@ -354,7 +354,9 @@ void ExpectBinaryUsesSchema(const OptionSchema<Options>& schema,
   for (const OptionInfo& info : schema.Infos()) {
     expected.insert(OptionFlagName(info.name));
     for (const auto& a : info.aliases) expected.insert(OptionFlagName(a));
-    if (info.type == OptionType::kFlag && info.default_value == true) {
+    // A flag on by default, or unset (auto) until given, has its --no- form.
+    if (info.type == OptionType::kFlag &&
+        (info.default_value == true || info.default_value.is_null())) {
       expected.insert("no-" + OptionFlagName(info.name));
     }
   }

@@ -189,8 +189,47 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"Gqa2", KvVariant::kGqa, -1, 2},
                       Case{"Mqa", KvVariant::kMqa},
                       Case{"LrkvExpanded", KvVariant::kLrkv, 4, -1, -1, true},
-                      Case{"MlaExpanded", KvVariant::kMla, -1, -1, 24, true}),
+                      Case{"MlaExpanded", KvVariant::kMla, -1, -1, 24, true},
+                      // MLA as llama.cpp's deepseek2: decoupled RoPE (every
+                      // plane) with the latent norm, budget 0.5; read back by
+                      // lrkv's GGUF loader for its side of the comparison.
+                      Case{"MlaDeepseek2", KvVariant::kMla, -1, -1, 24}),
     [](const auto& info) { return info.param.name; });
+
+// The K/V cache llama.cpp allocates for `context` positions of `gguf` (its
+// own log line), in MiB: K and V.
+std::optional<std::pair<double, double>> LlamaCppKvMib(
+    const std::string& gguf, int context, const std::string& name) {
+  const fs::path out = testing::FreshTempDir("llamacpp_kv_" + name) / "kv.json";
+  const std::string cmd = "node " + std::string(LRKV_JS_DIR) +
+                          "/llama_cpp_kv.mjs '" + gguf + "' " +
+                          std::to_string(context) + " '" + out.string() + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out);
+  if (!in) return std::nullopt;
+  const json j = json::parse(in);
+  std::printf("%s: %s\n", name.c_str(), j["line"].get<std::string>().c_str());
+  if (!j["k_mib"].is_number() || !j["v_mib"].is_number()) return std::nullopt;
+  return std::pair{j["k_mib"].get<double>(), j["v_mib"].get<double>()};
+}
+
+// llama.cpp caches the deepseek2 export's latent and shared rotated key, and
+// nothing per head: its K/V cache for 4096 positions is the conversion's budget
+// (0.5) of the source's, within 5 %.
+TEST(LlamaCppDeepseek2, KvCacheIsTheBudgetsShareOfTheSources) {
+  const std::string mla = GgufFor(Case{"KvMla", KvVariant::kMla, -1, -1, 24});
+  const auto source =
+      LlamaCppKvMib(testing::StoriesModelPath(), 4096, "source");
+  const auto converted = LlamaCppKvMib(mla, 4096, "mla");
+  ASSERT_TRUE(source && converted);
+  const double ratio =
+      (converted->first + converted->second) / (source->first + source->second);
+  std::printf(
+      "llama.cpp KV cache at 4096: MLA %.3f MiB / source %.3f MiB = %.4f\n",
+      converted->first + converted->second, source->first + source->second,
+      ratio);
+  EXPECT_LE(ratio, 1.05 * 0.5);
+}
 
 // Quantized GGUF files (Q8_0, Q4_K, Q6_K matrices, norms in F32), encoded by the test's
 // own quantizer (tests/runtime/ggml_quantize.h) from a random 256-wide model with the stories

@@ -3,6 +3,7 @@
 // the activation metric, saved converted checkpoints, and impossible requests.
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,7 @@
 #include "surgery/converter.h"
 #include "surgery/lrkv_decomposition.h"
 #include "tests/model_test_util.h"
+#include "tests/surgery/surgery_test_util.h"
 #include "tests/test_paths.h"
 #include "verify/verify_job.h"
 
@@ -31,79 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using testing::MaxRelError;
-
-struct Source {
-  ModelConfig config;
-  LlamaWeights weights;
-  std::optional<Tokenizer> tokenizer;
-};
-
-Source Stories() {
-  auto ckpt = Checkpoint::Open(testing::StoriesModelPath());
-  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
-  auto w = LoadLlamaWeights(**ckpt);
-  EXPECT_TRUE(w.ok()) << w.status();
-  return {(*ckpt)->config(), std::move(*w), *(*ckpt)->tokenizer()};
-}
-
-// A random MHA model with d_h = 64.
-Source RandomMha(bool qk_norm = false) {
-  ModelConfig c = testing::SmallConfig();
-  c.hidden_size = 128;
-  c.num_heads = c.num_kv_heads = 4;
-  c.head_dim = c.rope_dim = 64;
-  c.qk_norm = qk_norm;
-  return {c, RandomLlamaWeights(c, 21), std::nullopt};
-}
-
-at::Tensor Logits(const ModelConfig& c, const LlamaWeights& w,
-                  const at::Tensor& tokens) {
-  auto t = Transformer::Create(c, w);
-  EXPECT_TRUE(t.ok()) << t.status();
-  at::NoGradGuard no_grad;
-  return (*t)->Forward(tokens);
-}
-
-at::Tensor SomeTokens(int64_t vocab, int64_t n = 48) {
-  return at::randint(1, vocab, {2, n}, at::kLong);
-}
-
-CalibrationStats Calibrate(const Source& s, double from, double to) {
-  auto docs = ReadDocuments(testing::StoriesTextPath());
-  EXPECT_TRUE(docs.ok());
-  DocumentRange range{from, to};
-  auto t = Transformer::Create(s.config, s.weights);
-  auto stats = CollectCalibration(**t, *s.tokenizer, range.Slice(*docs), 4096);
-  EXPECT_TRUE(stats.ok()) << stats.status();
-  return std::move(*stats);
-}
-
-ConvertedModel Convert(const Source& s, ConversionOptions o,
-                       const CalibrationStats* calib = nullptr,
-                       ConversionReport* report = nullptr) {
-  auto out = ConvertModel(s.config, s.weights, o, calib, report);
-  EXPECT_TRUE(out.ok()) << out.status();
-  return std::move(*out);
-}
-
-ConversionOptions LrkvAt(int64_t r, RopeMode mode = RopeMode::kReconstruct) {
-  ConversionOptions o;
-  o.variant = KvVariant::kLrkv;
-  o.rank = r;
-  o.rope_mode = mode;
-  return o;
-}
-
-// MLA with decoupled RoPE at latent d_c, keeping `planes` RoPE planes (0: the
-// default, every plane).
-ConversionOptions DecoupledMlaAt(int64_t latent, int64_t planes = 0) {
-  ConversionOptions o;
-  o.variant = KvVariant::kMla;
-  o.rope_mode = RopeMode::kPartial;
-  if (planes > 0) o.rope_planes_kept = planes;
-  o.latent = latent;
-  return o;
-}
 
 TEST(Surgery, FullRankReproducesTheSource) {
   const Source stories = Stories();
@@ -810,7 +739,17 @@ TEST(Surgery, ActivationMetricLowersTheOutputErrorOnCalibrationData) {
 // refused.
 TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   const Source s = Stories();
-  const auto m = Convert(s, DecoupledMlaAt(24, 2));
+  ConversionOptions o = DecoupledMlaAt(24, 2);
+  o.latent_norm = true;
+  const auto m = Convert(s, o);
+  // Stock DeepSeek-V3 always normalises the latent: a model without the norm
+  // has no stock form.
+  const auto without = Convert(s, DecoupledMlaAt(24, 2));
+  EXPECT_EQ(SaveDeepseekCheckpoint(testing::FreshTempDir("ds_no_norm").string(),
+                                   without.config, without.weights, nullptr,
+                                   DType::kF32, uint64_t{5} << 30)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
   const auto tokens = SomeTokens(s.config.vocab_size);
   const auto ref = Logits(m.config, m.weights, tokens);
   const fs::path dir = testing::FreshTempDir("deepseek");
@@ -825,6 +764,52 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   EXPECT_EQ(j["qk_nope_head_dim"], s.config.head_dim);
   EXPECT_EQ(j["v_head_dim"], s.config.head_dim);
   EXPECT_EQ(j["num_key_value_heads"], s.config.num_heads);
+  // Every key one stock DeepseekV3Config reads (transformers'
+  // configuration_deepseek_v3.py, plus PretrainedConfig's architectures,
+  // model_type and torch_dtype), nothing TransMLA-only.
+  const std::set<std::string> stock = {"architectures",
+                                       "model_type",
+                                       "torch_dtype",
+                                       "vocab_size",
+                                       "hidden_size",
+                                       "intermediate_size",
+                                       "moe_intermediate_size",
+                                       "num_hidden_layers",
+                                       "num_attention_heads",
+                                       "num_key_value_heads",
+                                       "n_shared_experts",
+                                       "n_routed_experts",
+                                       "routed_scaling_factor",
+                                       "kv_lora_rank",
+                                       "q_lora_rank",
+                                       "qk_rope_head_dim",
+                                       "v_head_dim",
+                                       "qk_nope_head_dim",
+                                       "n_group",
+                                       "topk_group",
+                                       "num_experts_per_tok",
+                                       "first_k_dense_replace",
+                                       "norm_topk_prob",
+                                       "hidden_act",
+                                       "max_position_embeddings",
+                                       "initializer_range",
+                                       "rms_norm_eps",
+                                       "use_cache",
+                                       "pad_token_id",
+                                       "bos_token_id",
+                                       "eos_token_id",
+                                       "pretraining_tp",
+                                       "tie_word_embeddings",
+                                       "rope_theta",
+                                       "rope_scaling",
+                                       "rope_interleave",
+                                       "attention_bias",
+                                       "attention_dropout",
+                                       "head_dim"};
+  for (const auto& [key, value] : j.items()) {
+    EXPECT_TRUE(stock.count(key))
+        << "config key '" << key << "' is not DeepseekV3Config's";
+  }
   // Planes 0 and 1 of d_h = 8 at theta 10^4 are DeepSeek's 2-plane rotary at
   // 10^4^(4/8).
   EXPECT_NEAR(j["rope_theta"].get<double>(), 100.0, 1e-9);
@@ -846,7 +831,9 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   ModelConfig b = testing::SmallConfig();
   b.qkv_bias = true;
   const Source biased{b, RandomLlamaWeights(b, 3), std::nullopt};
-  const auto mb = Convert(biased, DecoupledMlaAt(8, 1));
+  ConversionOptions ob = DecoupledMlaAt(8, 1);
+  ob.latent_norm = true;
+  const auto mb = Convert(biased, ob);
   EXPECT_EQ(SaveDeepseekCheckpoint(testing::FreshTempDir("ds_bias").string(),
                                    mb.config, mb.weights, nullptr, DType::kF32,
                                    uint64_t{5} << 30)
@@ -863,7 +850,9 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   l3.rope_scaling.original_max_position_embeddings = 8192;
   const Source llama3{l3, RandomLlamaWeights(l3, 4), std::nullopt};
   for (int64_t kept : {4, 16}) {
-    const auto ml = Convert(llama3, DecoupledMlaAt(32, kept));
+    ConversionOptions ol = DecoupledMlaAt(32, kept);
+    ol.latent_norm = true;
+    const auto ml = Convert(llama3, ol);
     // Wavelengths under 8192 / 4 positions keep their frequency: planes 0..7
     // here.
     EXPECT_EQ(CheckDeepseekExport(ml.config).code(),
