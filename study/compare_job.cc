@@ -39,7 +39,24 @@ struct Plan {
   std::string rope_mode;  // reconstruct | plane | partial (LRKV), reconstruct |
                           // partial (MLA, decoupled RoPE), expanded (dense)
   KvConfig target;
+  // MLA with decoupled RoPE and DeepSeek's latent norm (the rows "mla+norm").
+  bool latent_norm = false;
 };
+
+// The variant as the study's rows name it.
+std::string RowVariant(const Plan& p) {
+  return p.latent_norm ? "mla+norm" : KvVariantName(p.variant);
+}
+
+// A row's config ("mla d_c=24 d_rope=8"), led by its variant's row name
+// ("mla+norm d_c=24 d_rope=8"), which the plots group families by.
+std::string RowConfig(const Plan& p, const KvConfig& target) {
+  const std::string config = target.ToString();
+  if (!p.latent_norm) return config;
+  const size_t space = config.find(' ');
+  return RowVariant(p) +
+         (space == std::string::npos ? "" : config.substr(space));
+}
 
 absl::Status Validate(const CompareJobOptions& o) {
   if (o.checkpoint.empty()) return Invalid("--checkpoint is required");
@@ -96,11 +113,12 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
   std::vector<Plan> plans;
   std::set<std::string> seen;
   auto add = [&](double budget, KvVariant v, const std::string& mode,
-                 RopeMode rope) -> absl::Status {
+                 RopeMode rope, bool latent_norm = false) -> absl::Status {
     ConversionOptions c;
     c.variant = v;
     c.budget = budget;
     c.rope_mode = rope;
+    c.latent_norm = latent_norm;
     auto target = ResolveTarget(config, c);
     if (!target.ok()) {
       notes->push_back(absl::StrCat(KvVariantName(v), " ", mode, " at budget ",
@@ -112,14 +130,15 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
     const std::string model = target->variant == KvVariant::kMqa
                                   ? std::string("gqa n_kv=1")
                                   : target->ToString();
-    if (!seen.insert(absl::StrCat(model, "/", mode)).second) {
+    if (!seen.insert(absl::StrCat(model, "/", mode, latent_norm ? "+norm" : ""))
+             .second) {
       notes->push_back(absl::StrCat(
           KvVariantName(v), " ", mode, " at budget ", budget, ": ", model,
           " is the largest that fits and is already measured (at a smaller "
           "budget, or as mqa); not repeated"));
       return absl::OkStatus();
     }
-    plans.push_back({budget, v, mode, *target});
+    plans.push_back({budget, v, mode, *target, latent_norm});
     return absl::OkStatus();
   };
   const bool mqa = variants.count("mqa") > 0;
@@ -140,9 +159,13 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
     if (variants.count("mla")) {
       RETURN_IF_ERROR(
           add(b, KvVariant::kMla, "reconstruct", RopeMode::kReconstruct));
-      // Decoupled RoPE (the DeepSeek layout), when partial RoPE is compared.
-      if (partial)
+      // Decoupled RoPE (the DeepSeek layout), when partial RoPE is compared:
+      // without and with the latent norm llama.cpp and DeepSeek code apply.
+      if (partial) {
         RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial));
+        RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial,
+                            /*latent_norm=*/true));
+      }
     }
     if (variants.count("lrkv")) {
       for (const auto& m : o.rope_modes) {
@@ -158,7 +181,8 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
 }
 
 std::string RowDir(const CompareJobOptions& o, const Plan& p) {
-  std::string name = absl::StrCat(p.target.ToString(), "-", p.rope_mode);
+  std::string name = absl::StrCat(p.target.ToString(), "-", p.rope_mode,
+                                  p.latent_norm ? "-norm" : "");
   for (char& c : name) {
     if (c == ' ' || c == '=') c = '_';
   }
@@ -282,13 +306,14 @@ absl::StatusOr<std::string> ConvertRow(const Study& st, const Plan& p,
   }
   co.conversion.budget = p.budget;
   co.rope_mode = RopeModeOf(p.rope_mode);
+  co.latent_norm = p.latent_norm;
   if (!o.calib.empty()) {
     co.conversion.metric = SurgeryMetric::kActivation;
     co.calib_path = o.calib;
     co.calib_range = o.calib_range;
   }
   ASSIGN_OR_RETURN(ConversionReport cr, RunConvertJob(co));
-  row->config = cr.target.ToString();  // per-layer sizes when allocated
+  row->config = RowConfig(p, cr.target);  // per-layer sizes when allocated
   row->cache_ratio = cr.footprint.ratio_to_source;
   row->kv_params = cr.footprint.kv_params_per_layer;
   ASSIGN_OR_RETURN(row->ppl_before,
@@ -430,17 +455,17 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
   RETURN_IF_ERROR(MeasureSource(st, &report));
   for (int64_t i = 0; i < n; ++i) {
     const Plan& p = plans[i];
-    const std::string name =
-        absl::StrCat(p.target.ToString(), " ", p.rope_mode);
+    const std::string name = absl::StrCat(p.target.ToString(), " ", p.rope_mode,
+                                          p.latent_norm ? " +norm" : "");
     const std::string dir = RowDir(o, p);
     fs::remove_all(dir, ec);
     fs::create_directories(dir, ec);
     CompareRow row;
     row.model = report.model;
     row.budget = p.budget;
-    row.variant = KvVariantName(p.variant);
+    row.variant = RowVariant(p);
     row.rope_mode = p.rope_mode;
-    row.config = p.target.ToString();
+    row.config = RowConfig(p, p.target);
     RETURN_IF_ERROR(stage("convert", i + 1, n, name));
     ASSIGN_OR_RETURN(std::string model, ConvertRow(st, p, dir, &row));
     if (o.heal_steps > 0) {

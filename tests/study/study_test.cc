@@ -195,5 +195,38 @@ TEST(Study, SmallStudyRowsAreConsistentAndRoundTrip) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Decoupled-RoPE MLA is compared without and with DeepSeek's latent norm: the
+// "mla+norm" rows, at the same cache, fitted on the calibration text, verified
+// equivalent to their expansion through the norm.
+TEST(Study, DecoupledMlaRowsComeWithAndWithoutTheLatentNorm) {
+  CompareJobOptions o;
+  o.checkpoint = lrkv::testing::StoriesModelPath();
+  o.label = "stories260K";
+  o.budgets = {0.5};
+  o.variants = {"mla"};
+  o.rope_modes = {"partial"};
+  o.calib = lrkv::testing::StoriesTextPath();
+  o.calib_range = {0.0, 0.5};
+  o.eval = lrkv::testing::StoriesTextPath();
+  o.eval_range = {0.9, 1.0};
+  o.kl_tokens = 300;
+  o.contexts = {16};
+  o.timed_tokens = 2;
+  o.work_dir = lrkv::testing::FreshTempDir("study_mla_norm").string();
+  auto r = RunCompareJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 3u);  // mla reconstruct, mla partial, mla+norm
+  const CompareRow& plain = r->rows[1];
+  const CompareRow& normed = r->rows[2];
+  EXPECT_EQ(plain.variant, "mla");
+  EXPECT_EQ(normed.variant, "mla+norm");
+  EXPECT_EQ(normed.rope_mode, "partial");
+  EXPECT_EQ(normed.config, "mla+norm d_c=24 d_rope=8");
+  EXPECT_DOUBLE_EQ(normed.cache_ratio, plain.cache_ratio);
+  EXPECT_EQ(normed.verdict, "EQUIVALENT");
+  EXPECT_NE(normed.ppl_before, plain.ppl_before);  // another model
+  EXPECT_THAT(r->ToTable(), HasSubstr("mla+norm d_c=24"));
+}
+
 }  // namespace
 }  // namespace lrkv
