@@ -56,7 +56,8 @@ absl::StatusOr<DeepseekRope> DeepseekRopeFor(const ModelConfig& c) {
                        "computes from planes 0 and 1 (",
                        RopeScalingName(c.rope_scaling.type),
                        " rope_scaling reshapes it there); convert keeping "
-                       "fewer planes (--rope-planes)"));
+                       "planes 0..",
+                       i - 1, " only (--rope-planes ", i, ")"));
     }
   }
   if (std::abs(out.linear_factor - 1.0) < 1e-12) out.linear_factor = 1.0;

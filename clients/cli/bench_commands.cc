@@ -9,18 +9,19 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "base/status_macros.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
 #include "model/checkpoint.h"
-#include "base/status_macros.h"
-#include "runtime/threads.h"
 #include "nlohmann/json.hpp"
 #include "runtime/generate_bench.h"
+#include "runtime/threads.h"
 
 namespace lrkv::cli {
 namespace {
@@ -41,7 +42,8 @@ int RunDecode(DecodeBenchArgs a, const std::string& checkpoint) {
 // llama.cpp on `gguf` (tests/js/llama_cpp_bench.mjs through node, installed by
 // scripts/setup.sh): the same context pattern and step count, as a row to print.
 absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
-                                             const GenerateBenchOptions& o) {
+                                             const GenerateBenchOptions& o,
+                                             const std::string& engine) {
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(gguf));
   if (ckpt->format() != CheckpointFormat::kGguf) {
     return absl::InvalidArgumentError(
@@ -68,7 +70,7 @@ absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
   }
   GenerateBenchRow row;
   row.model = "llama.cpp";
-  row.engine = "gguf";
+  row.engine = engine;
   row.cache_layout = "f16";
   row.context = o.context;
   row.prefill_seconds = j["prefill_seconds"].get<double>();
@@ -77,14 +79,39 @@ absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
   return row;
 }
 
-int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp) {
+// llama.cpp's step on the converted model's GGUF against its step on the
+// source's GGUF, both timed in this run.
+void PrintLlamaCppSourceRatio(const GenerateBenchRow& converted,
+                              const GenerateBenchRow& source) {
+  std::printf(
+      "\nllama.cpp, converted vs source (same run): decode step %.2f ms vs "
+      "%.2f "
+      "ms, %.2fx the source's time; prefill %.2fx its tokens/s\n",
+      converted.step_ms_median, source.step_ms_median,
+      converted.step_ms_median / source.step_ms_median,
+      converted.prefill_tokens_per_second / source.prefill_tokens_per_second);
+}
+
+int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
+                const std::string& llama_cpp_source) {
+  if (!llama_cpp_source.empty() && against_llama_cpp.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--llama-cpp-source times the source in llama.cpp beside "
+        "--against-llama-cpp: give both"));
+  }
   StageProgress progress("bench generate");
   o.on_progress = progress.Sink();
   auto rows = RunGenerateBench(o);
   progress.Finish();
   if (!rows.ok()) return Fail(rows.status());
+  std::optional<GenerateBenchRow> llama_source;
+  if (!llama_cpp_source.empty()) {
+    auto row = RunLlamaCpp(llama_cpp_source, o, "source gguf");
+    if (!row.ok()) return Fail(row.status());
+    llama_source = *row;
+  }
   if (!against_llama_cpp.empty()) {
-    auto row = RunLlamaCpp(against_llama_cpp, o);
+    auto row = RunLlamaCpp(against_llama_cpp, o, "gguf");
     if (!row.ok()) return Fail(row.status());
     rows->push_back(*row);
   }
@@ -112,6 +139,15 @@ int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp) {
             r.prefill_tokens_per_second / ref.prefill_tokens_per_second;
       }
       j["rows"].push_back(row);
+    }
+    if (llama_source) {
+      const GenerateBenchRow& ref = rows->back();
+      j["llama_cpp_source"] = {
+          {"step_ms_median", llama_source->step_ms_median},
+          {"prefill_tokens_per_second",
+           llama_source->prefill_tokens_per_second},
+          {"decode_step_ratio_to_source",
+           ref.step_ms_median / llama_source->step_ms_median}};
     }
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
@@ -141,6 +177,7 @@ int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp) {
                   r.engine.c_str(), ref.step_ms_median / r.step_ms_median,
                   r.prefill_tokens_per_second / ref.prefill_tokens_per_second);
     }
+    if (llama_source) PrintLlamaCppSourceRatio(ref, *llama_source);
   }
   return kExitOk;
 }
@@ -198,9 +235,14 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
   gen->add_option("--against-llama-cpp", *llama_cpp,
                   "A GGUF file of the same model: llama.cpp (node-llama-cpp, CPU, F16 KV "
                   "cache) runs it in the same run, and the ratios are printed");
-  gen->callback([g, products, llama_cpp, exit_code] {
+  auto llama_cpp_source = std::make_shared<std::string>();
+  gen->add_option("--llama-cpp-source", *llama_cpp_source,
+                  "The source model's GGUF: llama.cpp runs it too, and the "
+                  "converted model's step in llama.cpp is printed against it "
+                  "(e.g. an MLA deepseek2 export against the source)");
+  gen->callback([g, products, llama_cpp, llama_cpp_source, exit_code] {
     g->bf16_products = *products == "bf16";
-    *exit_code = RunGenerate(*g, *llama_cpp);
+    *exit_code = RunGenerate(*g, *llama_cpp, *llama_cpp_source);
   });
 }
 

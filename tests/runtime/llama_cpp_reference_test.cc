@@ -229,6 +229,57 @@ TEST(LlamaCppDeepseek2, KvCacheIsTheBudgetsShareOfTheSources) {
       converted->first + converted->second, source->first + source->second,
       ratio);
   EXPECT_LE(ratio, 1.05 * 0.5);
+  // `bench generate` times llama.cpp on the export and on the source in one run
+  // and gives the step ratio (the README's figure at context 4096).
+  const std::string cmd =
+      std::string(LRKV_BIN) + " bench generate --json --checkpoint '" + mla +
+      "' --context 24 --tokens 3 --against-llama-cpp '" + mla +
+      "' --llama-cpp-source '" + testing::StoriesModelPath() + "'";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  ASSERT_EQ(pclose(p), 0) << out;
+  const json j = json::parse(out);
+  EXPECT_GT(j["llama_cpp_source"]["step_ms_median"].get<double>(), 0) << out;
+  EXPECT_GT(j["llama_cpp_source"]["decode_step_ratio_to_source"].get<double>(),
+            0)
+      << out;
+}
+
+// At real shapes (scripts/deepseek2_check.sh makes the files and runs this with
+// --gtest_also_run_disabled_tests): LRKV_DEEPSEEK2_MLA is a deepseek2 export of
+// a random-weight checkpoint with a real config, LRKV_DEEPSEEK2_SOURCE the
+// source exported as GGUF. llama.cpp and lrkv compute the same perplexity and
+// greedy tokens on the export, and llama.cpp's KV cache for 4096 positions is
+// the budget's share of the source's.
+TEST(LlamaCppDeepseek2, DISABLED_RealShapeExportRunsInLlamaCpp) {
+  const char* mla = std::getenv("LRKV_DEEPSEEK2_MLA");
+  const char* source = std::getenv("LRKV_DEEPSEEK2_SOURCE");
+  const char* budget = std::getenv("LRKV_DEEPSEEK2_BUDGET");
+  ASSERT_TRUE(mla && source && budget)
+      << "set LRKV_DEEPSEEK2_MLA, _SOURCE, _BUDGET";
+  const Comparison c = Compare(mla, "deepseek2_shape");
+  const double rel = Relative(c.ours, c.reference);
+  std::printf(
+      "deepseek2 export: perplexity lrkv %.6f llama.cpp %.6f (rel %.2e) over "
+      "%lld "
+      "tokens; per-token NLL rms difference %.2e\n",
+      c.ours, c.reference, rel, static_cast<long long>(c.tokens),
+      RmsDifference(c.token_nll_ours, c.token_nll_reference));
+  EXPECT_LT(rel, 1e-4);
+  EXPECT_EQ(c.greedy_ours, c.greedy_reference);
+  const auto src = LlamaCppKvMib(source, 4096, "shape_source");
+  const auto conv = LlamaCppKvMib(mla, 4096, "shape_mla");
+  ASSERT_TRUE(src && conv);
+  const double ratio =
+      (conv->first + conv->second) / (src->first + src->second);
+  std::printf(
+      "llama.cpp KV cache at 4096: MLA %.2f MiB / source %.2f MiB = %.4f "
+      "(budget %s)\n",
+      conv->first + conv->second, src->first + src->second, ratio, budget);
+  EXPECT_LE(ratio, 1.05 * std::atof(budget));
 }
 
 // Quantized GGUF files (Q8_0, Q4_K, Q6_K matrices, norms in F32), encoded by the test's
