@@ -10,7 +10,12 @@
 # in the same run.
 #
 #   scripts/deepseek2_check.sh [--shapes qwen2.5-0.5b,llama-3.2-1b] [--work DIR]
-#                              (CONTEXT=4096 TOKENS=8 by default)
+#                              (CONTEXT=4096 TOKENS=8 DTYPE=auto BENCH=1 by default)
+# DTYPE=f32 writes both GGUF files in float32 (the checkpoints are bf16): llama.cpp then
+# computes in float32 too, so the comparison tests the file and the model, not
+# llama.cpp's bf16 arithmetic (it rounds activations to bf16 in every product with a
+# bf16 weight, and its absorbed MLA path has more such products than its GQA path).
+# BENCH=0 leaves out the timing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -20,6 +25,8 @@ SHAPES=qwen2.5-0.5b,llama-3.2-1b
 WORK=${TMPDIR:-/tmp}/lrkv-deepseek2
 CONTEXT=${CONTEXT:-4096}
 TOKENS=${TOKENS:-8}
+DTYPE=${DTYPE:-auto}
+BENCH=${BENCH:-1}
 while [[ $# -gt 0 ]]; do
   case $1 in
     --shapes) SHAPES=$2; shift 2 ;;
@@ -57,26 +64,29 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
   "$LRKV" init --config "$WORK/$shape.json" --tokenizer-from "$tok" --out "$src" >/dev/null
   kv=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["num_key_value_heads"])' "$WORK/$shape.json")
-  "$LRKV" convert --checkpoint "$src" --variant gqa --kv-heads "$kv" --format gguf --out "$gguf" >/dev/null
+  "$LRKV" convert --checkpoint "$src" --variant gqa --kv-heads "$kv" --format gguf \
+    --weight-dtype "$DTYPE" --out "$gguf" >/dev/null
   # Llama-3's llama3 rope scaling leaves only the high-frequency planes one geometric
   # progression, which is what deepseek2's rotary computes: the refusal names how many
   # planes to keep, and the conversion is run again keeping those.
   planes=()
   if ! "$LRKV" convert --checkpoint "$src" --variant mla --budget 0.5 --format gguf \
-      --out "$mla" >"$WORK/convert.log" 2>&1; then
+      --weight-dtype "$DTYPE" --out "$mla" >"$WORK/convert.log" 2>&1; then
     n=$(grep -o -- '--rope-planes [0-9]*' "$WORK/convert.log" | grep -o '[0-9]*$' || true)
     [[ -n $n ]] || { cat "$WORK/convert.log" >&2; exit 1; }
     echo "  $(grep -o 'RoPE plane [0-9]* turns[^;]*' "$WORK/convert.log"): keeping $n planes"
     planes=(--rope-planes "$n")
     rm -rf "$mla"
     "$LRKV" convert --checkpoint "$src" --variant mla --budget 0.5 --format gguf \
-      "${planes[@]}" --out "$mla" >"$WORK/convert.log" 2>&1
+      --weight-dtype "$DTYPE" "${planes[@]}" --out "$mla" >"$WORK/convert.log" 2>&1
   fi
   grep -E "^(conversion|cache|time)" "$WORK/convert.log" | sed 's/^/  /'
   LRKV_DEEPSEEK2_MLA=$mla/model.gguf LRKV_DEEPSEEK2_SOURCE=$gguf/model.gguf LRKV_DEEPSEEK2_BUDGET=0.5 \
     "$TEST" --gtest_also_run_disabled_tests --gtest_filter='*RealShapeExportRunsInLlamaCpp' |
-    grep -E "deepseek2 export|KV cache|llama_kv_cache|OK|FAILED|Failure|Expected|actual" || true
-  "$LRKV" bench generate --checkpoint "$mla/model.gguf" --context "$CONTEXT" --tokens "$TOKENS" \
-    --against-llama-cpp "$mla/model.gguf" --llama-cpp-source "$gguf/model.gguf" | sed -n '/^model/,$p'
+    grep -E "source GGUF|deepseek2 export|KV cache|llama_kv_cache|OK|FAILED|Failure|Expected|actual" || true
+  if [[ $BENCH == 1 ]]; then
+    "$LRKV" bench generate --checkpoint "$mla/model.gguf" --context "$CONTEXT" --tokens "$TOKENS" \
+      --against-llama-cpp "$mla/model.gguf" --llama-cpp-source "$gguf/model.gguf" | sed -n '/^model/,$p'
+  fi
   rm -rf "$src" "$mla" "$gguf"
 done

@@ -251,24 +251,41 @@ TEST(LlamaCppDeepseek2, KvCacheIsTheBudgetsShareOfTheSources) {
 // At real shapes (scripts/deepseek2_check.sh makes the files and runs this with
 // --gtest_also_run_disabled_tests): LRKV_DEEPSEEK2_MLA is a deepseek2 export of
 // a random-weight checkpoint with a real config, LRKV_DEEPSEEK2_SOURCE the
-// source exported as GGUF. llama.cpp and lrkv compute the same perplexity and
-// greedy tokens on the export, and llama.cpp's KV cache for 4096 positions is
-// the budget's share of the source's.
+// source exported as GGUF. llama.cpp and lrkv agree on the export's perplexity
+// and per-token NLL as closely as they agree on the source's own GGUF (both
+// bf16: llama.cpp rounds activations to bf16 in its products), give the same
+// greedy tokens, and llama.cpp's KV cache for 4096 positions is the budget's
+// share of the source's.
 TEST(LlamaCppDeepseek2, DISABLED_RealShapeExportRunsInLlamaCpp) {
   const char* mla = std::getenv("LRKV_DEEPSEEK2_MLA");
   const char* source = std::getenv("LRKV_DEEPSEEK2_SOURCE");
   const char* budget = std::getenv("LRKV_DEEPSEEK2_BUDGET");
   ASSERT_TRUE(mla && source && budget)
       << "set LRKV_DEEPSEEK2_MLA, _SOURCE, _BUDGET";
+  // The error model: lrkv and llama.cpp on the source's own GGUF (the same
+  // weights' storage, run by both engines) disagree by some amount; on the
+  // export they may disagree by as much, not more (a factor 4 for the other
+  // model's rounding).
+  const Comparison base = Compare(source, "deepseek2_shape_source");
   const Comparison c = Compare(mla, "deepseek2_shape");
-  const double rel = Relative(c.ours, c.reference);
+  const double rel = Relative(c.ours, c.reference),
+               base_rel = Relative(base.ours, base.reference);
+  std::printf(
+      "source GGUF: perplexity lrkv %.6f llama.cpp %.6f (rel %.2e); per-token "
+      "NLL "
+      "rms difference %.2e\n",
+      base.ours, base.reference, base_rel,
+      RmsDifference(base.token_nll_ours, base.token_nll_reference));
   std::printf(
       "deepseek2 export: perplexity lrkv %.6f llama.cpp %.6f (rel %.2e) over "
       "%lld "
       "tokens; per-token NLL rms difference %.2e\n",
       c.ours, c.reference, rel, static_cast<long long>(c.tokens),
       RmsDifference(c.token_nll_ours, c.token_nll_reference));
-  EXPECT_LT(rel, 1e-4);
+  EXPECT_LE(rel, std::max(1e-6, 4 * base_rel));
+  EXPECT_LE(RmsDifference(c.token_nll_ours, c.token_nll_reference),
+            std::max(1e-6, 4 * RmsDifference(base.token_nll_ours,
+                                             base.token_nll_reference)));
   EXPECT_EQ(c.greedy_ours, c.greedy_reference);
   const auto src = LlamaCppKvMib(source, 4096, "shape_source");
   const auto conv = LlamaCppKvMib(mla, 4096, "shape_mla");
