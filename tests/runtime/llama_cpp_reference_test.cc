@@ -196,6 +196,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"MlaDeepseek2", KvVariant::kMla, -1, -1, 24}),
     [](const auto& info) { return info.param.name; });
 
+// The standard output of shell command `cmd`; *rc its exit status.
+std::string Output(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  *rc = pclose(p);
+  return out;
+}
+
 // The K/V cache llama.cpp allocates for `context` positions of `gguf` (its
 // own log line), in MiB: K and V.
 std::optional<std::pair<double, double>> LlamaCppKvMib(
@@ -235,12 +246,9 @@ TEST(LlamaCppDeepseek2, KvCacheIsTheBudgetsShareOfTheSources) {
       std::string(LRKV_BIN) + " bench generate --json --checkpoint '" + mla +
       "' --context 24 --tokens 3 --against-llama-cpp '" + mla +
       "' --llama-cpp-source '" + testing::StoriesModelPath() + "'";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[512];
-  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  ASSERT_EQ(pclose(p), 0) << out;
+  int rc = -1;
+  const std::string out = Output(cmd, &rc);
+  ASSERT_EQ(rc, 0) << out;
   const json j = json::parse(out);
   EXPECT_GT(j["llama_cpp_source"]["step_ms_median"].get<double>(), 0) << out;
   EXPECT_GT(j["llama_cpp_source"]["decode_step_ratio_to_source"].get<double>(),
@@ -503,12 +511,9 @@ TEST(LlamaCppBench, BenchGenerateTimesLlamaCppBesideItsEngines) {
   const std::string cmd = std::string(LRKV_BIN) + " bench generate --checkpoint '" +
                           testing::StoriesModelPath() + "' --context 24 --tokens 3 " +
                           "--against-llama-cpp '" + testing::StoriesModelPath() + "' 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[512];
-  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  ASSERT_EQ(pclose(p), 0) << out;
+  int rc = -1;
+  const std::string out = Output(cmd, &rc);
+  ASSERT_EQ(rc, 0) << out;
   std::istringstream lines(out);
   std::string line;
   bool row = false, ratio = false;
