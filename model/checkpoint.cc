@@ -204,10 +204,9 @@ std::string GgufNameFromCanonical(const std::string& name) {
 // head h's rows are k_b[h]ᵀ (k_b [H, d_c, d_h]) then v_b[h] ([H, d_h, d_c]).
 static absl::StatusOr<std::vector<uint8_t>> FusedKvB(const TensorView& k_b,
                                                      const TensorView& v_b) {
-  const uint64_t es = v_b.dtype == DType::kF32 ? 4
-                      : v_b.dtype == DType::kF16 || v_b.dtype == DType::kBF16
-                          ? 2
-                          : 0;
+  // Element-wise float storage only (block-quantised rows cannot be
+  // transposed).
+  const uint64_t es = IsFloatWeightDType(v_b.dtype) ? DTypeSize(v_b.dtype) : 0;
   if (es == 0 || k_b.dtype != v_b.dtype || k_b.shape.size() != 3 ||
       v_b.shape.size() != 3 || k_b.shape[0] != v_b.shape[0] ||
       k_b.shape[1] != v_b.shape[2] || k_b.shape[2] != v_b.shape[1]) {

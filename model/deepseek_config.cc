@@ -108,7 +108,8 @@ absl::StatusOr<ModelConfig> ConfigFromDeepseekJson(const json& j,
   c.kv.rope_mode = RopeMode::kPartial;
   c.kv.rope_planes_kept = rope / 2;
   // DeepSeek always normalises the latent (kv_a_layernorm); only TransMLA's
-  // loaders read qk_latent_layernorm, which lrkv's norm-free exports set false.
+  // loaders read qk_latent_layernorm, which its norm-free checkpoints set
+  // false.
   c.kv.latent_norm = latent_norm;
   if (auto b = j.find("bos_token_id"); b != j.end() && b->is_number_integer()) {
     c.bos_token_id = b->get<int64_t>();

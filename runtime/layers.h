@@ -52,7 +52,6 @@ inline at::Tensor Embed(const at::Tensor& embed, const at::Tensor& tokens,
   return at::embedding(embed, tokens).to(dtype);
 }
 
-// The SwiGLU feed-forward block.
 // The MLA latent of x, kv_down·x, through the latent's RMSNorm where the model has
 // one (kv.latent_norm, DeepSeek-V3's kv_a_layernorm): what MLA engines cache.
 inline at::Tensor MlaLatent(const ModelConfig& c, const LayerWeights& l, const at::Tensor& x) {
@@ -61,6 +60,7 @@ inline at::Tensor MlaLatent(const ModelConfig& c, const LayerWeights& l, const a
   return RmsNorm(latent, AsDtypeOf(l.kv_norm, latent), c.rms_norm_eps);
 }
 
+// The SwiGLU feed-forward block.
 inline at::Tensor FeedForward(const LayerWeights& l, const at::Tensor& x) {
   return Linear(at::silu(Linear(x, l.w_gate)) * Linear(x, l.w_up), l.w_down);
 }

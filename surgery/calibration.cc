@@ -45,9 +45,9 @@ absl::StatusOr<CalibrationStats> CollectCalibration(
       const int64_t at = stats.tokens + p;
       const int64_t first = stride > 0 ? (stride - at % stride) % stride : 0;
       model.Forward(tokens, [&](int64_t layer, const at::Tensor& x) {
-        auto flat = x.reshape({-1, x.size(-1)});
-        stats.gram[layer].addmm_(flat.to(at::kDouble).t(),
-                                 flat.to(at::kDouble));
+        const auto flat = x.reshape({-1, x.size(-1)});
+        const auto wide = flat.to(at::kDouble);
+        stats.gram[layer].addmm_(wide.t(), wide);
         if (stride > 0 && first < flat.size(0)) {
           kept[layer].push_back(flat.slice(0, first, flat.size(0), stride)
                                     .to(at::kFloat)

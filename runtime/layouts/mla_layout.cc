@@ -13,6 +13,11 @@ class Mla : public KvLayoutType {
   void ForEachKvSlot(const ModelConfig& c, int64_t i, LayerWeights& l,
                      const SlotFn& fn) const override {
     const int64_t d = c.hidden_size, kv = c.num_kv_heads * c.head_dim;
+    if (c.kv.latent_norm) {
+      // The latent's RMSNorm, under DeepSeek-V3's name in both layouts.
+      fn(LayerTensorName(i, "self_attn.kv_a_layernorm.weight"), &l.kv_norm,
+         {c.kv.LatentAt(i)});
+    }
     if (c.deepseek_layout) {
       // DeepSeek-V3's fused tensors, held in wq, kv_down and k_up until
       // UnfuseDeepseekAttention splits them (deepseek_layout.h).
@@ -23,19 +28,10 @@ class Mla : public KvLayoutType {
          {dc + w, d});
       fn(LayerTensorName(i, "self_attn.kv_b_proj.weight"), &l.k_up,
          {c.num_heads * 2 * c.head_dim, dc});
-      if (c.kv.latent_norm) {
-        fn(LayerTensorName(i, "self_attn.kv_a_layernorm.weight"), &l.kv_norm,
-           {dc});
-      }
       return;
     }
     fn(LayerTensorName(i, "self_attn.kv_down.weight"), &l.kv_down,
        {c.kv.LatentAt(i), d});
-    if (c.kv.latent_norm) {
-      // DeepSeek-V3's name for the same norm.
-      fn(LayerTensorName(i, "self_attn.kv_a_layernorm.weight"), &l.kv_norm,
-         {c.kv.LatentAt(i)});
-    }
     fn(LayerTensorName(i, "self_attn.k_up.weight"), &l.k_up,
        {kv, c.kv.LatentAt(i)});
     fn(LayerTensorName(i, "self_attn.v_up.weight"), &l.v_up,
