@@ -15,9 +15,11 @@ struct Root {
 };
 }  // namespace jinja
 
-absl::StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source, std::string bos_token,
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source,
+                                                 std::string bos_token,
                                                  std::string eos_token) {
-  ASSIGN_OR_RETURN(std::vector<jinja::Node> nodes, jinja::ParseTemplate(source));
+  ASSIGN_OR_RETURN(std::vector<jinja::Node> nodes,
+                   jinja::ParseTemplate(source));
   ChatTemplate t;
   t.root_ = std::make_shared<const jinja::Root>(jinja::Root{std::move(nodes)});
   t.bos_token_ = std::move(bos_token);
@@ -25,19 +27,21 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(const std::string& source, std:
   return t;
 }
 
-absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatTurn>& messages,
-                                                 bool add_generation_prompt) const {
+absl::StatusOr<std::string> ChatTemplate::Render(
+    const std::vector<ChatTurn>& messages, bool add_generation_prompt) const {
   using jinja::Value;
   jinja::List list;
   for (const ChatTurn& m : messages) {
-    list.push_back(Value::NewDict({{"role", Value::Str(m.role)}, {"content", Value::Str(m.content)}}));
+    list.push_back(Value::NewDict(
+        {{"role", Value::Str(m.role)}, {"content", Value::Str(m.content)}}));
   }
   // What transformers' apply_chat_template passes (tools none when not given).
-  const Value context = Value::NewDict({{"messages", Value::NewList(std::move(list))},
-                                        {"add_generation_prompt", Value::Bool(add_generation_prompt)},
-                                        {"bos_token", Value::Str(bos_token_)},
-                                        {"eos_token", Value::Str(eos_token_)},
-                                        {"tools", Value::None()}});
+  const Value context = Value::NewDict(
+      {{"messages", Value::NewList(std::move(list))},
+       {"add_generation_prompt", Value::Bool(add_generation_prompt)},
+       {"bos_token", Value::Str(bos_token_)},
+       {"eos_token", Value::Str(eos_token_)},
+       {"tools", Value::None()}});
   return jinja::RenderTemplate(root_->nodes, context);
 }
 
@@ -51,8 +55,8 @@ std::string ChatTemplateSource(const Tokenizer& tokenizer) {
     if (t->is_string()) return t->get<std::string>();
     if (t->is_array()) {
       for (const auto& e : *t) {
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-            e["template"].is_string()) {
+        if (e.is_object() && e.value("name", "") == "default" &&
+            e.contains("template") && e["template"].is_string()) {
           return e["template"].get<std::string>();
         }
       }

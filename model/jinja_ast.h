@@ -22,11 +22,13 @@ struct Expr {
     kAttr,     // args[0].name
     kIndex,    // args[0][args[1]]
     kSlice,    // args[0][args[1]:args[2]:args[3]] (null where omitted)
-    kCall,     // args[0](args[1..], kwargs): a function, or a method when args[0] is kAttr
+    kCall,  // args[0](args[1..], kwargs): a function, or a method when args[0]
+            // is kAttr
     kFilter,   // args[0] | name(args[1..], kwargs)
     kTest,     // args[0] is [not] name(args[1..])
     kUnary,    // name ("not", "-", "+") args[0]
-    kBinary,   // args[0] name args[1] ("and", "or", "==", "in", "not in", "+", "~", ...)
+    kBinary,   // args[0] name args[1] ("and", "or", "==", "in", "not in", "+",
+               // "~", ...)
     kTernary,  // args[0] if args[1] else args[2] (null: undefined)
   };
   Kind kind = Kind::kLiteral;
@@ -46,7 +48,8 @@ struct Node {
   std::unique_ptr<Expr> expr;  // kOutput, kFor (the iterable), kSet (the value)
   // kIf: each branch's condition and body (an else: a null condition).
   std::vector<std::pair<std::unique_ptr<Expr>, std::vector<Node>>> branches;
-  // kFor: the loop variables, an optional `if` filter, the body and the else body.
+  // kFor: the loop variables, an optional `if` filter, the body and the else
+  // body.
   std::vector<std::string> targets;
   std::unique_ptr<Expr> filter;
   std::vector<Node> body, else_body;
@@ -54,12 +57,13 @@ struct Node {
   std::string attr;
 };
 
-// The template's nodes; InvalidArgument naming the construct (and its line) that the
-// subset does not have, or the syntax error.
+// The template's nodes; InvalidArgument naming the construct (and its line)
+// that the subset does not have, or the syntax error.
 absl::StatusOr<std::vector<Node>> ParseTemplate(const std::string& source);
 
 // Renders `nodes` with the variables of `context` (a dict).
-absl::StatusOr<std::string> RenderTemplate(const std::vector<Node>& nodes, const Value& context);
+absl::StatusOr<std::string> RenderTemplate(const std::vector<Node>& nodes,
+                                           const Value& context);
 
 }  // namespace lrkv::jinja
 

@@ -1,6 +1,7 @@
-// Parsing the chat-template subset of Jinja. Whitespace is handled as Hugging Face
-// renders chat templates (transformers' Jinja environment and @huggingface/jinja):
-// trim_blocks and lstrip_blocks on, one trailing newline dropped, `-` trimming.
+// Parsing the chat-template subset of Jinja. Whitespace is handled as Hugging
+// Face renders chat templates (transformers' Jinja environment and
+// @huggingface/jinja): trim_blocks and lstrip_blocks on, one trailing newline
+// dropped, `-` trimming.
 #include <cctype>
 #include <set>
 
@@ -13,26 +14,32 @@ namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-// trim_blocks, lstrip_blocks, comments and `-` trimming, applied to the text first.
+// trim_blocks, lstrip_blocks, comments and `-` trimming, applied to the text
+// first.
 std::string Preprocess(std::string t) {
   if (!t.empty() && t.back() == '\n') t.pop_back();
   std::string out;
   out.reserve(t.size());
   size_t i = 0;
   while (i < t.size()) {
-    // lstrip_blocks: spaces and tabs from a line's start up to a block or comment tag.
+    // lstrip_blocks: spaces and tabs from a line's start up to a block or
+    // comment tag.
     if (i == 0 || t[i - 1] == '\n') {
       size_t j = i;
       while (j < t.size() && (t[j] == ' ' || t[j] == '\t')) ++j;
-      if (j + 1 < t.size() && t[j] == '{' && (t[j + 1] == '%' || t[j + 1] == '#')) i = j;
+      if (j + 1 < t.size() && t[j] == '{' &&
+          (t[j + 1] == '%' || t[j + 1] == '#'))
+        i = j;
     }
-    if (t.compare(i, 2, "{#") == 0) {  // a comment goes, with trim_blocks' newline
+    if (t.compare(i, 2, "{#") ==
+        0) {  // a comment goes, with trim_blocks' newline
       const size_t end = t.find("#}", i + 2);
       i = end == std::string::npos ? t.size() : end + 2;
       if (i < t.size() && t[i] == '\n') ++i;
       continue;
     }
-    if (t.compare(i, 2, "%}") == 0) {  // trim_blocks: the newline after a block tag
+    if (t.compare(i, 2, "%}") ==
+        0) {  // trim_blocks: the newline after a block tag
       out += "%}";
       i += 2;
       if (i < t.size() && t[i] == '\n') ++i;
@@ -40,7 +47,8 @@ std::string Preprocess(std::string t) {
     }
     out += t[i++];
   }
-  // `{%-` / `{{-` eat the whitespace before them, `-%}` / `-}}` the whitespace after.
+  // `{%-` / `{{-` eat the whitespace before them, `-%}` / `-}}` the whitespace
+  // after.
   std::string trimmed;
   trimmed.reserve(out.size());
   for (size_t k = 0; k < out.size();) {
@@ -60,17 +68,31 @@ std::string Preprocess(std::string t) {
 }
 
 struct Token {
-  enum class Kind { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kInt, kFloat, kString, kOp, kEnd };
+  enum class Kind {
+    kText,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kInt,
+    kFloat,
+    kString,
+    kOp,
+    kEnd
+  };
   Kind kind;
   std::string text;
   int line;
 };
 
 absl::Status SyntaxError(int line, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("chat template line ", line, ": ", what));
+  return absl::InvalidArgumentError(
+      absl::StrCat("chat template line ", line, ": ", what));
 }
 
-absl::StatusOr<std::string> StringLiteral(const std::string& t, size_t& i, int line) {
+absl::StatusOr<std::string> StringLiteral(const std::string& t, size_t& i,
+                                          int line) {
   const char quote = t[i++];
   std::string s;
   while (i < t.size() && t[i] != quote) {
@@ -78,11 +100,23 @@ absl::StatusOr<std::string> StringLiteral(const std::string& t, size_t& i, int l
     if (c == '\\' && i < t.size()) {
       const char e = t[i++];
       switch (e) {
-        case 'n': c = '\n'; break;
-        case 't': c = '\t'; break;
-        case 'r': c = '\r'; break;
-        case '\\': case '\'': case '"': c = e; break;
-        default: s += '\\'; c = e;
+        case 'n':
+          c = '\n';
+          break;
+        case 't':
+          c = '\t';
+          break;
+        case 'r':
+          c = '\r';
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          c = e;
+          break;
+        default:
+          s += '\\';
+          c = e;
       }
     }
     s += c;
@@ -92,11 +126,13 @@ absl::StatusOr<std::string> StringLiteral(const std::string& t, size_t& i, int l
   return s;
 }
 
-// The tokens of a tag's inside, from t[i] up to and including its closing delimiter.
-absl::Status LexTag(const std::string& t, size_t& i, int& line, bool block, std::vector<Token>& out) {
-  static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{",
-                                     "}", ".", ",", ":", "|", "~", "+", "-", "*", "/", "%",
-                                     "<", ">", "="};
+// The tokens of a tag's inside, from t[i] up to and including its closing
+// delimiter.
+absl::Status LexTag(const std::string& t, size_t& i, int& line, bool block,
+                    std::vector<Token>& out) {
+  static const char* const kOps[] = {
+      "//", "**", "==", "!=", "<=", ">=", "(", ")", "[", "]", "{", "}", ".",
+      ",",  ":",  "|",  "~",  "+",  "-",  "*", "/", "%", "<", ">", "="};
   const std::string close = block ? "%}" : "}}";
   while (i < t.size()) {
     const char c = t[i];
@@ -104,23 +140,30 @@ absl::Status LexTag(const std::string& t, size_t& i, int& line, bool block, std:
     if (IsSpace(c)) {
       ++i;
     } else if (t.compare(i, 2, close) == 0) {
-      out.push_back({block ? Token::Kind::kBlockEnd : Token::Kind::kVarEnd, close, line});
+      out.push_back(
+          {block ? Token::Kind::kBlockEnd : Token::Kind::kVarEnd, close, line});
       i += 2;
       return absl::OkStatus();
     } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t j = i;
-      while (j < t.size() && (std::isalnum(static_cast<unsigned char>(t[j])) || t[j] == '_')) ++j;
+      while (j < t.size() &&
+             (std::isalnum(static_cast<unsigned char>(t[j])) || t[j] == '_'))
+        ++j;
       out.push_back({Token::Kind::kName, t.substr(i, j - i), line});
       i = j;
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t j = i;
-      while (j < t.size() && std::isdigit(static_cast<unsigned char>(t[j]))) ++j;
-      bool is_float = j + 1 < t.size() && t[j] == '.' && std::isdigit(static_cast<unsigned char>(t[j + 1]));
+      while (j < t.size() && std::isdigit(static_cast<unsigned char>(t[j])))
+        ++j;
+      bool is_float = j + 1 < t.size() && t[j] == '.' &&
+                      std::isdigit(static_cast<unsigned char>(t[j + 1]));
       if (is_float) {
         ++j;
-        while (j < t.size() && std::isdigit(static_cast<unsigned char>(t[j]))) ++j;
+        while (j < t.size() && std::isdigit(static_cast<unsigned char>(t[j])))
+          ++j;
       }
-      out.push_back({is_float ? Token::Kind::kFloat : Token::Kind::kInt, t.substr(i, j - i), line});
+      out.push_back({is_float ? Token::Kind::kFloat : Token::Kind::kInt,
+                     t.substr(i, j - i), line});
       i = j;
     } else if (c == '\'' || c == '"') {
       ASSIGN_OR_RETURN(std::string s, StringLiteral(t, i, line));
@@ -135,7 +178,9 @@ absl::Status LexTag(const std::string& t, size_t& i, int& line, bool block, std:
           break;
         }
       }
-      if (!matched) return SyntaxError(line, absl::StrCat("unexpected character '", std::string(1, c), "'"));
+      if (!matched)
+        return SyntaxError(line, absl::StrCat("unexpected character '",
+                                              std::string(1, c), "'"));
     }
   }
   return SyntaxError(line, absl::StrCat("a tag is not closed with ", close));
@@ -148,12 +193,14 @@ absl::StatusOr<std::vector<Token>> Lex(const std::string& t) {
   while (i < t.size()) {
     const size_t var = t.find("{{", i), block = t.find("{%", i);
     const size_t tag = std::min(var, block);
-    const std::string text = t.substr(i, tag == std::string::npos ? std::string::npos : tag - i);
+    const std::string text =
+        t.substr(i, tag == std::string::npos ? std::string::npos : tag - i);
     if (!text.empty()) out.push_back({Token::Kind::kText, text, line});
     for (char c : text) line += c == '\n';
     if (tag == std::string::npos) break;
     const bool is_block = tag == block;
-    out.push_back({is_block ? Token::Kind::kBlockBegin : Token::Kind::kVarBegin, "", line});
+    out.push_back({is_block ? Token::Kind::kBlockBegin : Token::Kind::kVarBegin,
+                   "", line});
     i = tag + 2;
     RETURN_IF_ERROR(LexTag(t, i, line, is_block, out));
   }
@@ -161,25 +208,28 @@ absl::StatusOr<std::vector<Token>> Lex(const std::string& t) {
   return out;
 }
 
-// The filters, tests and functions the renderer has (jinja_render.cc): anything else is
-// refused while parsing.
+// The filters, tests and functions the renderer has (jinja_render.cc): anything
+// else is refused while parsing.
 const std::set<std::string>& KnownFilters() {
   static const std::set<std::string> k = {
-      "length", "count", "trim", "tojson", "items", "string", "lower", "upper", "title",
-      "capitalize", "first", "last", "join", "default", "d", "list", "reverse", "int", "float",
-      "abs", "replace", "selectattr", "rejectattr", "map", "unique", "safe", "e", "escape",
-      "sum"};
+      "length", "count",   "trim",    "tojson",     "items",      "string",
+      "lower",  "upper",   "title",   "capitalize", "first",      "last",
+      "join",   "default", "d",       "list",       "reverse",    "int",
+      "float",  "abs",     "replace", "selectattr", "rejectattr", "map",
+      "unique", "safe",    "e",       "escape",     "sum"};
   return k;
 }
 const std::set<std::string>& KnownTests() {
   static const std::set<std::string> k = {
-      "defined", "undefined", "none", "string", "number", "integer", "float", "boolean",
-      "true", "false", "iterable", "sequence", "mapping", "even", "odd", "equalto", "eq",
-      "divisibleby", "in", "lower", "upper"};
+      "defined", "undefined", "none", "string",  "number",   "integer",
+      "float",   "boolean",   "true", "false",   "iterable", "sequence",
+      "mapping", "even",      "odd",  "equalto", "eq",       "divisibleby",
+      "in",      "lower",     "upper"};
   return k;
 }
 const std::set<std::string>& KnownFunctions() {
-  static const std::set<std::string> k = {"namespace", "raise_exception", "range", "dict"};
+  static const std::set<std::string> k = {"namespace", "raise_exception",
+                                          "range", "dict"};
   return k;
 }
 
@@ -194,7 +244,9 @@ class Parser {
   }
 
  private:
-  const Token& Peek(size_t ahead = 0) const { return t_[std::min(pos_ + ahead, t_.size() - 1)]; }
+  const Token& Peek(size_t ahead = 0) const {
+    return t_[std::min(pos_ + ahead, t_.size() - 1)];
+  }
   Token Next() { return t_[std::min(pos_++, t_.size() - 1)]; }
   bool IsOp(const char* op, size_t ahead = 0) const {
     return Peek(ahead).kind == Token::Kind::kOp && Peek(ahead).text == op;
@@ -205,21 +257,25 @@ class Parser {
   absl::Status Expect(Token::Kind kind, const char* text, const char* what) {
     const Token& k = Peek();
     if (k.kind != kind || (text != nullptr && k.text != text)) {
-      return SyntaxError(k.line, absl::StrCat("expected ", what, ", found '", k.text, "'"));
+      return SyntaxError(
+          k.line, absl::StrCat("expected ", what, ", found '", k.text, "'"));
     }
     ++pos_;
     return absl::OkStatus();
   }
   absl::StatusOr<std::string> ExpectName() {
     if (Peek().kind != Token::Kind::kName) {
-      return SyntaxError(Peek().line, absl::StrCat("expected a name, found '", Peek().text, "'"));
+      return SyntaxError(Peek().line, absl::StrCat("expected a name, found '",
+                                                   Peek().text, "'"));
     }
     return Next().text;
   }
 
-  // Nodes up to a block tag whose keyword is in `ends` (its keyword in *end, the tag's
+  // Nodes up to a block tag whose keyword is in `ends` (its keyword in *end,
+  // the tag's
   // `{% keyword` consumed), or the end of the template when `ends` is empty.
-  absl::StatusOr<std::vector<Node>> ParseBody(const std::set<std::string>& ends, std::string* end);
+  absl::StatusOr<std::vector<Node>> ParseBody(const std::set<std::string>& ends,
+                                              std::string* end);
   absl::StatusOr<Node> ParseIf(int line);
   absl::StatusOr<Node> ParseFor(int line);
   absl::StatusOr<Node> ParseSet(int line);
@@ -250,22 +306,24 @@ class Parser {
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr e);
   absl::StatusOr<ExprPtr> ParseFiltersAndTests(ExprPtr e);
   absl::StatusOr<ExprPtr> ParsePrimary();
-  // `(a, b, k=v)` after the open parenthesis into e's args (after those it has) and kwargs.
+  // `(a, b, k=v)` after the open parenthesis into e's args (after those it has)
+  // and kwargs.
   absl::Status ParseArgs(Expr& e);
 
   std::vector<Token> t_;
   size_t pos_ = 0;
 };
 
-absl::StatusOr<std::vector<Node>> Parser::ParseBody(const std::set<std::string>& ends,
-                                                    std::string* end) {
+absl::StatusOr<std::vector<Node>> Parser::ParseBody(
+    const std::set<std::string>& ends, std::string* end) {
   std::vector<Node> nodes;
   while (true) {
     const Token tok = Next();
     switch (tok.kind) {
       case Token::Kind::kEnd:
         if (!ends.empty()) {
-          return SyntaxError(tok.line, absl::StrCat("missing {% ", *ends.rbegin(), " %}"));
+          return SyntaxError(
+              tok.line, absl::StrCat("missing {% ", *ends.rbegin(), " %}"));
         }
         return nodes;
       case Token::Kind::kText: {
@@ -299,7 +357,8 @@ absl::StatusOr<std::vector<Node>> Parser::ParseBody(const std::set<std::string>&
           n = ParseSet(tok.line);
         } else if (keyword == "break" || keyword == "continue") {
           Node b;
-          b.kind = keyword == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
+          b.kind =
+              keyword == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
           RETURN_IF_ERROR(Expect(Token::Kind::kBlockEnd, "%}", "'%}'"));
           n = std::move(b);
         } else if (keyword == "generation" || keyword == "endgeneration") {
@@ -307,16 +366,19 @@ absl::StatusOr<std::vector<Node>> Parser::ParseBody(const std::set<std::string>&
           RETURN_IF_ERROR(Expect(Token::Kind::kBlockEnd, "%}", "'%}'"));
           continue;
         } else {
-          return SyntaxError(tok.line, absl::StrCat("'{% ", keyword,
-                                                    " %}' is not supported (the subset has if, "
-                                                    "for, set, break, continue)"));
+          return SyntaxError(
+              tok.line,
+              absl::StrCat("'{% ", keyword,
+                           " %}' is not supported (the subset has if, "
+                           "for, set, break, continue)"));
         }
         if (!n.ok()) return n.status();
         nodes.push_back(std::move(*n));
         break;
       }
       default:
-        return SyntaxError(tok.line, absl::StrCat("unexpected '", tok.text, "'"));
+        return SyntaxError(tok.line,
+                           absl::StrCat("unexpected '", tok.text, "'"));
     }
   }
 }
@@ -385,7 +447,8 @@ absl::StatusOr<Node> Parser::ParseSet(int line) {
     ASSIGN_OR_RETURN(n.attr, ExpectName());
   }
   if (!IsOp("=")) {
-    return SyntaxError(line, "'{% set %}' blocks (without '=') are not supported");
+    return SyntaxError(line,
+                       "'{% set %}' blocks (without '=') are not supported");
   }
   ++pos_;
   ASSIGN_OR_RETURN(n.expr, ParseExpr());
@@ -544,8 +607,10 @@ absl::StatusOr<Parser::ExprPtr> Parser::ParsePostfix(ExprPtr e) {
         ASSIGN_OR_RETURN(parts.back(), ParseExpr());
       }
       ++pos_;
-      if (!slice && parts[0] == nullptr) return SyntaxError(e->line, "an empty subscript");
-      if (parts.size() > 3) return SyntaxError(e->line, "a slice has at most 3 parts");
+      if (!slice && parts[0] == nullptr)
+        return SyntaxError(e->line, "an empty subscript");
+      if (parts.size() > 3)
+        return SyntaxError(e->line, "a slice has at most 3 parts");
       auto s = Make(slice ? Expr::Kind::kSlice : Expr::Kind::kIndex, e->line);
       s->args.push_back(std::move(e));
       for (auto& p : parts) s->args.push_back(std::move(p));
@@ -554,7 +619,8 @@ absl::StatusOr<Parser::ExprPtr> Parser::ParsePostfix(ExprPtr e) {
     } else if (IsOp("(")) {
       ++pos_;
       if (e->kind == Expr::Kind::kName && !KnownFunctions().count(e->name)) {
-        return SyntaxError(e->line, absl::StrCat("the function '", e->name, "' is not supported"));
+        return SyntaxError(e->line, absl::StrCat("the function '", e->name,
+                                                 "' is not supported"));
       }
       auto c = Make(Expr::Kind::kCall, e->line);
       c->args.push_back(std::move(e));
@@ -572,7 +638,8 @@ absl::StatusOr<Parser::ExprPtr> Parser::ParseFiltersAndTests(ExprPtr e) {
       ++pos_;
       ASSIGN_OR_RETURN(std::string name, ExpectName());
       if (!KnownFilters().count(name)) {
-        return SyntaxError(e->line, absl::StrCat("the filter '", name, "' is not supported"));
+        return SyntaxError(
+            e->line, absl::StrCat("the filter '", name, "' is not supported"));
       }
       auto f = Make(Expr::Kind::kFilter, e->line, std::move(name));
       f->args.push_back(std::move(e));
@@ -590,15 +657,18 @@ absl::StatusOr<Parser::ExprPtr> Parser::ParseFiltersAndTests(ExprPtr e) {
       }
       ASSIGN_OR_RETURN(t->name, ExpectName());
       if (!KnownTests().count(t->name)) {
-        return SyntaxError(e->line, absl::StrCat("the test '", t->name, "' is not supported"));
+        return SyntaxError(
+            e->line, absl::StrCat("the test '", t->name, "' is not supported"));
       }
       t->args.push_back(std::move(e));
       if (IsOp("(")) {
         ++pos_;
         RETURN_IF_ERROR(ParseArgs(*t));
-      } else if (Peek().kind == Token::Kind::kString || Peek().kind == Token::Kind::kInt ||
-                 (Peek().kind == Token::Kind::kName && !IsName("and") && !IsName("or") &&
-                  !IsName("else") && !IsName("if") && !IsName("in") && !IsName("not"))) {
+      } else if (Peek().kind == Token::Kind::kString ||
+                 Peek().kind == Token::Kind::kInt ||
+                 (Peek().kind == Token::Kind::kName && !IsName("and") &&
+                  !IsName("or") && !IsName("else") && !IsName("if") &&
+                  !IsName("in") && !IsName("not"))) {
         ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());
         t->args.push_back(std::move(arg));
       }
@@ -622,8 +692,9 @@ absl::StatusOr<Parser::ExprPtr> Parser::ParsePrimary() {
     case Token::Kind::kInt:
     case Token::Kind::kFloat: {
       auto e = Make(Expr::Kind::kLiteral, tok.line);
-      e->literal = tok.kind == Token::Kind::kInt ? Value::Int(std::stoll(tok.text))
-                                                 : Value::Float(std::stod(tok.text));
+      e->literal = tok.kind == Token::Kind::kInt
+                       ? Value::Int(std::stoll(tok.text))
+                       : Value::Float(std::stod(tok.text));
       return e;
     }
     case Token::Kind::kName: {

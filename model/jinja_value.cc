@@ -28,20 +28,28 @@ void Value::Set(const std::string& key, Value v) const {
 bool Truthy(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return false;
-    case Value::Kind::kBool: return v.b;
-    case Value::Kind::kInt: return v.i != 0;
-    case Value::Kind::kFloat: return v.f != 0;
-    case Value::Kind::kString: return !v.s.empty();
-    case Value::Kind::kList: return !v.list->empty();
-    case Value::Kind::kDict: return !v.dict->empty();
+    case Value::Kind::kNone:
+      return false;
+    case Value::Kind::kBool:
+      return v.b;
+    case Value::Kind::kInt:
+      return v.i != 0;
+    case Value::Kind::kFloat:
+      return v.f != 0;
+    case Value::Kind::kString:
+      return !v.s.empty();
+    case Value::Kind::kList:
+      return !v.list->empty();
+    case Value::Kind::kDict:
+      return !v.dict->empty();
   }
   return false;
 }
 
 namespace {
 
-// Python's repr of a float: the shortest text that reads back, with ".0" on integers.
+// Python's repr of a float: the shortest text that reads back, with ".0" on
+// integers.
 std::string FloatText(double f) {
   if (std::isnan(f)) return "nan";
   if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
@@ -59,13 +67,27 @@ std::string QuoteJson(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -83,7 +105,10 @@ std::string QuoteJson(const std::string& s) {
 
 std::string Repr(const Value& v) {
   if (v.kind != Value::Kind::kString) return ToText(v);
-  const char quote = v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos ? '"' : '\'';
+  const char quote =
+      v.s.find('\'') != std::string::npos && v.s.find('"') == std::string::npos
+          ? '"'
+          : '\'';
   std::string out(1, quote);
   for (char c : v.s) {
     if (c == '\\' || c == quote) out += '\\';
@@ -98,12 +123,18 @@ std::string Repr(const Value& v) {
 
 std::string ToText(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.b ? "True" : "False";
-    case Value::Kind::kInt: return absl::StrCat(v.i);
-    case Value::Kind::kFloat: return FloatText(v.f);
-    case Value::Kind::kString: return v.s;
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.b ? "True" : "False";
+    case Value::Kind::kInt:
+      return absl::StrCat(v.i);
+    case Value::Kind::kFloat:
+      return FloatText(v.f);
+    case Value::Kind::kString:
+      return v.s;
     case Value::Kind::kList: {
       std::string out = "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
@@ -114,7 +145,8 @@ std::string ToText(const Value& v) {
     case Value::Kind::kDict: {
       std::string out = "{";
       for (size_t k = 0; k < v.dict->size(); ++k) {
-        absl::StrAppend(&out, k ? ", " : "", Repr(Value::Str((*v.dict)[k].first)), ": ",
+        absl::StrAppend(&out, k ? ", " : "",
+                        Repr(Value::Str((*v.dict)[k].first)), ": ",
                         Repr((*v.dict)[k].second));
       }
       return out + "}";
@@ -127,7 +159,8 @@ bool Equal(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return a.number() == b.number();
   if (a.kind != b.kind) return false;
   switch (a.kind) {
-    case Value::Kind::kString: return a.s == b.s;
+    case Value::Kind::kString:
+      return a.s == b.s;
     case Value::Kind::kList:
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k) {
@@ -140,33 +173,43 @@ bool Equal(const Value& a, const Value& b) {
         if (!Equal(v, b.Get(k))) return false;
       }
       return true;
-    default: return true;  // undefined == undefined, none == none
+    default:
+      return true;  // undefined == undefined, none == none
   }
 }
 
 absl::StatusOr<bool> Less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return a.number() < b.number();
-  if (a.kind == Value::Kind::kString && b.kind == Value::Kind::kString) return a.s < b.s;
+  if (a.kind == Value::Kind::kString && b.kind == Value::Kind::kString)
+    return a.s < b.s;
   return absl::InvalidArgumentError(
       absl::StrCat("cannot order a ", KindName(a), " and a ", KindName(b)));
 }
 
 std::string ToJson(const Value& v, int indent, int depth) {
-  const std::string pad = indent >= 0 ? "\n" + std::string((depth + 1) * indent, ' ') : "";
-  const std::string end = indent >= 0 ? "\n" + std::string(depth * indent, ' ') : "";
+  const std::string pad =
+      indent >= 0 ? "\n" + std::string((depth + 1) * indent, ' ') : "";
+  const std::string end =
+      indent >= 0 ? "\n" + std::string(depth * indent, ' ') : "";
   const char* comma = indent >= 0 ? "," : ", ";
   switch (v.kind) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return "null";
-    case Value::Kind::kBool: return v.b ? "true" : "false";
-    case Value::Kind::kInt: return absl::StrCat(v.i);
-    case Value::Kind::kFloat: return FloatText(v.f);
-    case Value::Kind::kString: return QuoteJson(v.s);
+    case Value::Kind::kNone:
+      return "null";
+    case Value::Kind::kBool:
+      return v.b ? "true" : "false";
+    case Value::Kind::kInt:
+      return absl::StrCat(v.i);
+    case Value::Kind::kFloat:
+      return FloatText(v.f);
+    case Value::Kind::kString:
+      return QuoteJson(v.s);
     case Value::Kind::kList: {
       if (v.list->empty()) return "[]";
       std::string out = "[";
       for (size_t k = 0; k < v.list->size(); ++k) {
-        absl::StrAppend(&out, k ? comma : "", pad, ToJson((*v.list)[k], indent, depth + 1));
+        absl::StrAppend(&out, k ? comma : "", pad,
+                        ToJson((*v.list)[k], indent, depth + 1));
       }
       return out + end + "]";
     }
@@ -174,7 +217,8 @@ std::string ToJson(const Value& v, int indent, int depth) {
       if (v.dict->empty()) return "{}";
       std::string out = "{";
       for (size_t k = 0; k < v.dict->size(); ++k) {
-        absl::StrAppend(&out, k ? comma : "", pad, QuoteJson((*v.dict)[k].first), ": ",
+        absl::StrAppend(&out, k ? comma : "", pad,
+                        QuoteJson((*v.dict)[k].first), ": ",
                         ToJson((*v.dict)[k].second, indent, depth + 1));
       }
       return out + end + "}";
@@ -185,14 +229,22 @@ std::string ToJson(const Value& v, int indent, int depth) {
 
 const char* KindName(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::kUndefined: return "undefined";
-    case Value::Kind::kNone: return "none";
-    case Value::Kind::kBool: return "boolean";
-    case Value::Kind::kInt: return "integer";
-    case Value::Kind::kFloat: return "float";
-    case Value::Kind::kString: return "string";
-    case Value::Kind::kList: return "list";
-    case Value::Kind::kDict: return "dict";
+    case Value::Kind::kUndefined:
+      return "undefined";
+    case Value::Kind::kNone:
+      return "none";
+    case Value::Kind::kBool:
+      return "boolean";
+    case Value::Kind::kInt:
+      return "integer";
+    case Value::Kind::kFloat:
+      return "float";
+    case Value::Kind::kString:
+      return "string";
+    case Value::Kind::kList:
+      return "list";
+    case Value::Kind::kDict:
+      return "dict";
   }
   return "?";
 }

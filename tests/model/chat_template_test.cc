@@ -1,15 +1,17 @@
-// The chat-template interpreter's subset on its own: what it refuses when parsing (the
-// construct named, with its line), Jinja's scoping, and the Python semantics templates
-// rely on. tests/model/chat_template_reference_test.cc checks real templates against
+// The chat-template interpreter's subset on its own: what it refuses when
+// parsing (the construct named, with its line), Jinja's scoping, and the Python
+// semantics templates rely on. tests/model/chat_template_reference_test.cc
+// checks real templates against
 // @huggingface/jinja.
-#include <gtest/gtest.h>
-
 #include "model/chat_template.h"
+
+#include <gtest/gtest.h>
 
 namespace lrkv {
 namespace {
 
-std::string Render(const std::string& source, const std::vector<ChatTurn>& messages = {},
+std::string Render(const std::string& source,
+                   const std::vector<ChatTurn>& messages = {},
                    bool add_generation_prompt = false) {
   auto t = ChatTemplate::Parse(source, "<s>", "</s>");
   EXPECT_TRUE(t.ok()) << t.status();
@@ -32,16 +34,22 @@ TEST(ChatTemplate, RefusesWhatTheSubsetLacksWhenParsedNamingItAndTheLine) {
     auto t = ChatTemplate::Parse(c.source, "", "");
     ASSERT_FALSE(t.ok()) << c.source;
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(t.status().message().find(c.named), std::string::npos) << t.status();
-    EXPECT_NE(t.status().message().find("line "), std::string::npos) << t.status();
+    EXPECT_NE(t.status().message().find(c.named), std::string::npos)
+        << t.status();
+    EXPECT_NE(t.status().message().find("line "), std::string::npos)
+        << t.status();
   }
-  EXPECT_NE(ChatTemplate::Parse("a\n\n{% if x %}", "", "").status().message().find("endif"),
+  EXPECT_NE(ChatTemplate::Parse("a\n\n{% if x %}", "", "")
+                .status()
+                .message()
+                .find("endif"),
             std::string::npos);
   EXPECT_FALSE(ChatTemplate::Parse("{{ 'open }}", "", "").ok());
 }
 
 TEST(ChatTemplate, RaiseExceptionIsTheRenderError) {
-  auto t = ChatTemplate::Parse("{{ raise_exception('roles must alternate') }}", "", "");
+  auto t = ChatTemplate::Parse("{{ raise_exception('roles must alternate') }}",
+                               "", "");
   ASSERT_TRUE(t.ok());
   auto r = t->Render({}, false);
   ASSERT_FALSE(r.ok());
@@ -50,31 +58,44 @@ TEST(ChatTemplate, RaiseExceptionIsTheRenderError) {
 }
 
 TEST(ChatTemplate, ForLoopsScopeTheirVariablesButNamespacesAreShared) {
-  const std::vector<ChatTurn> m = {{"user", "a"}, {"assistant", "b"}, {"user", "c"}};
-  EXPECT_EQ(Render("{% set n = 0 %}{% set ns = namespace(n=0) %}{% for x in messages %}"
-                   "{% set n = n + 1 %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ n }} {{ ns.n }}",
-                   m),
-            "0 3");
-  EXPECT_EQ(Render("{% for x in messages[::-1] %}{{ loop.index0 }}{{ x.content }}"
-                   "{% if not loop.last %},{% endif %}{% endfor %}",
-                   m),
-            "0c,1b,2a");
-  EXPECT_EQ(Render("{% for x in messages if x.role == 'user' %}{{ loop.length }}{{ x['content'] }}"
+  const std::vector<ChatTurn> m = {
+      {"user", "a"}, {"assistant", "b"}, {"user", "c"}};
+  EXPECT_EQ(
+      Render(
+          "{% set n = 0 %}{% set ns = namespace(n=0) %}{% for x in messages %}"
+          "{% set n = n + 1 %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ n }} {{ "
+          "ns.n }}",
+          m),
+      "0 3");
+  EXPECT_EQ(
+      Render("{% for x in messages[::-1] %}{{ loop.index0 }}{{ x.content }}"
+             "{% if not loop.last %},{% endif %}{% endfor %}",
+             m),
+      "0c,1b,2a");
+  EXPECT_EQ(Render("{% for x in messages if x.role == 'user' %}{{ loop.length "
+                   "}}{{ x['content'] }}"
                    "{% endfor %}",
                    m),
             "2a2c");
 }
 
 TEST(ChatTemplate, PythonSemanticsOfStringsValuesAndWhitespace) {
-  EXPECT_EQ(Render("{{ 'a</think>b'.split('</think>')[-1] }}|{{ '  x \\n'.strip() }}|"
-                   "{{ 'xxaxx'.lstrip('x') }}|{{ [1, 2] }}|{{ none }}|{{ true }}|{{ 7 // 2 }}|"
-                   "{{ -7 % 3 }}|{{ 1 / 2 }}|{{ 'ab' * 2 }}|{{ 'b' in 'abc' }}|{{ undefined_name }}|"
-                   "{{ {'k': [1, 'v']} | tojson }}"),
-            "b|x|axx|[1, 2]|None|True|3|2|0.5|abab|True||{\"k\": [1, \"v\"]}");
-  // trim_blocks and lstrip_blocks, as Hugging Face renders templates; `-` trimming.
-  EXPECT_EQ(Render("  {% if true %}\nyes\n  {% endif %}\n{{- ' end' }}\n"), "yes\n end");
+  EXPECT_EQ(
+      Render("{{ 'a</think>b'.split('</think>')[-1] }}|{{ '  x \\n'.strip() }}|"
+             "{{ 'xxaxx'.lstrip('x') }}|{{ [1, 2] }}|{{ none }}|{{ true }}|{{ "
+             "7 // 2 }}|"
+             "{{ -7 % 3 }}|{{ 1 / 2 }}|{{ 'ab' * 2 }}|{{ 'b' in 'abc' }}|{{ "
+             "undefined_name }}|"
+             "{{ {'k': [1, 'v']} | tojson }}"),
+      "b|x|axx|[1, 2]|None|True|3|2|0.5|abab|True||{\"k\": [1, \"v\"]}");
+  // trim_blocks and lstrip_blocks, as Hugging Face renders templates; `-`
+  // trimming.
+  EXPECT_EQ(Render("  {% if true %}\nyes\n  {% endif %}\n{{- ' end' }}\n"),
+            "yes\n end");
   EXPECT_EQ(Render("a  \n  {{- 'b' -}}  \n c"), "abc");
-  EXPECT_EQ(Render("{{ bos_token }}{% if add_generation_prompt %}go{% endif %}", {}, true), "<s>go");
+  EXPECT_EQ(Render("{{ bos_token }}{% if add_generation_prompt %}go{% endif %}",
+                   {}, true),
+            "<s>go");
 }
 
 }  // namespace
