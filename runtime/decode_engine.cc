@@ -206,44 +206,86 @@ at::Tensor DecodeEngine::Prefill(const at::Tensor& tokens) {
   return Linear(x.narrow(0, x.size(0) - 1, 1), weights_.lm_head);
 }
 
-std::vector<at::Tensor> DecodeEngine::StepTogether(const std::vector<DecodeEngine*>& engines,
-                                                   int32_t token) {
-  const auto tokens = at::full({1}, token, at::kLong);
-  std::vector<at::Tensor> logits;
-  if (engines.empty()) return logits;
-  const DecodeEngine& first = *engines[0];
-  bool together = true;
-  for (const DecodeEngine* e : engines) {
-    const LlamaWeights &a = e->weights_, &b = first.weights_;
-    together = together && e->options_.batch == 1 && e->compute_dtype() == first.compute_dtype() &&
-               a.embed.data_ptr() == b.embed.data_ptr() &&
-               a.lm_head.data_ptr() == b.lm_head.data_ptr() &&
-               a.layers.size() == b.layers.size();
-    for (size_t i = 0; together && i < a.layers.size(); ++i) {
-      const LayerWeights &x = a.layers[i], &y = b.layers[i];
-      together = x.wq.data_ptr() == y.wq.data_ptr() && x.wo.data_ptr() == y.wo.data_ptr() &&
-                 x.w_gate.data_ptr() == y.w_gate.data_ptr() &&
-                 x.w_up.data_ptr() == y.w_up.data_ptr() &&
-                 x.w_down.data_ptr() == y.w_down.data_ptr();
+bool DecodeEngine::SharesWeightsWith(const DecodeEngine& e) const {
+  const LlamaWeights &a = e.weights_, &b = weights_;
+  if (e.options_.batch != 1 || options_.batch != 1 ||
+      e.compute_dtype() != compute_dtype() ||
+      a.embed.data_ptr() != b.embed.data_ptr() ||
+      a.lm_head.data_ptr() != b.lm_head.data_ptr() ||
+      a.layers.size() != b.layers.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    const LayerWeights &x = a.layers[i], &y = b.layers[i];
+    if (x.wq.data_ptr() != y.wq.data_ptr() ||
+        x.wo.data_ptr() != y.wo.data_ptr() ||
+        x.w_gate.data_ptr() != y.w_gate.data_ptr() ||
+        x.w_up.data_ptr() != y.w_up.data_ptr() ||
+        x.w_down.data_ptr() != y.w_down.data_ptr()) {
+      return false;
     }
   }
-  if (!together || engines.size() == 1) {
-    for (DecodeEngine* e : engines) logits.push_back(e->Step(tokens));
+  return true;
+}
+
+std::vector<at::Tensor> DecodeEngine::StepTogether(const std::vector<DecodeEngine*>& engines,
+                                                   int32_t token) {
+  std::vector<BatchEntry> entries;
+  for (DecodeEngine* e : engines) entries.push_back({e, {token}});
+  return StepBatch(entries);
+}
+
+std::vector<at::Tensor> DecodeEngine::StepBatch(
+    const std::vector<BatchEntry>& entries) {
+  std::vector<at::Tensor> logits;
+  if (entries.empty()) return logits;
+  const DecodeEngine& first = *entries[0].engine;
+  bool together = true;
+  for (const BatchEntry& e : entries) {
+    TORCH_CHECK(!e.tokens.empty(), "a batch entry appends at least one token");
+    together = together && first.SharesWeightsWith(*e.engine);
+  }
+  if (!together && entries.size() > 1) {
+    for (const BatchEntry& e : entries) logits.push_back(StepBatch({e})[0]);
     return logits;
   }
-  const int64_t n = static_cast<int64_t>(engines.size());
-  std::vector<Slot> slots;
-  for (int64_t e = 0; e < n; ++e) {
-    engines[e]->Reserve(1);
-    slots.push_back({engines[e], engines[e]->length_, e, 1});
+  if (!together) {  // one engine of batch B > 1: its B rows at one position
+    TORCH_CHECK(!entries[0].all_logits,
+                "all_logits needs an engine of batch 1");
+    return {entries[0].engine->Step(at::tensor(entries[0].tokens, at::kLong))};
   }
-  // Row e of x is engine e's hidden state.
-  const auto x = RunLayers(
-      slots, Embed(first.weights_.embed, tokens, first.compute_dtype()).expand({n, -1}).contiguous());
-  const auto all = Linear(x, first.weights_.lm_head);
-  for (int64_t e = 0; e < n; ++e) {
-    ++engines[e]->length_;
-    logits.push_back(all.narrow(0, e, 1));
+  // Entry e's rows are rows [row, row + n_e) of the stacked hidden state.
+  std::vector<Slot> slots;
+  std::vector<int64_t> ids;
+  for (const BatchEntry& e : entries) {
+    const auto n = static_cast<int64_t>(e.tokens.size());
+    e.engine->Reserve(n);
+    slots.push_back({e.engine, e.engine->length_,
+                     static_cast<int64_t>(ids.size()), n,
+                     /*consecutive=*/n > 1});
+    ids.insert(ids.end(), e.tokens.begin(), e.tokens.end());
+  }
+  const auto x =
+      RunLayers(slots, Embed(first.weights_.embed, at::tensor(ids, at::kLong),
+                             first.compute_dtype()));
+  // Only each entry's last row reaches the head, or all its rows with
+  // all_logits.
+  std::vector<int64_t> heads, first_head;
+  for (size_t e = 0; e < slots.size(); ++e) {
+    const Slot& s = slots[e];
+    first_head.push_back(static_cast<int64_t>(heads.size()));
+    for (int64_t r = entries[e].all_logits ? 0 : s.rows - 1; r < s.rows; ++r) {
+      heads.push_back(s.row + r);
+    }
+  }
+  const bool every_row = static_cast<int64_t>(heads.size()) == x.size(0);
+  const auto all =
+      Linear(every_row ? x : x.index_select(0, at::tensor(heads, at::kLong)),
+             first.weights_.lm_head);
+  for (size_t e = 0; e < slots.size(); ++e) {
+    slots[e].engine->length_ += slots[e].rows;
+    logits.push_back(all.narrow(0, first_head[e],
+                                entries[e].all_logits ? slots[e].rows : 1));
   }
   return logits;
 }

@@ -107,6 +107,20 @@ class DecodeEngine {
   // matrices (else each is stepped alone). Each engine computes what its Step would.
   static std::vector<at::Tensor> StepTogether(const std::vector<DecodeEngine*>& engines,
                                               int32_t token);
+  // One step of continuous batching: each entry appends its tokens to its own
+  // engine (batch 1): one token is a decode step, several a chunk of that
+  // sequence's prefill. Every row of every entry goes through each big matrix
+  // in one product; attention reads each engine's own cache. Returns each
+  // entry's last-token logits [1, V], what its Step (or Prefill) would return;
+  // with `all_logits`, every row's [n, V] (scoring a prompt). Engines as for
+  // StepTogether; each appears once.
+  struct BatchEntry {
+    DecodeEngine* engine = nullptr;
+    std::vector<int64_t> tokens;
+    bool all_logits = false;
+  };
+  static std::vector<at::Tensor> StepBatch(
+      const std::vector<BatchEntry>& entries);
   // Each layer's attention output [B, H*d_h] (before o_proj) at the last step.
   const std::vector<at::Tensor>& attention_outputs() const { return attention_; }
   CacheMeasurement MeasureCache() const;
@@ -198,6 +212,9 @@ class DecodeEngine {
  private:
   // Grows the cache (doubling) until `positions` more fit.
   void Reserve(int64_t positions);
+  // Whether `e` decodes the same stored matrices as this engine in the same
+  // compute dtype with batch 1, so that their rows can share one product.
+  bool SharesWeightsWith(const DecodeEngine& e) const;
   // Rows [row, row + rows) of a stacked hidden state belong to `engine` at position
   // `pos` (consecutive: row t at pos + t, one sequence).
   struct Slot {

@@ -1,0 +1,438 @@
+#include "runtime/continuous_batcher.h"
+
+#include <ATen/core/grad_mode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "runtime/kv_layout.h"
+#include "runtime/stored_linear.h"
+#include "runtime/transformer.h"
+
+namespace lrkv {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kEos:
+      return "stop";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kFailed:
+      return "error";
+  }
+  return "";
+}
+
+absl::Status BatcherOptions::Validate() const {
+  if (kv_memory <= 0)
+    return absl::InvalidArgumentError("the KV memory must be > 0 bytes");
+  if (max_seqs < 1) return absl::InvalidArgumentError("max_seqs must be >= 1");
+  if (max_queue < 0)
+    return absl::InvalidArgumentError("the queue length must be >= 0");
+  if (context < 1)
+    return absl::InvalidArgumentError("the context must be >= 1 token");
+  if (prefill_chunk < 1 || prefill_chunk > kPrefillChunk) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prefill chunk must be in [1, ", kPrefillChunk,
+                     "], got ", prefill_chunk));
+  }
+  if (cache_dtype != at::kBFloat16 && cache_dtype != at::kFloat) {
+    return absl::InvalidArgumentError("the cache dtype must be bf16 or f32");
+  }
+  return absl::OkStatus();
+}
+
+SequenceUpdate Sequence::Take(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] {
+    return !pending_.tokens.empty() || !pending_.prompt.empty() ||
+           pending_.finish != FinishReason::kNone;
+  });
+  SequenceUpdate out = std::move(pending_);
+  pending_ = SequenceUpdate();
+  return out;
+}
+
+bool Sequence::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+void Sequence::Publish(SequenceUpdate update) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& t : update.prompt) pending_.prompt.push_back(std::move(t));
+    for (auto& t : update.tokens) pending_.tokens.push_back(std::move(t));
+    if (update.finish != FinishReason::kNone) {
+      pending_.finish = update.finish;
+      pending_.error = update.error;
+      finished_ = true;
+    }
+  }
+  cv_.notify_all();
+}
+
+struct ContinuousBatcher::Queued {
+  SequenceRequest request;
+  std::shared_ptr<Sequence> handle;
+  int64_t bytes = 0;
+};
+
+struct ContinuousBatcher::Running {
+  SequenceRequest request;
+  std::shared_ptr<Sequence> handle;
+  int64_t bytes = 0;
+  std::unique_ptr<DecodeEngine> engine;
+  Sampler sampler;
+  int64_t prefilled = 0;  // prompt tokens in the cache
+  int64_t generated = 0;
+  int32_t next = -1;  // the token the next decode step appends
+  bool done = false;
+
+  Running(Queued q, std::unique_ptr<DecodeEngine> e)
+      : request(std::move(q.request)),
+        handle(std::move(q.handle)),
+        bytes(q.bytes),
+        engine(std::move(e)),
+        sampler(request.sampling) {}
+  int64_t prompt_length() const {
+    return static_cast<int64_t>(request.prompt.size());
+  }
+};
+
+namespace {
+
+int64_t RoundUp16(int64_t n) { return (n + 15) / 16 * 16; }
+
+absl::StatusOr<DecodeMode> ServingMode(const ModelConfig& c,
+                                       const std::string& mode) {
+  if (mode != "auto") return ParseDecodeMode(mode);
+  if (c.kv.layout == KvLayout::kDense) return DecodeMode::kExpanded;
+  return ParseDecodeMode(RopeModeName(c.kv.rope_mode));
+}
+
+EngineOptions EngineOptionsFor(const BatcherOptions& o, int64_t positions) {
+  EngineOptions eo;
+  eo.cache_dtype = o.cache_dtype;
+  eo.capacity = RoundUp16(positions);
+  return eo;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ContinuousBatcher>> ContinuousBatcher::Create(
+    const Transformer& model, BatcherOptions options) {
+  RETURN_IF_ERROR(options.Validate());
+  ASSIGN_OR_RETURN(DecodeMode mode, ServingMode(model.config(), options.mode));
+  try {
+    LlamaWeights weights = ForCompute(model.weights(), at::kFloat);
+    // A probe engine measures the scheme's cache per position (its own layout).
+    ASSIGN_OR_RETURN(auto probe,
+                     CreateDecodeEngine(model.config(), weights, mode,
+                                        EngineOptionsFor(options, 256)));
+    const int64_t per_16 = probe->MeasureCache().allocated_bytes / 16;
+    std::unique_ptr<ContinuousBatcher> b(new ContinuousBatcher(
+        model, std::move(options), mode, std::move(weights)));
+    b->bytes_per_16_tokens_ = per_16;
+    b->thread_ = std::thread([p = b.get()] { p->Loop(); });
+    return b;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("starting the batcher: ", e.what_without_backtrace()));
+  }
+}
+
+ContinuousBatcher::ContinuousBatcher(const Transformer& model,
+                                     BatcherOptions options, DecodeMode mode,
+                                     LlamaWeights weights)
+    : model_(model),
+      options_(std::move(options)),
+      mode_(mode),
+      weights_(std::move(weights)) {
+  stats_.kv_bytes_budget = options_.kv_memory;
+}
+
+ContinuousBatcher::~ContinuousBatcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  for (auto& r : running_) {
+    if (!r->done) Finish(*r, FinishReason::kCancelled);
+  }
+  for (auto& q : queue_)
+    q->handle->Publish({{}, {}, FinishReason::kCancelled, {}});
+}
+
+int64_t ContinuousBatcher::CacheBytes(int64_t tokens) const {
+  return RoundUp16(tokens) / 16 * bytes_per_16_tokens_;
+}
+
+int64_t ContinuousBatcher::SequencesThatFit(int64_t tokens) const {
+  const int64_t each = CacheBytes(tokens);
+  return each > 0 ? options_.kv_memory / each : 0;
+}
+
+BatcherStats ContinuousBatcher::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  BatcherStats s = stats_;
+  s.queued = static_cast<int64_t>(queue_.size());
+  return s;
+}
+
+absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
+    SequenceRequest request) {
+  const ModelConfig& c = model_.config();
+  const auto prompt = static_cast<int64_t>(request.prompt.size());
+  if (prompt == 0)
+    return absl::InvalidArgumentError("the prompt has no tokens");
+  for (int32_t id : request.prompt) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                       c.vocab_size, ")"));
+    }
+  }
+  if (request.max_tokens < 0)
+    return absl::InvalidArgumentError("max_tokens must be >= 0");
+  if (prompt + request.max_tokens > options_.context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the prompt (", prompt, " tokens) plus max_tokens (",
+                     request.max_tokens, ") exceeds the context of ",
+                     options_.context, " tokens"));
+  }
+  if (request.top_logprobs < 0 || request.top_logprobs > 20) {
+    return absl::InvalidArgumentError("top logprobs must be in [0, 20]");
+  }
+  RETURN_IF_ERROR(request.sampling.Validate());
+  auto q = std::make_unique<Queued>();
+  q->bytes = CacheBytes(prompt + request.max_tokens);
+  if (q->bytes > options_.kv_memory) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a sequence of ", prompt + request.max_tokens, " tokens needs ",
+        q->bytes, " bytes of KV cache, more than the server's KV memory of ",
+        options_.kv_memory));
+  }
+  q->request = std::move(request);
+  q->handle = std::make_shared<Sequence>();
+  auto handle = q->handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::UnavailableError("the server is shutting down");
+    if (!StartsNowLocked(q->bytes) && WaitingLocked() >= options_.max_queue) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server is full: ", stats_.running,
+                       " sequences running and ", queue_.size(), " waiting"));
+    }
+    queue_.push_back(std::move(q));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+int64_t ContinuousBatcher::AdmissibleLocked(int64_t* kv,
+                                            int64_t* running) const {
+  *kv = stats_.kv_bytes_in_use;
+  *running = static_cast<int64_t>(running_.size());
+  int64_t n = 0;
+  for (const auto& q : queue_) {
+    if (*running >= options_.max_seqs || *kv + q->bytes > options_.kv_memory) {
+      break;
+    }
+    *kv += q->bytes;
+    ++*running;
+    ++n;
+  }
+  return n;
+}
+
+int64_t ContinuousBatcher::WaitingLocked() const {
+  int64_t kv, running;
+  return static_cast<int64_t>(queue_.size()) - AdmissibleLocked(&kv, &running);
+}
+
+bool ContinuousBatcher::StartsNowLocked(int64_t bytes) const {
+  int64_t kv, running;
+  return AdmissibleLocked(&kv, &running) ==
+             static_cast<int64_t>(queue_.size()) &&
+         running < options_.max_seqs && kv + bytes <= options_.kv_memory;
+}
+
+void ContinuousBatcher::AdmitLocked() {
+  while (!queue_.empty() &&
+         static_cast<int64_t>(running_.size()) < options_.max_seqs &&
+         stats_.kv_bytes_in_use + queue_.front()->bytes <= options_.kv_memory) {
+    std::unique_ptr<Queued> q = std::move(queue_.front());
+    queue_.pop_front();
+    if (q->handle->cancelled_) {
+      q->handle->Publish({{}, {}, FinishReason::kCancelled, {}});
+      continue;
+    }
+    const int64_t positions =
+        static_cast<int64_t>(q->request.prompt.size()) + q->request.max_tokens;
+    auto engine = CreateDecodeEngine(
+        model_.config(), weights_, mode_,
+        EngineOptionsFor(options_, std::max<int64_t>(positions, 1)));
+    if (!engine.ok()) {
+      q->handle->Publish({{}, {}, FinishReason::kFailed, engine.status()});
+      continue;
+    }
+    stats_.kv_bytes_in_use += q->bytes;
+    running_.push_back(
+        std::make_unique<Running>(std::move(*q), std::move(*engine)));
+    stats_.running = static_cast<int64_t>(running_.size());
+    stats_.peak_running = std::max(stats_.peak_running, stats_.running);
+  }
+}
+
+void ContinuousBatcher::Loop() {
+  at::NoGradGuard no_grad;
+  const Bf16ProductsScope bf16(options_.bf16_products);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stopping_ || !queue_.empty() || !running_.empty();
+      });
+      if (stopping_) return;
+      AdmitLocked();
+    }
+    Step();
+  }
+}
+
+void ContinuousBatcher::Step() {
+  for (auto& r : running_) {
+    if (r->handle->cancelled_ && !r->done) Finish(*r, FinishReason::kCancelled);
+  }
+  std::vector<DecodeEngine::BatchEntry> entries;
+  std::vector<Running*> owners;
+  std::vector<int64_t> prefill_rows;
+  int64_t chunk = options_.prefill_chunk, rows = 0;
+  for (auto& r : running_) {
+    if (r->done) continue;
+    const int64_t left = r->prompt_length() - r->prefilled;
+    if (left > 0) {
+      if (chunk == 0) continue;
+      const int64_t n = std::min(chunk, left);
+      chunk -= n;
+      const auto begin = r->request.prompt.begin() + r->prefilled;
+      entries.push_back({r->engine.get(),
+                         std::vector<int64_t>(begin, begin + n),
+                         r->request.prompt_logprobs});
+      prefill_rows.push_back(n);
+    } else {
+      entries.push_back({r->engine.get(), {r->next}, false});
+      prefill_rows.push_back(0);
+    }
+    owners.push_back(r.get());
+    rows += static_cast<int64_t>(entries.back().tokens.size());
+  }
+  if (!entries.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> logits;
+    try {
+      logits = DecodeEngine::StepBatch(entries);
+    } catch (const c10::Error& e) {
+      for (Running* r : owners) {
+        Finish(*r, FinishReason::kFailed,
+               absl::InternalError(
+                   absl::StrCat("decode step: ", e.what_without_backtrace())));
+      }
+    }
+    for (size_t i = 0; i < logits.size(); ++i)
+      Advance(*owners[i], logits[i], prefill_rows[i]);
+    if (options_.on_step) {
+      options_.on_step(
+          {std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+               .count(),
+           static_cast<int64_t>(entries.size()), rows});
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.erase(
+      std::remove_if(running_.begin(), running_.end(),
+                     [](const std::unique_ptr<Running>& r) { return r->done; }),
+      running_.end());
+  stats_.running = static_cast<int64_t>(running_.size());
+}
+
+void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
+                                int64_t prefill_rows) {
+  SequenceUpdate update;
+  at::Tensor last = logits;
+  if (prefill_rows > 0) {
+    const int64_t p0 = r.prefilled;
+    r.prefilled += prefill_rows;
+    if (r.request.prompt_logprobs) {
+      // Row t predicts prompt token p0 + t + 1.
+      for (int64_t t = 0; t < prefill_rows && p0 + t + 1 < r.prompt_length();
+           ++t) {
+        const std::vector<double> lp = Sampler::LogSoftmax(logits[t]);
+        GeneratedToken g;
+        g.id = r.request.prompt[p0 + t + 1];
+        g.logprob = lp[g.id];
+        if (r.request.top_logprobs > 0)
+          g.top = Sampler::Top(lp, r.request.top_logprobs);
+        update.prompt.push_back(std::move(g));
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.prompt_tokens += prefill_rows;
+    }
+    last = logits.narrow(0, logits.size(0) - 1, 1);
+    if (r.prefilled < r.prompt_length()) {
+      if (!update.prompt.empty()) r.handle->Publish(std::move(update));
+      return;
+    }
+  }
+  if (r.generated >=
+      r.request.max_tokens) {  // max_tokens 0: the prompt was all
+    r.handle->Publish(std::move(update));
+    Finish(r, FinishReason::kLength);
+    return;
+  }
+  const SampledToken s = r.sampler.Sample(last);
+  if (r.request.stop_at_eos && model_.config().IsEos(s.id)) {
+    r.handle->Publish(std::move(update));
+    Finish(r, FinishReason::kEos);
+    return;
+  }
+  GeneratedToken g{s.id, s.logprob, {}};
+  if (r.request.top_logprobs > 0) {
+    g.top = Sampler::Top(Sampler::LogSoftmax(last), r.request.top_logprobs);
+  }
+  update.tokens.push_back(std::move(g));
+  r.next = s.id;
+  ++r.generated;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.generated_tokens;
+  }
+  r.handle->Publish(std::move(update));
+  if (r.generated >= r.request.max_tokens) Finish(r, FinishReason::kLength);
+}
+
+void ContinuousBatcher::Finish(Running& r, FinishReason reason,
+                               absl::Status error) {
+  if (r.done) return;
+  r.done = true;
+  r.engine.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.kv_bytes_in_use -= r.bytes;
+  }
+  r.handle->Publish({{}, {}, reason, std::move(error)});
+  cv_.notify_all();
+}
+
+}  // namespace lrkv
