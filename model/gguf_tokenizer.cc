@@ -121,6 +121,8 @@ absl::StatusOr<std::pair<std::string, std::string>> HfFilesFromGgufBpe(const Ggu
                             std::pair{"tokenizer.ggml.add_eos_token", "add_eos_token"}}) {
     if (auto v = GgufBool(g, key); v.ok()) config[field] = *v;
   }
+  // The chat template travels as tokenizer_config.json's (lrkv serve renders it).
+  if (auto t = GgufString(g, "tokenizer.chat_template"); t.ok()) config["chat_template"] = *t;
   return std::pair{tokenizer.dump(), config.dump(2)};
 }
 

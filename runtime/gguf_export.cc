@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "model/gguf_writer.h"
 #include "runtime/deepseek_gguf_export.h"
@@ -47,6 +48,9 @@ absl::Status AddGgufTokenizer(const Tokenizer& tokenizer, int64_t rows,
   }
   g->AddBool("tokenizer.ggml.add_bos_token", s.add_bos);
   if (v.model == "llama") g->AddBool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
+  if (const std::string t = ChatTemplateSource(tokenizer); !t.empty()) {
+    g->AddString("tokenizer.chat_template", t);
+  }
   return absl::OkStatus();
 }
 

