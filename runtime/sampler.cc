@@ -8,22 +8,6 @@
 
 namespace lrkv {
 
-absl::Status SamplingOptions::Validate() const {
-  if (!(temperature >= 0 && temperature <= 2)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be in [0, 2], got ", temperature));
-  }
-  if (!(top_p > 0 && top_p <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_p must be in (0, 1], got ", top_p));
-  }
-  if (top_k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top_k must be >= 0, got ", top_k));
-  }
-  return absl::OkStatus();
-}
-
 Sampler::Sampler(const SamplingOptions& options)
     : options_(options), rng_(options.seed) {}
 

@@ -13,24 +13,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/sampling_options.h"
 
 namespace lrkv {
-
-struct SamplingOptions {
-  /// 0 picks the most likely token (greedy); otherwise the logits are divided
-  /// by it before the softmax. At most 2, as in the OpenAI API.
-  double temperature = 1.0;
-  /// Nucleus sampling: draw from the most likely tokens whose probabilities sum
-  /// to at least top_p (after top_k and temperature). In (0, 1]; 1 keeps every
-  /// token.
-  double top_p = 1.0;
-  /// Draw from the top_k most likely tokens only; 0 keeps every token.
-  int64_t top_k = 0;
-  /// Seeds the sequence's generator (std::mt19937_64).
-  uint64_t seed = 0;
-
-  absl::Status Validate() const;
-};
 
 // A token and its log-probability under the model's distribution (the softmax
 // of the logits, before temperature and truncation: what the OpenAI API's

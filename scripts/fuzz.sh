@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang and fuzzes each for SECONDS (default 60): the
 # checkpoint parsers, seeded with the malformed corpus (and the shared model for GGUF),
-# and what the service parses of a client's bytes first — params_json and an upload's
-# header — seeded from fuzz/seeds/. A crash, a sanitizer report or a stack overflow
-# fails the run (exit non-zero) and leaves the input as build-fuzz/crash-*.
+# and what the servers parse of a client's bytes first — params_json, an upload's
+# header, lrkv serve's HTTP requests — seeded from fuzz/seeds/. A crash, a sanitizer
+# report or a stack overflow fails the run (exit non-zero) and leaves the input as
+# build-fuzz/crash-*.
 #   scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ seconds="${1:-60}"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DLRKV_BUILD_SCOPE=formats \
   -DLRKV_FUZZ=ON -DLRKV_BUILD_TESTS=OFF >/dev/null
 cmake --build build-fuzz
-for kind in safetensors gguf params_json upload_header; do
+for kind in safetensors gguf params_json upload_header http_request; do
   corpus="build-fuzz/corpus-$kind"
   mkdir -p "$corpus"
   case "$kind" in

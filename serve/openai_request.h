@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "model/chat_template.h"
 #include "nlohmann/json.hpp"
-#include "runtime/sampler.h"
+#include "runtime/sampling_options.h"
 
 namespace lrkv {
 

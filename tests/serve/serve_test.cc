@@ -20,7 +20,6 @@
 #include "nlohmann/json.hpp"
 #include "runtime/language_model.h"
 #include "runtime/llama_weights.h"
-#include "serve/openai_request.h"
 #include "serve/openai_server.h"
 #include "serve/text_stream.h"
 #include "tests/model_test_util.h"
@@ -270,41 +269,6 @@ TEST(TextStream, HoldsBackPartialCharactersAndStopPrefixesAndCutsAtTheStop) {
   EXPECT_EQ(out, all.substr(0, all.find("there was")));
   EXPECT_EQ(CompleteUtf8Prefix("ab\xe6\x97"), 2u);
   EXPECT_EQ(CompleteUtf8Prefix("ab\xe6\x97\xa5"), 5u);
-}
-
-TEST(OpenAiRequest, WrongTypesAndValuesNameTheirField) {
-  struct Case {
-    const char* body;
-    const char* named;
-  };
-  for (const Case& c :
-       {Case{R"({"prompt":"a"})", "model"},
-        Case{R"({"model":"m","prompt":"a","max_tokens":"7"})", "max_tokens"},
-        Case{R"({"model":"m","prompt":"a","temperature":3})", "temperature"},
-        Case{R"({"model":"m","prompt":"a","n":2})", "'n'"},
-        Case{R"({"model":"m","prompt":[1,"x"]})", "prompt"},
-        Case{R"({"model":"m","prompt":"a","stop":[1]})", "stop"},
-        Case{R"({"model":"m","prompt":"a","logprobs":9})", "logprobs"},
-        Case{R"({"model":"m","prompt":"a","presence_penalty":0.5})",
-             "presence_penalty"},
-        Case{R"([1,2])", "object"}}) {
-    auto r = ParseCompletionRequest(c.body);
-    ASSERT_FALSE(r.ok()) << c.body;
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find(c.named), std::string::npos)
-        << r.status();
-  }
-  auto chat =
-      ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":[
-      {"type":"text","text":"a"},{"type":"text","text":"b"}]}],"max_completion_tokens":3})");
-  ASSERT_TRUE(chat.ok()) << chat.status();
-  EXPECT_EQ(chat->messages[0].content, "ab");
-  EXPECT_EQ(chat->params.max_tokens, 3);
-  EXPECT_EQ(ParseChatRequest(R"({"model":"m","messages":[]})").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  std::string deep(100, '[');
-  EXPECT_EQ(ParseCompletionRequest(deep).status().code(),
-            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
