@@ -233,6 +233,7 @@ absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
                        " sequences running and ", queue_.size(), " waiting"));
     }
     queue_.push_back(std::move(q));
+    ++stats_.submitted;
   }
   cv_.notify_all();
   return handle;

@@ -131,6 +131,7 @@ struct BatcherStats {
   int64_t kv_bytes_in_use = 0;  // allocated by the running sequences' caches
   int64_t kv_bytes_budget = 0;  // BatcherOptions::kv_memory
   int64_t peak_running = 0;
+  int64_t submitted = 0;         // requests accepted by Submit, all time
   int64_t prompt_tokens = 0;     // prefilled, all time
   int64_t generated_tokens = 0;  // sampled, all time
 };

@@ -210,6 +210,7 @@ CompletionEndpoints::Submit(const std::vector<std::vector<int32_t>>& prompts,
           " in the prompt, ", r.max_tokens, " for the completion)."));
     }
     r.sampling = params.sampling;
+    r.stop_at_eos = !params.ignore_eos;
     r.top_logprobs = params.logprobs ? params.top_logprobs : 0;
     r.prompt_logprobs = prompt_logprobs;
     ASSIGN_OR_RETURN(std::shared_ptr<Sequence> seq,

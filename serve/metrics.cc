@@ -19,6 +19,17 @@ void ServerMetrics::ObserveStep(const BatcherOptions::StepReport& step) {
   ++steps_;
   last_batch_sequences_ = step.sequences;
   last_batch_rows_ = step.rows;
+  if (step.rows == step.sequences) {
+    auto& [sum, count] = decode_steps_[step.sequences];
+    sum += step.seconds;
+    ++count;
+  }
+}
+
+double ServerMetrics::MeanDecodeStepSeconds(int64_t batch) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = decode_steps_.find(batch);
+  return it == decode_steps_.end() ? 0 : it->second.first / it->second.second;
 }
 
 namespace {
@@ -77,6 +88,12 @@ std::string ServerMetrics::Render(const BatcherStats& b) const {
   }
   absl::StrAppend(&out, "lrkv_step_seconds_sum ", step_seconds_sum_, "\n");
   absl::StrAppend(&out, "lrkv_step_seconds_count ", steps_, "\n");
+  Metric(out, "lrkv_decode_step_seconds_mean", "gauge",
+         "Mean time of the decode-only steps, by the sequences in them.");
+  for (const auto& [batch, sum_count] : decode_steps_) {
+    absl::StrAppend(&out, "lrkv_decode_step_seconds_mean{batch=\"", batch,
+                    "\"} ", sum_count.first / sum_count.second, "\n");
+  }
   return out;
 }
 

@@ -25,6 +25,9 @@ class ServerMetrics {
 
   void CountRequest(const std::string& endpoint, int status);
   void ObserveStep(const BatcherOptions::StepReport& step);
+  // The mean time of the decode-only steps (one token per sequence, no prefill)
+  // of `batch` sequences; 0 when there was none.
+  double MeanDecodeStepSeconds(int64_t batch) const;
   // The Prometheus text exposition of everything, with the batcher's gauges.
   std::string Render(const BatcherStats& batcher) const;
 
@@ -36,6 +39,8 @@ class ServerMetrics {
   int64_t steps_ = 0;
   int64_t last_batch_sequences_ = 0;
   int64_t last_batch_rows_ = 0;
+  // Decode-only steps by batch size: the sum of their seconds and their count.
+  std::map<int64_t, std::pair<double, int64_t>> decode_steps_;
 };
 
 }  // namespace lrkv

@@ -118,6 +118,7 @@ absl::StatusOr<GenerationParams> ParamsOf(const json& j,
   }
   ASSIGN_OR_RETURN(p.stop, StopField(j));
   ASSIGN_OR_RETURN(p.stream, BoolField(j, "stream", kSource, false));
+  ASSIGN_OR_RETURN(p.ignore_eos, BoolField(j, "ignore_eos", kSource, false));
   auto options = j.find("stream_options");
   if (options != j.end() && !options->is_null()) {
     if (!options->is_object())

@@ -33,6 +33,9 @@ struct GenerationParams {
   int64_t top_logprobs = 0;
   /// Whether log-probabilities are reported at all.
   bool logprobs = false;
+  /// Generate max_tokens tokens even past an end-of-sequence token (vLLM's and
+  /// llama.cpp's extension, for benchmarks).
+  bool ignore_eos = false;
 };
 
 struct CompletionPrompt {

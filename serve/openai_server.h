@@ -68,6 +68,7 @@ class OpenAiServer {
   void Stop();
 
   const ContinuousBatcher& batcher() const { return *batcher_; }
+  const ServerMetrics& metrics() const { return *metrics_; }
 
  private:
   OpenAiServer(const LanguageModel& model, ServeOptions options);

@@ -10,10 +10,12 @@
 #include "base/option_schema.h"
 #include "base/status_macros.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/stage_progress.h"
 #include "model/chat_template.h"
 #include "runtime/language_model.h"
 #include "runtime/threads.h"
 #include "serve/openai_server.h"
+#include "serve/serve_bench.h"
 #include "surgery/cache_accounting.h"
 #include "surgery/conversion_options.h"
 
@@ -152,9 +154,91 @@ int RunServe(const ServeArgs& a) {
   return kExitOk;
 }
 
+struct ServeBenchArgs {
+  ServeBenchOptions o;
+  std::string kv_memory = "1GiB";
+  std::string cache_dtype = "bf16";
+  std::string products = "bf16";
+  std::string json_out;
+  int threads = 0;
+};
+
+int RunServeBench(ServeBenchArgs& a) {
+  ConfigureThreads(a.threads);
+  auto kv = ParseByteSize(a.kv_memory);
+  if (!kv.ok()) return Fail(kv.status());
+  a.o.batcher.kv_memory = static_cast<int64_t>(*kv);
+  a.o.batcher.cache_dtype = a.cache_dtype == "f32" ? at::kFloat : at::kBFloat16;
+  a.o.bf16_products = a.products == "bf16";
+  StageProgress progress("bench serve");
+  progress.Sink()("admission, 1 stream, then the concurrent streams, per model",
+                  1, 1);
+  auto report = RunServeBench(a.o);
+  progress.Finish();
+  if (!report.ok()) return Fail(report.status());
+  nlohmann::json j = report->ToJson();
+  j["threads"] = ThreadCount();
+  return EmitLocalReport(j, report->ToText(), a.json_out);
+}
+
+void AddServeBenchCommand(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<ServeBenchArgs>();
+  CLI::App* bench = app.get_subcommand("bench");
+  auto* cmd = bench->add_subcommand("serve",
+                                    "Streaming clients against lrkv serve "
+                                    "in-process: sequences admitted at the "
+                                    "same KV memory, batching throughput and "
+                                    "latency, a soak (docs/serving.md)");
+  cmd->add_option("--checkpoint", a->o.checkpoint,
+                  "Checkpoint served (source or converted)")
+      ->required();
+  cmd->add_option("--source", a->o.source,
+                  "Its source, measured in the same run at the same KV memory");
+  cmd->add_option("--clients", a->o.clients, "Concurrent streams")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--requests", a->o.requests,
+                  "Requests per stream in the batching phase")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--prompt-tokens", a->o.prompt_tokens,
+                  "Prompt tokens of a request")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", a->o.max_tokens,
+                  "Tokens generated per request")
+      ->capture_default_str();
+  cmd->add_option("--kv-memory", a->kv_memory, "The server's KV memory")
+      ->capture_default_str();
+  cmd->add_option("--max-seqs", a->o.batcher.max_seqs,
+                  "The server's most sequences at once")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--ctx", a->o.batcher.context,
+                  "The server's context (and the admission phase's sequences)")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--cache-dtype", a->cache_dtype, "Storage of the KV cache")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option(
+         "--soak-seconds", a->o.soak_seconds,
+         "Then random lengths and abandoned streams for this long (0: no soak)")
+      ->capture_default_str();
+  cmd->add_option("--abort-share", a->o.abort_share,
+                  "Share of soak requests abandoned mid-stream")
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads,
+                  "Compute threads (0: OMP_NUM_THREADS, else all CPUs)")
+      ->check(kNotNegative);
+  cmd->add_option("--json-out", a->json_out, "Also write the JSON report here");
+  AddProductsOption(cmd, &a->products);
+  cmd->callback([a, exit_code] { *exit_code = RunServeBench(*a); });
+}
+
 }  // namespace
 
 void AddServeCommands(CLI::App& app, int* exit_code) {
+  AddServeBenchCommand(app, exit_code);
   auto a = std::make_shared<ServeArgs>();
   auto* cmd = app.add_subcommand("serve",
                                  "OpenAI-compatible HTTP server with "

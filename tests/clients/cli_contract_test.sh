@@ -18,6 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 export LRKV_NO_PROGRESS=1
+printf "{%% macro f() %%}x{%% endmacro %%}" >"$work/bad.jinja"
 unset LRKV_SERVER LRKV_TOKEN_FILE LRKV_TLS_CA
 failures=0 checked=0
 
@@ -69,6 +70,13 @@ expect 0 --json -- eval --checkpoint "$model" --text "$text" --limit 3 --json
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["stories"] == 3, j' "$work/out" ||
   { echo "FAIL: eval --limit 3 did not score 3 documents" >&2; failures=$((failures + 1)); }
 expect 2 -- eval --checkpoint "$model"
+# lrkv serve and bench serve refuse bad settings before binding anything.
+expect 2 --stderr "not a checkpoint" -- serve --checkpoint "$text"
+expect 2 --stderr "kv-memory|byte size|size" -- serve --checkpoint "$model" --kv-memory lots
+expect 2 --stderr "certificate and a key" -- serve --checkpoint "$model" --tls-cert "$text"
+expect 2 --stderr "api-key" -- serve --checkpoint "$model" --api-key "$work/no-such-key"
+expect 2 --stderr "is not supported" -- serve --checkpoint "$model" --chat-template "$work/bad.jinja"
+expect 2 --stderr "exceed the context" -- bench serve --checkpoint "$model" --ctx 64 --prompt-tokens 60 --max-tokens 10
 expect 2 --stderr "not a checkpoint" -- eval --checkpoint "$text" --text "$text"
 expect 2 --stderr "a binary file, not text" -- eval --checkpoint "$model" --text "$model"
 expect 2 --stderr "no such file" -- eval --checkpoint /nope.gguf --text "$text"
