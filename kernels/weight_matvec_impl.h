@@ -158,6 +158,51 @@ float Bf16Row(const uint16_t* w, int64_t cols, const float* xe, const float* xo)
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
+// R rows of W against B split x rows at once (a decode step of B sequences): each
+// 32-element chunk of a row is loaded and widened once and met by every x row, and each
+// x chunk is loaded once for the R rows; R·B accumulators stay in registers.
+template <int R, int B>
+void Bf16RowsBatch(const uint16_t* w, int64_t cols, const float* split, int64_t half,
+                   float* out, int64_t out_stride) {
+  __m512 acc[R][B];
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
+  }
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const int64_t whole = cols / 32 * 32;
+  auto chunk = [&](const __m512i (&v)[R], int64_t i) {
+    __m512 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v[r], 16));
+      hi[r] = _mm512_castsi512_ps(_mm512_and_si512(v[r], high));
+    }
+    for (int b = 0; b < B; ++b) {
+      const __m512 xe = _mm512_loadu_ps(split + 2 * b * half + i / 2);
+      const __m512 xo = _mm512_loadu_ps(split + (2 * b + 1) * half + i / 2);
+      for (int r = 0; r < R; ++r) {
+        acc[r][b] = _mm512_fmadd_ps(hi[r], xo, _mm512_fmadd_ps(lo[r], xe, acc[r][b]));
+      }
+    }
+  };
+  for (int64_t i = 0; i < whole; i += 32) {
+    __m512i v[R];
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + i + 2048), _MM_HINT_T0);
+      v[r] = _mm512_loadu_si512(w + r * cols + i);
+    }
+    chunk(v, i);
+  }
+  if (whole < cols) {
+    const __mmask32 tail = (__mmask32{1} << (cols - whole)) - 1;
+    __m512i v[R];
+    for (int r = 0; r < R; ++r) v[r] = _mm512_maskz_loadu_epi16(tail, w + r * cols + whole);
+    chunk(v, whole);
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < B; ++b) out[b * out_stride + r] = _mm512_reduce_add_ps(acc[r][b]);
+  }
+}
+
 void RunBf16(const WeightMatVecParams& p) {
   const int64_t half = (p.cols + 31) / 32 * 16;  // even (and odd) elements, padded
   std::vector<float> split(2 * half * p.batch, 0.0f);
@@ -166,11 +211,34 @@ void RunBf16(const WeightMatVecParams& p) {
   }
   const bool parallel = p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
   const auto* w = static_cast<const uint16_t*>(p.w);
+  // Pairs of W rows (one pass over each), batch rows in groups of 8 and 4, the rest
+  // one at a time.
+  const int64_t pairs = p.rows / 2;
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t o = 0; o < p.rows; ++o) {
-    for (int64_t b = 0; b < p.batch; ++b) {
-      p.y[b * p.rows + o] = Bf16Row(w + o * p.cols, p.cols, &split[2 * b * half],
-                                    &split[(2 * b + 1) * half]);
+  for (int64_t k = 0; k < pairs + (p.rows % 2); ++k) {
+    const int64_t o = 2 * k;
+    const uint16_t* row = w + o * p.cols;
+    const bool pair = o + 1 < p.rows;
+    int64_t b = 0;
+    for (; b + 8 <= p.batch; b += 8) {
+      if (pair) {
+        Bf16RowsBatch<2, 8>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+      } else {
+        Bf16RowsBatch<1, 8>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+      }
+    }
+    for (; b + 4 <= p.batch; b += 4) {
+      if (pair) {
+        Bf16RowsBatch<2, 4>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+      } else {
+        Bf16RowsBatch<1, 4>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+      }
+    }
+    for (; b < p.batch; ++b) {
+      for (int64_t r = o; r < std::min(o + 2, p.rows); ++r) {
+        p.y[b * p.rows + r] =
+            Bf16Row(w + r * p.cols, p.cols, &split[2 * b * half], &split[(2 * b + 1) * half]);
+      }
     }
   }
 }

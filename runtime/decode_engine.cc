@@ -1,6 +1,8 @@
 // The model shell shared by every decode engine, and the engine factory.
 #include "runtime/decode_engine.h"
 
+#include <array>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/layers.h"
 #include "runtime/engines.h"
@@ -144,6 +146,35 @@ CacheMeasurement DecodeEngine::MeasureCache() const {
   return m;
 }
 
+namespace {
+
+// The rows of one layer's input that a batched step's slots share (SlotLinear), and the
+// products already computed with them; set on this thread around each slot's Append.
+struct SharedRows {
+  at::Tensor all;       // [rows, d]
+  int64_t row = 0, rows = 0;  // the slot now appending
+  std::vector<std::pair<std::array<const void*, 3>, at::Tensor>> products;
+};
+thread_local SharedRows* shared_rows = nullptr;
+
+}  // namespace
+
+at::Tensor DecodeEngine::SlotLinear(const at::Tensor& x, const at::Tensor& w,
+                                    const at::Tensor& b) {
+  SharedRows* r = shared_rows;
+  if (r == nullptr || x.dim() != 2 || x.size(0) != r->rows ||
+      x.data_ptr() != r->all.narrow(0, r->row, r->rows).data_ptr()) {
+    return Linear(x, w, b);
+  }
+  const std::array<const void*, 3> key = {w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
+                                          reinterpret_cast<const void*>(w.size(0))};
+  for (const auto& [k, product] : r->products) {
+    if (k == key) return product.narrow(0, r->row, r->rows);
+  }
+  r->products.emplace_back(key, Linear(r->all, w, b));
+  return r->products.back().second.narrow(0, r->row, r->rows);
+}
+
 at::Tensor DecodeEngine::RunLayers(const std::vector<Slot>& slots, at::Tensor x) {
   // Every slot's engine decodes this model in this compute dtype with the same stored
   // matrices and the same norm values (ForCompute of one model): the first's apply to
@@ -165,8 +196,13 @@ at::Tensor DecodeEngine::RunLayers(const std::vector<Slot>& slots, at::Tensor x)
     // slot order, which for a prefill is causal, as single steps would be.
     std::vector<at::Tensor> outputs;
     outputs.reserve(slots.size());
+    SharedRows shared{h, 0, 0, {}};
     for (const Slot& s : slots) {
+      shared.row = s.row;
+      shared.rows = s.rows;
+      shared_rows = slots.size() > 1 ? &shared : nullptr;
       s.engine->Append(layer, h.narrow(0, s.row, s.rows), {s.pos, s.consecutive});
+      shared_rows = nullptr;
       at::Tensor attn = s.engine->AttendRows(layer, q.narrow(0, s.row, s.rows),
                                              {s.pos, s.consecutive})
                             .reshape({s.rows, -1});

@@ -153,6 +153,14 @@ class DecodeEngine {
   // and holds capacity() positions.
   virtual std::vector<at::Tensor*> CacheTensors() = 0;
 
+  // Linear(x, w, b) for the rows x a slot's Append received. In a step of several
+  // slots, one product of w with every slot's rows: the first slot to ask computes it,
+  // the others take their rows of it, so a K/V projection streams its weight once per
+  // step rather than once per sequence. Otherwise (one slot, or x not a slot's rows)
+  // plain Linear.
+  static at::Tensor SlotLinear(const at::Tensor& x, const at::Tensor& w,
+                               const at::Tensor& b = {});
+
   // Allocates a cache tensor [B, capacity, rest...] in the cache dtype.
   at::Tensor NewCache(std::vector<int64_t> rest) const;
   // Writes value [B, rest...] at position pos of cache.

@@ -37,8 +37,8 @@ class ExpandedEngine : public DecodeEngine {
                   dh = config_.head_dim;
     at::Tensor k, v;
     if (linear_) {
-      k = Linear(x, kv.wk, kv.bk);
-      v = Linear(x, kv.wv, kv.bv);
+      k = SlotLinear(x, kv.wk, kv.bk);
+      v = SlotLinear(x, kv.wv, kv.bv);
     } else {
       // K/V not linear in x (MLA's latent norm): the layout's own projection.
       layout_.ProjectKv(config_, layer, weights_.layers[layer], x, &k, &v);
@@ -51,7 +51,7 @@ class ExpandedEngine : public DecodeEngine {
     if (config_.kv.DecoupledRope()) {
       // [RoPE-free key | the shared rotated key], per KV head.
       const auto shared = RotateLeadingAt(
-          layer, Linear(x, kv.wk_rope, kv.bk_rope).view({b, 1, -1}), at);
+          layer, SlotLinear(x, kv.wk_rope, kv.bk_rope).view({b, 1, -1}), at);
       Write(k_[layer], at,
             at::cat({k, shared.expand({b, hkv, shared.size(2)})}, -1));
       Write(v_[layer], at, v);

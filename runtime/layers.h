@@ -54,10 +54,13 @@ inline at::Tensor Embed(const at::Tensor& embed, const at::Tensor& tokens,
 
 // The MLA latent of x, kv_down·x, through the latent's RMSNorm where the model has
 // one (kv.latent_norm, DeepSeek-V3's kv_a_layernorm): what MLA engines cache.
-inline at::Tensor MlaLatent(const ModelConfig& c, const LayerWeights& l, const at::Tensor& x) {
-  const at::Tensor latent = Linear(x, l.kv_down);
+// The latent as cached from its projection x·kv_downᵀ (the latent norm, if any, applied).
+inline at::Tensor NormedLatent(const ModelConfig& c, const LayerWeights& l, const at::Tensor& latent) {
   if (!c.kv.latent_norm) return latent;
   return RmsNorm(latent, AsDtypeOf(l.kv_norm, latent), c.rms_norm_eps);
+}
+inline at::Tensor MlaLatent(const ModelConfig& c, const LayerWeights& l, const at::Tensor& x) {
+  return NormedLatent(c, l, Linear(x, l.kv_down));
 }
 
 // The SwiGLU feed-forward block.

@@ -191,8 +191,9 @@ class LrkvEngine : public DecodeEngine {
  protected:
   void Append(int64_t index, const at::Tensor& x, const RowPositions& at) override {
     Layer& L = layers_[index];
-    auto ks = Linear(x, L.k.shared, L.k.shared_bias);    // [B, dh]
-    auto zk = at::einsum("bd,hrd->bhr", {x, L.k.down});  // [B, Hkv, r]
+    auto ks = SlotLinear(x, L.k.shared, L.k.shared_bias);  // [B, dh]
+    // x·downᵀ for every head at once: [B, Hkv, r].
+    auto zk = SlotLinear(x, L.k.down.reshape({-1, x.size(1)})).view({x.size(0), L.k.down.size(0), L.k.down.size(1)});
     if (config_.qk_norm) {
       // Rebuild the full key once to get its scale (per head, or over all).
       auto k = ks.unsqueeze(1) + at::einsum("bhr,hdr->bhd", {zk, L.k.up}) +
@@ -215,8 +216,10 @@ class LrkvEngine : public DecodeEngine {
       zk = RotatePairsAt(index, zk, L.planes, at);
     }
     WriteSegment(L.zk, at, zk);
-    WriteSegment(L.vs, at, Linear(x, L.v.shared, L.v.shared_bias));
-    WriteSegment(L.zv, at, at::einsum("bd,hrd->bhr", {x, L.v.down}));
+    WriteSegment(L.vs, at, SlotLinear(x, L.v.shared, L.v.shared_bias));
+    WriteSegment(L.zv, at,
+                 SlotLinear(x, L.v.down.reshape({-1, x.size(1)}))
+                     .view({x.size(0), L.v.down.size(0), L.v.down.size(1)}));
   }
 
   at::Tensor Attend(int64_t index, const at::Tensor& q, int64_t pos) override {

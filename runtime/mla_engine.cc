@@ -33,9 +33,9 @@ class MlaEngine : public DecodeEngine {
   void Append(int64_t layer, const at::Tensor& x,
               const RowPositions& at) override {
     const LayerWeights& l = weights_.layers[layer];
-    Write(latent_[layer], at, MlaLatent(config_, l, x));
+    Write(latent_[layer], at, NormedLatent(config_, l, SlotLinear(x, l.kv_down)));
     if (!config_.kv.DecoupledRope()) return;
-    auto k = Linear(x, l.k_rope, l.bk_rope).unsqueeze(1);  // [R, 1, w]
+    auto k = SlotLinear(x, l.k_rope, l.bk_rope).unsqueeze(1);  // [R, 1, w]
     if (options_.fault == DecodeFault::kWrongPlane) {
       // Negative control: every pair turned with the next plane's frequency.
       const int64_t w = k.size(-1);

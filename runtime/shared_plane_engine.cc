@@ -85,12 +85,12 @@ class SharedPlaneEngine : public DecodeEngine {
     const LayerWeights& l = weights_.layers[layer];
     Layer& L = layers_[layer];
     const int64_t rows = x.size(0), dh = config_.head_dim;
-    const auto ks = Linear(x, l.k_lr.shared, l.k_lr.shared_bias).view({rows, 1, dh});
+    const auto ks = SlotLinear(x, l.k_lr.shared, l.k_lr.shared_bias).view({rows, 1, dh});
     Write(L.ks, at, RotateAt(layer, ks, at).view({rows, dh}));
-    const auto z = Linear(x, l.k_lr.down);  // [R, 2m]
+    const auto z = SlotLinear(x, l.k_lr.down);  // [R, 2m]
     Write(L.z, at, RotatePairsAt(layer, z.unsqueeze(1), L.planes, at).squeeze(1));
-    Write(L.vs, at, Linear(x, l.v_lr.shared, l.v_lr.shared_bias));
-    Write(L.zv, at, Linear(x, l.v_lr.down));
+    Write(L.vs, at, SlotLinear(x, l.v_lr.shared, l.v_lr.shared_bias));
+    Write(L.zv, at, SlotLinear(x, l.v_lr.down));
   }
 
   at::Tensor Attend(int64_t layer, const at::Tensor& q, int64_t pos) override {

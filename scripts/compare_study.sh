@@ -14,7 +14,9 @@
 # calibration loss, within each budget; shared-plane keeps one rank).
 # Models: stories260K (../shared) and the d_h = 64 model of scripts/train_kjv.sh
 # (build/models/kjv-d64; skipped with a note when it has not been trained); STUDY_MODELS
-# (default "stories260K kjv-d64") picks some of them.
+# (default "stories260K kjv-d64") picks some of them; VARIANTS, ROPE_MODES and BUDGETS
+# (comma lists) narrow the rows, e.g. VARIANTS=mla ROPE_MODES=partial for decoupled MLA
+# with and without the latent norm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=$(realpath "${LRKV_SHARED_DIR:-../shared}")
@@ -26,7 +28,8 @@ source clients/lrkvd_local.sh
 start_lrkvd "$SHARED/data" "$(realpath build/models)"
 echo "lrkvd on $LRKV_SERVER"
 export LRKV_NO_PROGRESS=1
-common=(--budget 0.25,0.5,0.75 --variants gqa,mqa,mla,lrkv --rope-mode plane,reconstruct,shared-plane,partial
+common=(--budget "${BUDGETS:-0.25,0.5,0.75}" --variants "${VARIANTS:-gqa,mqa,mla,lrkv}"
+        --rope-mode "${ROPE_MODES:-plane,reconstruct,shared-plane,partial}"
         --heal-steps "$steps" --heal-batch 8 --heal-seq-len 256 --heal-lr 0.003 --heal-warmup 5
         --context 128,512,2048 --timed-tokens 16 --kl-tokens 4096 --allocation "$allocation")
 

@@ -56,7 +56,7 @@ TEST_P(WeightMatVecTest, MatchesTheReferenceWithinTheSummationBound) {
   };
   for (WeightDType dtype : {WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32}) {
     for (const Shape s : {Shape{1, 1, 1}, Shape{37, 53, 3}, Shape{300, 1000, 1},
-                          Shape{513, 640, 9}}) {
+                          Shape{513, 640, 9}, Shape{70, 97, 15}}) {
       for (bool f64 : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "dtype " << static_cast<int>(dtype) << " shape "
                                           << s.rows << "x" << s.cols << " batch " << s.batch
