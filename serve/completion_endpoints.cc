@@ -155,6 +155,15 @@ bool PumpStream(StreamState& s, httplib::DataSink& sink) {
   return true;
 }
 
+std::shared_ptr<StreamState> NewStream(std::vector<std::unique_ptr<Choice>> choices,
+                                       json head, bool include_usage) {
+  auto state = std::make_shared<StreamState>();
+  state->choices = std::move(choices);
+  state->head = std::move(head);
+  state->include_usage = include_usage;
+  return state;
+}
+
 void StartStream(httplib::Response& res, std::shared_ptr<StreamState> state) {
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -175,8 +184,11 @@ void SetError(httplib::Response& res, const absl::Status& status) {
   res.set_content(OpenAiErrorBody(status), "application/json");
 }
 
-std::string CompletionEndpoints::NextId(const char* prefix) {
-  return absl::StrFormat("%s-%016x", prefix, next_id_.fetch_add(1) + 1);
+nlohmann::json CompletionEndpoints::Head(const char* id_prefix, const char* object) {
+  return {{"id", absl::StrFormat("%s-%016x", id_prefix, next_id_.fetch_add(1) + 1)},
+          {"object", object},
+          {"created", static_cast<int64_t>(std::time(nullptr))},
+          {"model", model_id_}};
 }
 
 std::vector<int32_t> CompletionEndpoints::PromptIds(
@@ -239,15 +251,9 @@ void CompletionEndpoints::Completions(const httplib::Request& req,
   auto first_token = [&](size_t i) {
     return TokenLogprob{tokenizer_.TokenToPiece(prompts[i][0]), 0, {}};
   };
-  const json head = {{"id", NextId("cmpl")},
-                     {"object", "text_completion"},
-                     {"created", static_cast<int64_t>(std::time(nullptr))},
-                     {"model", model_id_}};
+  const json head = Head("cmpl", "text_completion");
   if (r.params.stream) {
-    auto state = std::make_shared<StreamState>();
-    state->choices = std::move(*choices);
-    state->head = head;
-    state->include_usage = r.params.include_usage;
+    auto state = NewStream(std::move(*choices), head, r.params.include_usage);
     auto echoed = std::make_shared<std::vector<bool>>(prompts.size(), !r.echo);
     state->chunk = [=, logprobs = r.params.logprobs](
                        size_t i, const ChoiceDelta& d) -> json {
@@ -310,16 +316,10 @@ void CompletionEndpoints::ChatCompletions(const httplib::Request& req,
     return SetError(res, absl::InvalidArgumentError(text.status().message()));
   auto choices = Submit({tokenizer_.Encode(*text)}, r.params, false);
   if (!choices.ok()) return SetError(res, choices.status());
-  const json head = {
-      {"id", NextId("chatcmpl")},
-      {"object", r.params.stream ? "chat.completion.chunk" : "chat.completion"},
-      {"created", static_cast<int64_t>(std::time(nullptr))},
-      {"model", model_id_}};
+  const json head =
+      Head("chatcmpl", r.params.stream ? "chat.completion.chunk" : "chat.completion");
   if (r.params.stream) {
-    auto state = std::make_shared<StreamState>();
-    state->choices = std::move(*choices);
-    state->head = head;
-    state->include_usage = r.params.include_usage;
+    auto state = NewStream(std::move(*choices), head, r.params.include_usage);
     auto started = std::make_shared<bool>(false);
     state->chunk = [started, logprobs = r.params.logprobs](
                        size_t i, const ChoiceDelta& d) -> json {

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/tokenizer.h"
+#include "nlohmann/json.hpp"
 #include "runtime/continuous_batcher.h"
 #include "serve/choice.h"
 #include "serve/openai_request.h"
@@ -47,7 +48,9 @@ class CompletionEndpoints {
   // Token ids of a completion prompt (text: the document start token, then its
   // ids).
   std::vector<int32_t> PromptIds(const CompletionPrompt& prompt) const;
-  std::string NextId(const char* prefix);
+  // The fields every response and chunk starts with: a fresh id, the object kind, the
+  // time, the model.
+  nlohmann::json Head(const char* id_prefix, const char* object);
 
   const Tokenizer& tokenizer_;
   ContinuousBatcher& batcher_;

@@ -123,7 +123,7 @@ await check("abort_mid_stream", async () => {
   await idle();
   const controller = new AbortController();
   const stream = await client.completions.create(
-      { model, prompt: "Once", max_tokens: 200, temperature: 0, stream: true },
+      { model, prompt: "Once", max_tokens: 480, temperature: 0, stream: true },
       { signal: controller.signal });
   let chunks = 0;
   try {
@@ -159,7 +159,7 @@ await check("overload", async () => {
   await idle();
   const controller = new AbortController();
   const first = await strict.completions.create(
-      { model, prompt: "Once", max_tokens: 200, temperature: 0, stream: true },
+      { model, prompt: "Once", max_tokens: 480, temperature: 0, stream: true },
       { signal: controller.signal });
   const iterator = first[Symbol.asyncIterator]();
   await iterator.next();  // the first sequence is decoding

@@ -137,7 +137,7 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
   ServeOptions o;
   o.model_id = "stories";
   o.max_body_bytes = 4096;
-  o.batcher.context = 256;
+  o.batcher.context = 4096;
   o.batcher.max_seqs = 1;
   o.batcher.max_queue = 0;
   RunningServer server(*model, o);
@@ -183,6 +183,7 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
   // A client that reads one event and hangs up: its sequence is freed, and
   // while it ran, a second request was overload (429 with Retry-After).
   std::atomic<int> events_read{0};
+  std::atomic<bool> answered{false};
   std::thread gone([&] {
     httplib::Client c("127.0.0.1", server.port());
     httplib::Request req;
@@ -190,9 +191,9 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
     req.path = "/v1/completions";
     req.set_header("Content-Type", "application/json");
     req.body =
-        R"({"model":"stories","prompt":"Once","max_tokens":200,"temperature":0,"stream":true})";
+        R"({"model":"stories","prompt":"Once","max_tokens":4000,"temperature":0,"stream":true})";
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      return ++events_read < 2;
+      return ++events_read < 2 || !answered;
     };
     httplib::Response res;
     httplib::Error error;
@@ -203,6 +204,7 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
   auto overload =
       http.Post("/v1/completions", R"({"model":"stories","prompt":"a"})",
                 "application/json");
+  answered = true;
   gone.join();
   ASSERT_TRUE(overload);
   EXPECT_EQ(overload->status, 429);
