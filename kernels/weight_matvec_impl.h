@@ -1,8 +1,8 @@
 // The body of WeightMatVec, compiled once per ISA (weight_matvec_{avx512,avx2,
-// generic}.cc define LRKV_MATVEC_NS and their target flags): a row of W is widened into
-// a per-thread fp32 buffer (exact), then dotted with each activation row by an OpenMP
-// SIMD reduction, which the compiler vectorises for the build's ISA.
-// Include only from those translation units.
+// generic}.cc define LRKV_MATVEC_NS and their target flags): a row of W is
+// widened into a per-thread fp32 buffer (exact), then dotted with each
+// activation row by an OpenMP SIMD reduction, which the compiler vectorises for
+// the build's ISA. Include only from those translation units.
 #include <omp.h>
 
 #include <algorithm>
@@ -54,7 +54,8 @@ inline float F16(uint16_t h) {
 void Widen(const WeightMatVecParams& p, int64_t row, float* out) {
   const int64_t n = p.cols;
   if (p.dtype == WeightDType::kF32) {
-    std::memcpy(out, static_cast<const float*>(p.w) + row * n, n * sizeof(float));
+    std::memcpy(out, static_cast<const float*>(p.w) + row * n,
+                n * sizeof(float));
     return;
   }
   const uint16_t* w = static_cast<const uint16_t*>(p.w) + row * n;
@@ -66,8 +67,8 @@ void Widen(const WeightMatVecParams& p, int64_t row, float* out) {
 #if defined(__F16C__)
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(w + i))));
   }
   for (; i < n; ++i) out[i] = F16(w[i]);
 #else
@@ -75,13 +76,13 @@ void Widen(const WeightMatVecParams& p, int64_t row, float* out) {
 #endif
 }
 
-// Weight element -> fp32, exactly: bf16 is the high half of an fp32; staged f16 rows
-// (see Run) and fp32 are already fp32.
+// Weight element -> fp32, exactly: bf16 is the high half of an fp32; staged f16
+// rows (see Run) and fp32 are already fp32.
 inline float Widened(uint16_t b) { return Bf16(b); }
 inline float Widened(float f) { return f; }
 
-// Four outputs at once: four independent accumulator chains (one chain is bound by
-// the FMA latency, not by memory, in fp64 and for batches), one pass over x.
+// Four outputs at once: four independent accumulator chains (one chain is bound
+// by the FMA latency, not by memory, in fp64 and for batches), one pass over x.
 template <typename W, typename T>
 void Dot4(const W* w, int64_t stride, const T* x, int64_t n, T* out) {
   T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
@@ -111,7 +112,8 @@ constexpr int64_t kRowBlock = 4;
 
 // Rows o..o+n-1 of W (n <= kRowBlock) times every x row into y.
 template <typename W, typename T>
-void Block(const W* w, int64_t o, int64_t n, const WeightMatVecParams& p, const T* x, T* y) {
+void Block(const W* w, int64_t o, int64_t n, const WeightMatVecParams& p,
+           const T* x, T* y) {
   T out[kRowBlock];
   for (int64_t b = 0; b < p.batch; ++b) {
     const T* xb = x + b * p.cols;
@@ -126,20 +128,23 @@ void Block(const W* w, int64_t o, int64_t n, const WeightMatVecParams& p, const 
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-// bf16 weights against fp32 activations, by hand: a 32-bit lane holding the bf16 pair
-// (w[2i], w[2i+1]) is w[2i+1] as fp32 once its low half is cleared and w[2i] once
-// shifted left by 16 — two exact widenings without unpacking — met by x split into its
-// even and odd elements (`xe`, `xo`, zero-padded to whole 32-element chunks). One row at
-// a time (a sequential stream; four interleaved rows streamed slower), software-
-// prefetched; the compiler's version of Dot4 reached 13-20 GB/s here.
-// One row of W against one split x row.
-float Bf16Row(const uint16_t* w, int64_t cols, const float* xe, const float* xo) {
+// bf16 weights against fp32 activations, by hand: a 32-bit lane holding the
+// bf16 pair (w[2i], w[2i+1]) is w[2i+1] as fp32 once its low half is cleared
+// and w[2i] once shifted left by 16 — two exact widenings without unpacking —
+// met by x split into its even and odd elements (`xe`, `xo`, zero-padded to
+// whole 32-element chunks). One row at a time (a sequential stream; four
+// interleaved rows streamed slower), software- prefetched; the compiler's
+// version of Dot4 reached 13-20 GB/s here. One row of W against one split x
+// row.
+float Bf16Row(const uint16_t* w, int64_t cols, const float* xe,
+              const float* xo) {
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const int64_t whole = cols / 32 * 32;
   for (int64_t i = 0; i < whole; i += 32) {
-    // 4 KB ahead in the row's stream: measured 25 GB/s against 13-20 without, of the
-    // 34 GB/s two cores stream here (past the matrix it reads a neighbour, harmlessly).
+    // 4 KB ahead in the row's stream: measured 25 GB/s against 13-20 without,
+    // of the 34 GB/s two cores stream here (past the matrix it reads a
+    // neighbour, harmlessly).
     _mm_prefetch(reinterpret_cast<const char*>(w + i + 2048), _MM_HINT_T0);
     const __m512i v = _mm512_loadu_si512(w + i);
     a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
@@ -148,8 +153,8 @@ float Bf16Row(const uint16_t* w, int64_t cols, const float* xe, const float* xo)
                          _mm512_loadu_ps(xo + i / 2), a1);
   }
   if (whole < cols) {
-    const __m512i v =
-        _mm512_maskz_loadu_epi16((__mmask32{1} << (cols - whole)) - 1, w + whole);
+    const __m512i v = _mm512_maskz_loadu_epi16(
+        (__mmask32{1} << (cols - whole)) - 1, w + whole);
     a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)),
                          _mm512_loadu_ps(xe + whole / 2), a0);
     a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, high)),
@@ -158,36 +163,43 @@ float Bf16Row(const uint16_t* w, int64_t cols, const float* xe, const float* xo)
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 }
 
-// R rows of W against B split x rows at once (a decode step of B sequences): each
-// 32-element chunk of a row is loaded and widened once and met by every x row, and each
-// x chunk is loaded once for the R rows; R·B accumulators stay in registers.
+// R rows of W against B split x rows at once (a decode step of B sequences):
+// each 32-element chunk of a row is loaded and widened once and met by every x
+// row, and each x chunk is loaded once for the R rows; R·B accumulators stay in
+// registers. `xs`: the x rows interleaved by chunk — for each 32-column chunk
+// c, row b's 16 even then 16 odd elements at xs[c * chunk_stride + 32 * b] — so
+// that a chunk's x vectors are one contiguous run (prefetched as a stream)
+// rather than 2·B scattered ones.
 template <int R, int B>
-void Bf16RowsBatch(const uint16_t* w, int64_t cols, const float* split, int64_t half,
-                   float* out, int64_t out_stride) {
+void Bf16RowsBatch(const uint16_t* w, int64_t cols, const float* xs,
+                   int64_t chunk_stride, float* out, int64_t out_stride) {
   __m512 acc[R][B];
   for (int r = 0; r < R; ++r) {
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
   }
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   const int64_t whole = cols / 32 * 32;
-  auto chunk = [&](const __m512i (&v)[R], int64_t i) {
+  auto chunk = [&](const __m512i(&v)[R], int64_t i) {
     __m512 lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
       lo[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v[r], 16));
       hi[r] = _mm512_castsi512_ps(_mm512_and_si512(v[r], high));
     }
+    const float* xc = xs + (i / 32) * chunk_stride;
     for (int b = 0; b < B; ++b) {
-      const __m512 xe = _mm512_loadu_ps(split + 2 * b * half + i / 2);
-      const __m512 xo = _mm512_loadu_ps(split + (2 * b + 1) * half + i / 2);
+      const __m512 xe = _mm512_loadu_ps(xc + 32 * b);
+      const __m512 xo = _mm512_loadu_ps(xc + 32 * b + 16);
       for (int r = 0; r < R; ++r) {
-        acc[r][b] = _mm512_fmadd_ps(hi[r], xo, _mm512_fmadd_ps(lo[r], xe, acc[r][b]));
+        acc[r][b] =
+            _mm512_fmadd_ps(hi[r], xo, _mm512_fmadd_ps(lo[r], xe, acc[r][b]));
       }
     }
   };
   for (int64_t i = 0; i < whole; i += 32) {
     __m512i v[R];
     for (int r = 0; r < R; ++r) {
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + i + 2048), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + i + 2048),
+                   _MM_HINT_T0);
       v[r] = _mm512_loadu_si512(w + r * cols + i);
     }
     chunk(v, i);
@@ -195,24 +207,42 @@ void Bf16RowsBatch(const uint16_t* w, int64_t cols, const float* split, int64_t 
   if (whole < cols) {
     const __mmask32 tail = (__mmask32{1} << (cols - whole)) - 1;
     __m512i v[R];
-    for (int r = 0; r < R; ++r) v[r] = _mm512_maskz_loadu_epi16(tail, w + r * cols + whole);
+    for (int r = 0; r < R; ++r)
+      v[r] = _mm512_maskz_loadu_epi16(tail, w + r * cols + whole);
     chunk(v, whole);
   }
   for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < B; ++b) out[b * out_stride + r] = _mm512_reduce_add_ps(acc[r][b]);
+    for (int b = 0; b < B; ++b)
+      out[b * out_stride + r] = _mm512_reduce_add_ps(acc[r][b]);
   }
 }
 
 void RunBf16(const WeightMatVecParams& p) {
-  const int64_t half = (p.cols + 31) / 32 * 16;  // even (and odd) elements, padded
+  const int64_t half =
+      (p.cols + 31) / 32 * 16;  // even (and odd) elements, padded
   std::vector<float> split(2 * half * p.batch, 0.0f);
   for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t i = 0; i < p.cols; ++i) split[(2 * b + (i & 1)) * half + i / 2] = p.x[b * p.cols + i];
+    for (int64_t i = 0; i < p.cols; ++i)
+      split[(2 * b + (i & 1)) * half + i / 2] = p.x[b * p.cols + i];
   }
-  const bool parallel = p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
+  // The same elements interleaved by chunk for the batched kernel
+  // (Bf16RowsBatch).
+  const int64_t chunks = half / 16, stride = 32 * p.batch;
+  std::vector<float> xs(p.batch >= 4 ? chunks * stride : 0, 0.0f);
+  for (int64_t c = 0; c < chunks && p.batch >= 4; ++c) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int parity = 0; parity < 2; ++parity) {
+        std::memcpy(&xs[c * stride + 32 * b + 16 * parity],
+                    &split[(2 * b + parity) * half + 16 * c],
+                    16 * sizeof(float));
+      }
+    }
+  }
+  const bool parallel =
+      p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
   const auto* w = static_cast<const uint16_t*>(p.w);
-  // Pairs of W rows (one pass over each), batch rows in groups of 8 and 4, the rest
-  // one at a time.
+  // Pairs of W rows (one pass over each), batch rows in groups of 8 and 4, the
+  // rest one at a time.
   const int64_t pairs = p.rows / 2;
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t k = 0; k < pairs + (p.rows % 2); ++k) {
@@ -222,22 +252,27 @@ void RunBf16(const WeightMatVecParams& p) {
     int64_t b = 0;
     for (; b + 8 <= p.batch; b += 8) {
       if (pair) {
-        Bf16RowsBatch<2, 8>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+        Bf16RowsBatch<2, 8>(row, p.cols, &xs[32 * b], stride,
+                            &p.y[b * p.rows + o], p.rows);
       } else {
-        Bf16RowsBatch<1, 8>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+        Bf16RowsBatch<1, 8>(row, p.cols, &xs[32 * b], stride,
+                            &p.y[b * p.rows + o], p.rows);
       }
     }
     for (; b + 4 <= p.batch; b += 4) {
       if (pair) {
-        Bf16RowsBatch<2, 4>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+        Bf16RowsBatch<2, 4>(row, p.cols, &xs[32 * b], stride,
+                            &p.y[b * p.rows + o], p.rows);
       } else {
-        Bf16RowsBatch<1, 4>(row, p.cols, &split[2 * b * half], half, &p.y[b * p.rows + o], p.rows);
+        Bf16RowsBatch<1, 4>(row, p.cols, &xs[32 * b], stride,
+                            &p.y[b * p.rows + o], p.rows);
       }
     }
     for (; b < p.batch; ++b) {
       for (int64_t r = o; r < std::min(o + 2, p.rows); ++r) {
         p.y[b * p.rows + r] =
-            Bf16Row(w + r * p.cols, p.cols, &split[2 * b * half], &split[(2 * b + 1) * half]);
+            Bf16Row(w + r * p.cols, p.cols, &split[2 * b * half],
+                    &split[(2 * b + 1) * half]);
       }
     }
   }
@@ -247,11 +282,13 @@ void RunBf16(const WeightMatVecParams& p) {
 template <typename T>
 void Run(const WeightMatVecParams& p, const T* x, T* y) {
   // Threads only where the matrix is worth it (a few hundred KB and up).
-  const bool parallel = p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
+  const bool parallel =
+      p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
   const int64_t blocks = (p.rows + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel if (parallel)
   {
-    std::vector<float> staged(p.dtype == WeightDType::kF16 ? kRowBlock * p.cols : 0);
+    std::vector<float> staged(p.dtype == WeightDType::kF16 ? kRowBlock * p.cols
+                                                           : 0);
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t o = blk * kRowBlock, n = std::min(kRowBlock, p.rows - o);
@@ -263,7 +300,8 @@ void Run(const WeightMatVecParams& p, const T* x, T* y) {
           Block(static_cast<const float*>(p.w) + o * p.cols, o, n, p, x, y);
           break;
         case WeightDType::kF16:  // widened by F16C into a staging block first
-          for (int64_t j = 0; j < n; ++j) Widen(p, o + j, staged.data() + j * p.cols);
+          for (int64_t j = 0; j < n; ++j)
+            Widen(p, o + j, staged.data() + j * p.cols);
           Block(staged.data(), o, n, p, x, y);
           break;
       }
