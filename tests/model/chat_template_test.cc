@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
+
 namespace lrkv {
 namespace {
 
@@ -28,7 +30,7 @@ TEST(ChatTemplate, RefusesWhatTheSubsetLacksWhenParsedNamingItAndTheLine) {
   };
   for (const Case& c : {Case{"a\n{% macro f() %}x{% endmacro %}", "macro"},
                         Case{"{{ messages | wordwrap }}", "wordwrap"},
-                        Case{"{{ strftime_now('%d') }}", "strftime_now"},
+                        Case{"{{ localtime('%d') }}", "localtime"},
                         Case{"{{ x is callable }}", "callable"},
                         Case{"{% include 'other' %}", "include"}}) {
     auto t = ChatTemplate::Parse(c.source, "", "");
@@ -45,6 +47,19 @@ TEST(ChatTemplate, RefusesWhatTheSubsetLacksWhenParsedNamingItAndTheLine) {
                 .find("endif"),
             std::string::npos);
   EXPECT_FALSE(ChatTemplate::Parse("{{ 'open }}", "", "").ok());
+}
+
+// Llama-3.1/3.2 templates date their system prompt when strftime_now is
+// defined.
+TEST(ChatTemplate, StrftimeNowIsDefinedAndFormatsToday) {
+  char year[8];
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(year, sizeof year, "%Y", &local);
+  EXPECT_EQ(Render("{% if strftime_now is defined %}{{ strftime_now('%Y') }}{% "
+                   "endif %}"),
+            year);
 }
 
 TEST(ChatTemplate, RaiseExceptionIsTheRenderError) {
