@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__F16C__) || defined(__AVX512F__)
@@ -243,31 +244,25 @@ void RunBf16(const WeightMatVecParams& p) {
   const auto* w = static_cast<const uint16_t*>(p.w);
   // Pairs of W rows (one pass over each), batch rows in groups of 8 and 4, the
   // rest one at a time.
-  const int64_t pairs = p.rows / 2;
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t k = 0; k < pairs + (p.rows % 2); ++k) {
+  for (int64_t k = 0; k < (p.rows + 1) / 2; ++k) {
     const int64_t o = 2 * k;
     const uint16_t* row = w + o * p.cols;
     const bool pair = o + 1 < p.rows;
     int64_t b = 0;
-    for (; b + 8 <= p.batch; b += 8) {
+    // The group of B batch rows from b: one or two W rows against them.
+    auto group = [&](auto rows_of_b) {
+      constexpr int B = decltype(rows_of_b)::value;
+      float* y = &p.y[b * p.rows + o];
       if (pair) {
-        Bf16RowsBatch<2, 8>(row, p.cols, &xs[32 * b], stride,
-                            &p.y[b * p.rows + o], p.rows);
+        Bf16RowsBatch<2, B>(row, p.cols, &xs[32 * b], stride, y, p.rows);
       } else {
-        Bf16RowsBatch<1, 8>(row, p.cols, &xs[32 * b], stride,
-                            &p.y[b * p.rows + o], p.rows);
+        Bf16RowsBatch<1, B>(row, p.cols, &xs[32 * b], stride, y, p.rows);
       }
-    }
-    for (; b + 4 <= p.batch; b += 4) {
-      if (pair) {
-        Bf16RowsBatch<2, 4>(row, p.cols, &xs[32 * b], stride,
-                            &p.y[b * p.rows + o], p.rows);
-      } else {
-        Bf16RowsBatch<1, 4>(row, p.cols, &xs[32 * b], stride,
-                            &p.y[b * p.rows + o], p.rows);
-      }
-    }
+      b += B;
+    };
+    while (b + 8 <= p.batch) group(std::integral_constant<int, 8>());
+    while (b + 4 <= p.batch) group(std::integral_constant<int, 4>());
     for (; b < p.batch; ++b) {
       for (int64_t r = o; r < std::min(o + 2, p.rows); ++r) {
         p.y[b * p.rows + r] =

@@ -1,5 +1,6 @@
 #include "model/chat_template.h"
 
+#include "base/json_limits.h"
 #include "base/status_macros.h"
 #include "model/checkpoint_files.h"
 #include "model/jinja_ast.h"
@@ -48,8 +49,10 @@ absl::StatusOr<std::string> ChatTemplate::Render(
 std::string ChatTemplateSource(const Tokenizer& tokenizer) {
   for (const TokenizerFile& f : tokenizer.Files()) {
     if (f.name != kHfTokenizerConfigFileName) continue;
-    const auto j = nlohmann::json::parse(f.contents, nullptr, false);
-    if (!j.is_object()) return "";
+    // The tokenizer read this file already; a malformed one has no template.
+    const auto parsed = ParseJsonBounded(f.contents, kFileJsonLimits, f.name);
+    if (!parsed.ok() || !parsed->is_object()) return "";
+    const nlohmann::json& j = *parsed;
     auto t = j.find("chat_template");
     if (t == j.end()) return "";
     if (t->is_string()) return t->get<std::string>();

@@ -227,7 +227,7 @@ absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
-    if (!StartsNowLocked(q->bytes) && WaitingLocked() >= options_.max_queue) {
+    if (QueueFullLocked(q->bytes)) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the server is full: ", stats_.running,
                        " sequences running and ", queue_.size(), " waiting"));
@@ -255,16 +255,13 @@ int64_t ContinuousBatcher::AdmissibleLocked(int64_t* kv,
   return n;
 }
 
-int64_t ContinuousBatcher::WaitingLocked() const {
+bool ContinuousBatcher::QueueFullLocked(int64_t bytes) const {
   int64_t kv, running;
-  return static_cast<int64_t>(queue_.size()) - AdmissibleLocked(&kv, &running);
-}
-
-bool ContinuousBatcher::StartsNowLocked(int64_t bytes) const {
-  int64_t kv, running;
-  return AdmissibleLocked(&kv, &running) ==
-             static_cast<int64_t>(queue_.size()) &&
-         running < options_.max_seqs && kv + bytes <= options_.kv_memory;
+  const int64_t admitted = AdmissibleLocked(&kv, &running);
+  const int64_t waiting = static_cast<int64_t>(queue_.size()) - admitted;
+  const bool starts_now = waiting == 0 && running < options_.max_seqs &&
+                          kv + bytes <= options_.kv_memory;
+  return !starts_now && waiting >= options_.max_queue;
 }
 
 void ContinuousBatcher::AdmitLocked() {
@@ -402,7 +399,8 @@ void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
     Finish(r, FinishReason::kLength);
     return;
   }
-  const SampledToken s = r.sampler.Sample(last);
+  const std::vector<double> logprobs = Sampler::LogSoftmax(last);
+  const SampledToken s = r.sampler.Sample(logprobs);
   if (r.request.stop_at_eos && model_.config().IsEos(s.id)) {
     r.handle->Publish(std::move(update));
     Finish(r, FinishReason::kEos);
@@ -410,7 +408,7 @@ void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
   }
   GeneratedToken g{s.id, s.logprob, {}};
   if (r.request.top_logprobs > 0) {
-    g.top = Sampler::Top(Sampler::LogSoftmax(last), r.request.top_logprobs);
+    g.top = Sampler::Top(logprobs, r.request.top_logprobs);
   }
   update.tokens.push_back(std::move(g));
   r.next = s.id;

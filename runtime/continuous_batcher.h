@@ -169,10 +169,9 @@ class ContinuousBatcher {
   // How many queued requests (from the front) the next admission takes; *kv and
   // *running: the KV bytes and sequences once it has.
   int64_t AdmissibleLocked(int64_t* kv, int64_t* running) const;
-  // Queued requests that cannot start at the next step.
-  int64_t WaitingLocked() const;
-  // Whether a new request of `bytes` would start at the next step.
-  bool StartsNowLocked(int64_t bytes) const;
+  // Whether a new request of `bytes` is refused: it would not start at the next
+  // step, and max_queue requests already wait.
+  bool QueueFullLocked(int64_t bytes) const;
   // Frees cancelled sequences; one step of every running one; publishes the
   // results.
   void Step();

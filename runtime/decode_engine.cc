@@ -1,12 +1,10 @@
 // The model shell shared by every decode engine, and the engine factory.
 #include "runtime/decode_engine.h"
 
-#include <array>
-
 #include "absl/strings/str_cat.h"
-#include "runtime/layers.h"
 #include "runtime/engines.h"
 #include "runtime/kv_layout.h"
+#include "runtime/layers.h"
 
 namespace lrkv {
 
@@ -151,9 +149,19 @@ namespace {
 // The rows of one layer's input that a batched step's slots share (SlotLinear), and the
 // products already computed with them; set on this thread around each slot's Append.
 struct SharedRows {
-  at::Tensor all;       // [rows, d]
+  // A product's identity: the weight, the bias, the weight's rows (a reshaped
+  // view shares its data pointer).
+  struct Key {
+    const void* w;
+    const void* b;
+    int64_t rows;
+    bool operator==(const Key& o) const {
+      return w == o.w && b == o.b && rows == o.rows;
+    }
+  };
+  at::Tensor all;             // [rows, d]
   int64_t row = 0, rows = 0;  // the slot now appending
-  std::vector<std::pair<std::array<const void*, 3>, at::Tensor>> products;
+  std::vector<std::pair<Key, at::Tensor>> products;
 };
 thread_local SharedRows* shared_rows = nullptr;
 
@@ -166,8 +174,8 @@ at::Tensor DecodeEngine::SlotLinear(const at::Tensor& x, const at::Tensor& w,
       x.data_ptr() != r->all.narrow(0, r->row, r->rows).data_ptr()) {
     return Linear(x, w, b);
   }
-  const std::array<const void*, 3> key = {w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
-                                          reinterpret_cast<const void*>(w.size(0))};
+  const SharedRows::Key key{w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
+                            w.size(0)};
   for (const auto& [k, product] : r->products) {
     if (k == key) return product.narrow(0, r->row, r->rows);
   }

@@ -40,8 +40,7 @@ std::vector<std::pair<int32_t, double>> Sampler::Top(
   return top;
 }
 
-SampledToken Sampler::Sample(const at::Tensor& logits) {
-  const std::vector<double> logprobs = LogSoftmax(logits);
+SampledToken Sampler::Sample(const std::vector<double>& logprobs) {
   const auto vocab = static_cast<int64_t>(logprobs.size());
   if (options_.temperature == 0) {
     const auto best = Top(logprobs, 1)[0];

@@ -30,7 +30,12 @@ class Sampler {
   explicit Sampler(const SamplingOptions& options);
 
   // The next token from logits [V] or [1, V] (any float dtype).
-  SampledToken Sample(const at::Tensor& logits);
+  SampledToken Sample(const at::Tensor& logits) {
+    return Sample(LogSoftmax(logits));
+  }
+  // The same from the logits' LogSoftmax (a caller that also reports
+  // alternatives computes it once).
+  SampledToken Sample(const std::vector<double>& logprobs);
 
   // The log-softmax of logits [V] in float64, and the `k` most likely tokens of
   // it.
