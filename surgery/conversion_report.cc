@@ -37,9 +37,14 @@ nlohmann::json ConversionReport::ToJson() const {
                     {"kept_plane_energy", l.kept_plane_energy}};
     }
     if (latent_norm) {
-      lj["latent_norm_error"] = std::isnan(l.latent_norm_error)
-                                    ? nlohmann::json()
-                                    : nlohmann::json(l.latent_norm_error);
+      auto number = [](double x) {
+        return std::isnan(x) ? nlohmann::json() : nlohmann::json(x);
+      };
+      lj["latent_norm_error"] = number(l.latent_norm_error);
+      lj["latent_norm_fit"] = {
+          {"plain_error", number(l.latent_norm_plain_error)},
+          {"basis", l.latent_norm_whitened ? "whitened" : "factorisation"},
+          {"refit", l.latent_norm_refit}};
     }
     layers_json.push_back(std::move(lj));
   }
@@ -204,14 +209,26 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
   if (j.value("latent_norm", false)) {
     absl::StrAppend(&out,
                     "\nlatent norm (kv_a_layernorm): relative error it adds to "
-                    "the RoPE-free keys and values before healing\n");
+                    "the RoPE-free keys and values before healing, on held-out "
+                    "calibration samples\n"
+                    "layer     error  gamma alone  basis          up refit\n");
     for (const auto& l : j.value("layers", nlohmann::json::array())) {
       const nlohmann::json& e = l["latent_norm_error"];
-      absl::StrAppendFormat(
-          &out, "%5d  %s\n", l.value("layer", int64_t{0}),
-          e.is_number()
-              ? absl::StrFormat("%.5f", e.get<double>())
-              : "not measured (gamma from the weights: give --calib)");
+      const nlohmann::json fit =
+          l.value("latent_norm_fit", nlohmann::json::object());
+      const nlohmann::json plain = fit.value("plain_error", nlohmann::json());
+      if (!e.is_number()) {
+        absl::StrAppendFormat(&out,
+                              "%5d  not measured (gamma from the weights, "
+                              "whitened basis: give --calib)\n",
+                              l.value("layer", int64_t{0}));
+        continue;
+      }
+      absl::StrAppendFormat(&out, "%5d  %8.5f  %11.5f  %-13s  %s\n",
+                            l.value("layer", int64_t{0}), e.get<double>(),
+                            plain.is_number() ? plain.get<double>() : 0.0,
+                            fit.value("basis", std::string("?")),
+                            fit.value("refit", false) ? "yes" : "no");
     }
   }
   if (capped) {

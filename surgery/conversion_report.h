@@ -43,9 +43,13 @@ struct LayerReport {
   // the share the shared rotated key carries; of the key's, the share in the kept planes.
   double shared_rope_energy = 0, kept_plane_energy = 0;
   // MLA with a latent norm: the relative error the norm adds to the RoPE-free
-  // keys and values on the calibration inputs (surgery/latent_norm_fit.h);
-  // NaN when fitted without them.
+  // keys and values on held-out calibration samples
+  // (surgery/latent_norm_fit.h); NaN when fitted without them.
+  // `..._plain_error`: the same with the factorisation's basis and γ alone;
+  // whitened / refit: the choices kept.
   double latent_norm_error = std::numeric_limits<double>::quiet_NaN();
+  double latent_norm_plain_error = std::numeric_limits<double>::quiet_NaN();
+  bool latent_norm_whitened = false, latent_norm_refit = false;
 };
 
 struct ConversionReport {

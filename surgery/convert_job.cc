@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -209,10 +210,12 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
     progress(
         absl::StrCat("calibration on ", o.calib_tokens, " tokens at most"));
     const auto t = std::chrono::steady_clock::now();
-    ASSIGN_OR_RETURN(calib,
-                     CollectCalibration(*source, *ckpt->tokenizer(), calib_docs,
-                                        o.calib_tokens, o.should_stop,
-                                        norm_fit ? kLatentNormSamples : 0));
+    ASSIGN_OR_RETURN(calib, CollectCalibration(
+                                *source, *ckpt->tokenizer(), calib_docs,
+                                o.calib_tokens, o.should_stop,
+                                norm_fit ? LatentNormSamples(config.hidden_size,
+                                                             config.num_layers)
+                                         : 0));
     report.calibration_seconds = since(t);
   }
   KvLossProbe loss_probe;
@@ -257,6 +260,13 @@ absl::StatusOr<ConversionReport> Run(const ConvertJobOptions& o) {
 }
 
 }  // namespace
+
+int64_t LatentNormSamples(int64_t hidden_size, int64_t num_layers) {
+  constexpr int64_t kBytes = int64_t{256} << 20;
+  const int64_t fit = kBytes / (4 * std::max<int64_t>(1, hidden_size) *
+                                std::max<int64_t>(1, num_layers));
+  return std::clamp<int64_t>(fit, 1024, 8192);
+}
 
 RopeMode AutoRopeMode(const ConversionOptions& c) {
   if (c.variant != KvVariant::kLrkv) return RopeMode::kReconstruct;

@@ -99,8 +99,12 @@ inline constexpr char kGgufExportFileName[] = "model.gguf";
 inline constexpr int64_t kMaxCalibrationTokens = int64_t{1} << 24;
 
 // Calibration tokens whose attention inputs the latent norm's fit reads per
-// layer (spread over the calibration text; 4 MB a layer at d = 1024).
-inline constexpr int64_t kLatentNormSamples = 1024;
+// layer (spread over the calibration text): as many as 256 MiB of float32
+// inputs hold over all layers, between 1,024 and 8,192. The refit of its
+// up-projections has d_c² unknowns, so more samples let it go further before
+// its held-out check stops it (kjv-d64, d_c = 192: held-out perplexity
+// before healing 14.00 with 1,024 samples, see docs/results.md).
+int64_t LatentNormSamples(int64_t hidden_size, int64_t num_layers);
 
 class Checkpoint;
 

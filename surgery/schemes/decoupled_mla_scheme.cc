@@ -52,8 +52,15 @@ class DecoupledMlaScheme final : public ExactMlaScheme {
           f.kv_down, at::cat({f.k_up, f.v_up}, 0), layer.inputs,
           source_.post_norm ? at::Tensor() : layer.stored->attn_norm,
           source_.rms_norm_eps);
+      const int64_t k_rows = f.k_up.size(0);
+      l->kv_down = fit.kv_down;
+      l->k_up = fit.up.slice(0, 0, k_rows).contiguous();
+      l->v_up = fit.up.slice(0, k_rows).contiguous();
       l->kv_norm = fit.gamma;
       row.latent_norm_error = fit.rel_error;
+      row.latent_norm_plain_error = fit.plain_rel_error;
+      row.latent_norm_whitened = fit.whitened;
+      row.latent_norm_refit = fit.refitted;
     }
     return row;
   }
