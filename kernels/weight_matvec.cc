@@ -3,8 +3,10 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/dtype.h"
 #include "kernels/decode_attention.h"
 
 namespace lrkv::kernels {
@@ -15,6 +17,9 @@ namespace avx2 {
 void WeightMatVecImpl(const WeightMatVecParams& p);
 }
 namespace generic {
+void WeightMatVecImpl(const WeightMatVecParams& p);
+}
+namespace avx512bf16 {
 void WeightMatVecImpl(const WeightMatVecParams& p);
 }
 
@@ -51,6 +56,10 @@ absl::Status ValidateWeightMatVec(const WeightMatVecParams& p) {
     return absl::InvalidArgumentError(
         "weight mat-vec needs W and exactly one of (x, y) fp32 or (x64, y64) fp64");
   }
+  if (p.bf16_activations && (p.dtype != WeightDType::kBF16 || !f32)) {
+    return absl::InvalidArgumentError(
+        "weight mat-vec: bf16 activations need bf16 W and fp32 x");
+  }
   return absl::OkStatus();
 }
 
@@ -59,6 +68,21 @@ absl::Status WeightMatVec(const WeightMatVecParams& p) {
   // The decode kernels' choice (and its test override): every CPU with AVX2 and FMA
   // has F16C too, which the avx2 build's f16 widening uses.
   const std::string isa = KernelIsa();
+  if (p.bf16_activations) {
+    static const bool dot = __builtin_cpu_supports("avx512bf16");
+    if (dot && isa == "avx512") {
+      avx512bf16::WeightMatVecImpl(p);
+      return absl::OkStatus();
+    }
+    // Elsewhere: the same arithmetic as the exact kernel's products of the
+    // rounded x (bf16 × bf16 is exact in fp32).
+    std::vector<float> rounded(p.x, p.x + p.batch * p.cols);
+    for (float& v : rounded) v = BFloat16ToFloat(FloatToBFloat16(v));
+    WeightMatVecParams exact = p;
+    exact.bf16_activations = false;
+    exact.x = rounded.data();
+    return WeightMatVec(exact);
+  }
   if (isa == "avx512") {
     avx512::WeightMatVecImpl(p);
   } else if (isa == "avx2") {
@@ -75,7 +99,10 @@ absl::Status WeightMatVecReference(const WeightMatVecParams& p) {
     for (int64_t o = 0; o < p.rows; ++o) {
       double s = 0;
       for (int64_t i = 0; i < p.cols; ++i) {
-        const double x = p.x64 != nullptr ? p.x64[b * p.cols + i] : p.x[b * p.cols + i];
+        double x =
+            p.x64 != nullptr ? p.x64[b * p.cols + i] : p.x[b * p.cols + i];
+        if (p.bf16_activations)
+          x = BFloat16ToFloat(FloatToBFloat16(p.x[b * p.cols + i]));
         s += Element(p, o * p.cols + i) * x;
       }
       if (p.y64 != nullptr) {

@@ -26,16 +26,24 @@ struct WeightMatVecParams {
   float* y = nullptr;
   const double* x64 = nullptr;
   double* y64 = nullptr;
+  /// bf16 W and fp32 x only: x rounded to bf16 (nearest even) before the
+  /// products, which are summed in fp32 — llama.cpp's arithmetic for a bf16
+  /// model, and what a batched decode step under Bf16ProductsScope uses
+  /// (AVX512-BF16's dot product does 2x the exact kernel's work per
+  /// instruction; elsewhere the rounded x goes through the exact kernel).
+  bool bf16_activations = false;
 };
 
-// InvalidArgument for missing buffers, non-positive shapes or both precisions set.
+// InvalidArgument for missing buffers, non-positive shapes, both precisions
+// set, or bf16_activations without bf16 W and fp32 x.
 absl::Status ValidateWeightMatVec(const WeightMatVecParams& p);
 
 // The optimised product (AVX-512, AVX2/F16C or generic build, OpenMP over rows): the
 // build KernelIsa() names (decode_attention.h; ForceKernelIsa caps it for tests).
 absl::Status WeightMatVec(const WeightMatVecParams& p);
 
-// One output at a time, summed in float64 in index order (rounded to fp32 for fp32 y).
+// One output at a time, summed in float64 in index order (rounded to fp32 for
+// fp32 y); with bf16_activations, of x rounded to bf16.
 absl::Status WeightMatVecReference(const WeightMatVecParams& p);
 
 }  // namespace lrkv::kernels

@@ -76,12 +76,14 @@ at::Tensor StoredLinear(const at::Tensor& x, const at::Tensor& w) {
   }
   p.batch = x.numel() / x.size(-1);
   if (p.batch < 1) return {};
-  if (p.batch > kStoredLinearMaxRows) {
-    const bool gemm = bf16_products && wt == at::kBFloat16 && xt == at::kFloat;
-    return gemm && Bf16ProductsScope::Available()
-               ? Bf16Gemm(x, w)
-               : at::Tensor();
-  }
+  const bool bf16_x = bf16_products && wt == at::kBFloat16 &&
+                      xt == at::kFloat && Bf16ProductsScope::Available();
+  if (p.batch > kStoredLinearMaxRows)
+    return bf16_x ? Bf16Gemm(x, w) : at::Tensor();
+  // A batched decode step (2 to 16 rows) is compute-bound: inside the scope it
+  // rounds the activations too, with the mat-vec kernel's bf16 dot product. One
+  // row stays exact: a single sequence's decode is memory-bound either way.
+  p.bf16_activations = bf16_x && p.batch >= 2;
   const at::Tensor xc = x.contiguous();
   p.rows = w.size(0);
   p.cols = w.size(1);

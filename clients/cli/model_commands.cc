@@ -96,11 +96,15 @@ int RunGenerate(const GenerateArgs& a) {
 }  // namespace
 
 void AddProductsOption(CLI::App* cmd, std::string* products) {
-  cmd->add_option("--products", *products,
-                  "Prefill-sized products with bf16-stored weights: bf16 rounds the "
-                  "activations to bf16 and sums in fp32 (llama.cpp's arithmetic; oneDNN on "
-                  "AVX512-BF16/AMX), fp32 widens the weights (exact). Decode steps and "
-                  "fp32 checkpoints are exact either way")
+  cmd->add_option(
+         "--products", *products,
+         "Products of 2+ rows with bf16-stored weights (prefill, batched "
+         "decode "
+         "steps): bf16 rounds the activations to bf16 and sums in fp32 "
+         "(llama.cpp's arithmetic; oneDNN or the AVX512-BF16 dot product), "
+         "fp32 "
+         "widens the weights (exact). One sequence's decode step and fp32 "
+         "checkpoints are exact either way")
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
 }

@@ -107,6 +107,87 @@ TEST_P(WeightMatVecTest, MatchesTheReferenceWithinTheSummationBound) {
   }
 }
 
+// bf16 activations: x rounded to bf16, the products summed in fp32 (the
+// AVX512-BF16 dot product where the CPU has it, the exact kernel on the rounded
+// x elsewhere). Within the summation bound of the rounded x's products, and
+// not of the unrounded x's: the rounding is really there.
+TEST_P(WeightMatVecTest, Bf16ActivationsRoundXAndSumInFp32) {
+  struct Shape {
+    int64_t rows, cols, batch;
+  };
+  int64_t outside_exact_bound = 0;
+  for (const Shape s :
+       {Shape{1, 1, 1}, Shape{37, 53, 3}, Shape{300, 1000, 2},
+        Shape{513, 640, 9}, Shape{70, 97, 15}, Shape{64, 1024, 8},
+        Shape{33, 31, 4}, Shape{8, 200, 16}}) {
+    SCOPED_TRACE(::testing::Message() << "shape " << s.rows << "x" << s.cols
+                                      << " batch " << s.batch);
+    const Matrix w =
+        RandomMatrix(WeightDType::kBF16, s.rows * s.cols, 3 + s.cols);
+    std::mt19937 rng(5);
+    std::normal_distribution<double> normal(0, 1);
+    std::vector<float> x(s.batch * s.cols), y(s.batch * s.rows),
+        yref(s.batch * s.rows);
+    for (float& v : x) v = static_cast<float>(normal(rng));
+    WeightMatVecParams p;
+    p.dtype = WeightDType::kBF16;
+    p.w = w.half.data();
+    p.rows = s.rows;
+    p.cols = s.cols;
+    p.batch = s.batch;
+    p.bf16_activations = true;
+    p.x = x.data();
+    WeightMatVecParams ref = p;
+    p.y = y.data();
+    ref.y = yref.data();
+    ASSERT_TRUE(WeightMatVec(p).ok());
+    ASSERT_TRUE(WeightMatVecReference(ref).ok());
+    const double u = 0x1p-24;
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t o = 0; o < s.rows; ++o) {
+        double abs_sum = 0, exact = 0, unrounded = 0;
+        for (int64_t i = 0; i < s.cols; ++i) {
+          const double xi = x[b * s.cols + i];
+          const double t = w.value[o * s.cols + i] *
+                           BFloat16ToFloat(FloatToBFloat16(x[b * s.cols + i]));
+          abs_sum += std::abs(t);
+          exact += t;
+          unrounded += w.value[o * s.cols + i] * xi;
+        }
+        const double bound = (s.cols + 1) * u * abs_sum + u * std::abs(exact);
+        const double got = y[b * s.rows + o];
+        ASSERT_LE(std::abs(got - exact), bound)
+            << "row " << o << " batch " << b;
+        ASSERT_LE(std::abs(yref[b * s.rows + o] - exact), bound)
+            << "reference, row " << o;
+        if (std::abs(got - unrounded) > bound) ++outside_exact_bound;
+      }
+    }
+  }
+  EXPECT_GT(outside_exact_bound, 100);
+}
+
+TEST_P(WeightMatVecTest, Bf16ActivationsNeedBf16WeightsAndFp32X) {
+  std::vector<float> x(4), y(4);
+  std::vector<double> x64(4), y64(4);
+  std::vector<uint16_t> w(16);
+  WeightMatVecParams p;
+  p.w = w.data();
+  p.rows = p.cols = 4;
+  p.batch = 1;
+  p.bf16_activations = true;
+  p.x64 = x64.data();
+  p.y64 = y64.data();
+  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
+  p.x64 = nullptr;
+  p.y64 = nullptr;
+  p.x = x.data();
+  p.y = y.data();
+  EXPECT_TRUE(WeightMatVec(p).ok());
+  p.dtype = WeightDType::kF16;
+  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(WeightMatVecTest, BadParametersAreRejected) {
   std::vector<float> x(4), y(4);
   std::vector<double> x64(4), y64(4);
