@@ -8,12 +8,12 @@
 // step of 8 sequences is bound by. Compiled with -mavx512bf16; dispatched only
 // where the CPU has it (weight_matvec.cc).
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "kernels/bf16_row_chunks.h"
 #include "kernels/weight_matvec.h"
 
 namespace lrkv::kernels::avx512bf16 {
@@ -29,36 +29,15 @@ void DotRows(const uint16_t* w, int64_t cols, const uint16_t* xs,
   for (int r = 0; r < R; ++r) {
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
   }
-  auto chunk = [&](const __m512i(&v)[R], int64_t i) {
+  bf16_rows::ForEachChunk<R>(w, cols, [&](const __m512i(&v)[R], int64_t i) {
     const uint16_t* xc = xs + (i / 32) * chunk_stride;
     for (int b = 0; b < B; ++b) {
       const __m512bh x = (__m512bh)_mm512_loadu_si512(xc + 32 * b);
       for (int r = 0; r < R; ++r)
         acc[r][b] = _mm512_dpbf16_ps(acc[r][b], (__m512bh)v[r], x);
     }
-  };
-  const int64_t whole = cols / 32 * 32;
-  for (int64_t i = 0; i < whole; i += 32) {
-    __m512i v[R];
-    for (int r = 0; r < R; ++r) {
-      // 4 KB ahead in each row's stream, as the fp32 kernel does.
-      _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + i + 2048),
-                   _MM_HINT_T0);
-      v[r] = _mm512_loadu_si512(w + r * cols + i);
-    }
-    chunk(v, i);
-  }
-  if (whole < cols) {
-    const __mmask32 tail = (__mmask32{1} << (cols - whole)) - 1;
-    __m512i v[R];
-    for (int r = 0; r < R; ++r)
-      v[r] = _mm512_maskz_loadu_epi16(tail, w + r * cols + whole);
-    chunk(v, whole);
-  }
-  for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < B; ++b)
-      out[b * out_stride + r] = _mm512_reduce_add_ps(acc[r][b]);
-  }
+  });
+  bf16_rows::StoreSums<R, B>(acc, out, out_stride);
 }
 
 // x rows rounded to bf16 (nearest even, as VCVTNE2PS2BF16 does), interleaved
@@ -88,30 +67,20 @@ void WeightMatVecImpl(const WeightMatVecParams& p) {
   const std::vector<uint16_t> xs = RoundedChunks(p);
   const int64_t stride = 32 * p.batch;
   const auto* w = static_cast<const uint16_t*>(p.w);
-  const bool parallel =
-      p.rows * p.cols >= (1 << 17) && omp_get_max_threads() > 1;
-  // Pairs of W rows (one pass over each), x rows in groups of 8, 4, 2 and 1.
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t k = 0; k < (p.rows + 1) / 2; ++k) {
-    const int64_t o = 2 * k;
-    const uint16_t* row = w + o * p.cols;
-    const bool pair = o + 1 < p.rows;
-    int64_t b = 0;
-    auto group = [&](auto rows_of_b) {
-      constexpr int B = decltype(rows_of_b)::value;
-      float* y = &p.y[b * p.rows + o];
-      if (pair) {
-        DotRows<2, B>(row, p.cols, &xs[32 * b], stride, y, p.rows);
-      } else {
-        DotRows<1, B>(row, p.cols, &xs[32 * b], stride, y, p.rows);
-      }
-      b += B;
-    };
-    while (b + 8 <= p.batch) group(std::integral_constant<int, 8>());
-    while (b + 4 <= p.batch) group(std::integral_constant<int, 4>());
-    while (b + 2 <= p.batch) group(std::integral_constant<int, 2>());
-    while (b < p.batch) group(std::integral_constant<int, 1>());
-  }
+  // One or two W rows against B x rows from b.
+  auto rows = [&](int64_t o, bool pair, int64_t b, auto rows_of_b) {
+    constexpr int B = decltype(rows_of_b)::value;
+    float* y = &p.y[b * p.rows + o];
+    if (pair) {
+      DotRows<2, B>(w + o * p.cols, p.cols, &xs[32 * b], stride, y, p.rows);
+    } else {
+      DotRows<1, B>(w + o * p.cols, p.cols, &xs[32 * b], stride, y, p.rows);
+    }
+  };
+  bf16_rows::ForEachRowPair(
+      p.rows, p.cols, p.batch, rows, [&](int64_t o, int64_t b) {
+        rows(o, o + 1 < p.rows, b, std::integral_constant<int, 1>());
+      });
 }
 
 }  // namespace lrkv::kernels::avx512bf16

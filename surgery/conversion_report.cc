@@ -25,6 +25,36 @@ nlohmann::json ProjectionJson(const ProjectionReport& p) {
   return j;
 }
 
+// The latent norm's table: per layer, the error it adds before healing, γ
+// alone's, and the fit's choices (surgery/latent_norm_fit.h).
+std::string LatentNormTable(const nlohmann::json& j) {
+  std::string out;
+  absl::StrAppend(&out,
+                  "\nlatent norm (kv_a_layernorm): relative error it adds to "
+                  "the RoPE-free keys and values before healing, on held-out "
+                  "calibration samples\n"
+                  "layer     error  gamma alone  basis          up refit\n");
+  for (const auto& l : j.value("layers", nlohmann::json::array())) {
+    const nlohmann::json& e = l["latent_norm_error"];
+    const nlohmann::json fit =
+        l.value("latent_norm_fit", nlohmann::json::object());
+    const nlohmann::json plain = fit.value("plain_error", nlohmann::json());
+    if (!e.is_number()) {
+      absl::StrAppendFormat(&out,
+                            "%5d  not measured (gamma from the weights, "
+                            "whitened basis: give --calib)\n",
+                            l.value("layer", int64_t{0}));
+      continue;
+    }
+    absl::StrAppendFormat(&out, "%5d  %8.5f  %11.5f  %-13s  %s\n",
+                          l.value("layer", int64_t{0}), e.get<double>(),
+                          plain.is_number() ? plain.get<double>() : 0.0,
+                          fit.value("basis", std::string("?")),
+                          fit.value("refit", false) ? "yes" : "no");
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json ConversionReport::ToJson() const {
@@ -206,31 +236,7 @@ std::string ConversionTableFromJson(const nlohmann::json& j) {
                           100 * l["rope"].value("kept_plane_energy", 0.0),
                           100 * l["rope"].value("shared_energy", 0.0));
   }
-  if (j.value("latent_norm", false)) {
-    absl::StrAppend(&out,
-                    "\nlatent norm (kv_a_layernorm): relative error it adds to "
-                    "the RoPE-free keys and values before healing, on held-out "
-                    "calibration samples\n"
-                    "layer     error  gamma alone  basis          up refit\n");
-    for (const auto& l : j.value("layers", nlohmann::json::array())) {
-      const nlohmann::json& e = l["latent_norm_error"];
-      const nlohmann::json fit =
-          l.value("latent_norm_fit", nlohmann::json::object());
-      const nlohmann::json plain = fit.value("plain_error", nlohmann::json());
-      if (!e.is_number()) {
-        absl::StrAppendFormat(&out,
-                              "%5d  not measured (gamma from the weights, "
-                              "whitened basis: give --calib)\n",
-                              l.value("layer", int64_t{0}));
-        continue;
-      }
-      absl::StrAppendFormat(&out, "%5d  %8.5f  %11.5f  %-13s  %s\n",
-                            l.value("layer", int64_t{0}), e.get<double>(),
-                            plain.is_number() ? plain.get<double>() : 0.0,
-                            fit.value("basis", std::string("?")),
-                            fit.value("refit", false) ? "yes" : "no");
-    }
-  }
+  if (j.value("latent_norm", false)) absl::StrAppend(&out, LatentNormTable(j));
   if (capped) {
     const nlohmann::json solver = j.value("solver", nlohmann::json::object());
     absl::StrAppendFormat(&out,

@@ -167,27 +167,6 @@ TEST_P(WeightMatVecTest, Bf16ActivationsRoundXAndSumInFp32) {
   EXPECT_GT(outside_exact_bound, 100);
 }
 
-TEST_P(WeightMatVecTest, Bf16ActivationsNeedBf16WeightsAndFp32X) {
-  std::vector<float> x(4), y(4);
-  std::vector<double> x64(4), y64(4);
-  std::vector<uint16_t> w(16);
-  WeightMatVecParams p;
-  p.w = w.data();
-  p.rows = p.cols = 4;
-  p.batch = 1;
-  p.bf16_activations = true;
-  p.x64 = x64.data();
-  p.y64 = y64.data();
-  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
-  p.x64 = nullptr;
-  p.y64 = nullptr;
-  p.x = x.data();
-  p.y = y.data();
-  EXPECT_TRUE(WeightMatVec(p).ok());
-  p.dtype = WeightDType::kF16;
-  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
-}
-
 TEST_P(WeightMatVecTest, BadParametersAreRejected) {
   std::vector<float> x(4), y(4);
   std::vector<double> x64(4), y64(4);
@@ -206,6 +185,21 @@ TEST_P(WeightMatVecTest, BadParametersAreRejected) {
   p.x64 = nullptr;
   p.y64 = nullptr;
   p.cols = 0;
+  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
+  // bf16 activations need bf16 W and fp32 x.
+  p.cols = 4;
+  p.bf16_activations = true;
+  p.x = nullptr;
+  p.y = nullptr;
+  p.x64 = x64.data();
+  p.y64 = y64.data();
+  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
+  p.x64 = nullptr;
+  p.y64 = nullptr;
+  p.x = x.data();
+  p.y = y.data();
+  EXPECT_TRUE(WeightMatVec(p).ok());
+  p.dtype = WeightDType::kF16;
   EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -1,0 +1,76 @@
+// The loops the AVX-512 bf16 mat-vec paths share (weight_matvec_impl.h's exact
+// widening kernel and weight_matvec_avx512bf16.cc's dot-product kernel): a
+// weight row read in 32-column chunks, and the parallel walk over pairs of
+// weight rows with the activation rows in groups. Include only from
+// translation units built with AVX-512F/BW.
+#ifndef LRKV_KERNELS_BF16_ROW_CHUNKS_H_
+#define LRKV_KERNELS_BF16_ROW_CHUNKS_H_
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace lrkv::kernels::bf16_rows {
+
+// Calls chunk(v, i) for each 32-column chunk of R rows of W from `w` (row
+// stride `cols`): v[r] holds the 32 bf16 values of row r at columns i..i+31,
+// the last chunk zero-padded. Each row's stream is prefetched 4 KB ahead:
+// measured 25 GB/s against 13-20 without, of the 34 GB/s two cores stream
+// here (past the matrix it reads a neighbour, harmlessly).
+template <int R, typename Chunk>
+inline void ForEachChunk(const uint16_t* w, int64_t cols, Chunk&& chunk) {
+  const int64_t whole = cols / 32 * 32;
+  for (int64_t i = 0; i < whole; i += 32) {
+    __m512i v[R];
+    for (int r = 0; r < R; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(w + r * cols + i + 2048),
+                   _MM_HINT_T0);
+      v[r] = _mm512_loadu_si512(w + r * cols + i);
+    }
+    chunk(v, i);
+  }
+  if (whole < cols) {
+    const __mmask32 tail = (__mmask32{1} << (cols - whole)) - 1;
+    __m512i v[R];
+    for (int r = 0; r < R; ++r)
+      v[r] = _mm512_maskz_loadu_epi16(tail, w + r * cols + whole);
+    chunk(v, whole);
+  }
+}
+
+// acc[r][b] summed into out[b * out_stride + r].
+template <int R, int B>
+inline void StoreSums(const __m512 (&acc)[R][B], float* out,
+                      int64_t out_stride) {
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < B; ++b)
+      out[b * out_stride + r] = _mm512_reduce_add_ps(acc[r][b]);
+  }
+}
+
+// Pairs of W rows in parallel (one pass over each pair per group), the batch
+// rows in groups of 8 and 4, then `rest` for the rest one at a time:
+// group(o, pair, b, std::integral_constant<int, B>) computes rows o (and o + 1
+// where `pair`) for batch rows b..b+B-1; rest(o, b) one batch row.
+template <typename Group, typename Rest>
+inline void ForEachRowPair(int64_t rows, int64_t cols, int64_t batch,
+                           Group&& group, Rest&& rest) {
+  const bool parallel = rows * cols >= (1 << 17) && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t k = 0; k < (rows + 1) / 2; ++k) {
+    const int64_t o = 2 * k;
+    const bool pair = o + 1 < rows;
+    int64_t b = 0;
+    for (; b + 8 <= batch; b += 8)
+      group(o, pair, b, std::integral_constant<int, 8>());
+    for (; b + 4 <= batch; b += 4)
+      group(o, pair, b, std::integral_constant<int, 4>());
+    for (; b < batch; ++b) rest(o, b);
+  }
+}
+
+}  // namespace lrkv::kernels::bf16_rows
+
+#endif  // LRKV_KERNELS_BF16_ROW_CHUNKS_H_
