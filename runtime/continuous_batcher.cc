@@ -239,15 +239,17 @@ absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
   return handle;
 }
 
+bool ContinuousBatcher::Fits(int64_t kv, int64_t running, int64_t bytes) const {
+  return running < options_.max_seqs && kv + bytes <= options_.kv_memory;
+}
+
 int64_t ContinuousBatcher::AdmissibleLocked(int64_t* kv,
                                             int64_t* running) const {
   *kv = stats_.kv_bytes_in_use;
   *running = static_cast<int64_t>(running_.size());
   int64_t n = 0;
   for (const auto& q : queue_) {
-    if (*running >= options_.max_seqs || *kv + q->bytes > options_.kv_memory) {
-      break;
-    }
+    if (!Fits(*kv, *running, q->bytes)) break;
     *kv += q->bytes;
     ++*running;
     ++n;
@@ -259,15 +261,14 @@ bool ContinuousBatcher::QueueFullLocked(int64_t bytes) const {
   int64_t kv, running;
   const int64_t admitted = AdmissibleLocked(&kv, &running);
   const int64_t waiting = static_cast<int64_t>(queue_.size()) - admitted;
-  const bool starts_now = waiting == 0 && running < options_.max_seqs &&
-                          kv + bytes <= options_.kv_memory;
+  const bool starts_now = waiting == 0 && Fits(kv, running, bytes);
   return !starts_now && waiting >= options_.max_queue;
 }
 
 void ContinuousBatcher::AdmitLocked() {
   while (!queue_.empty() &&
-         static_cast<int64_t>(running_.size()) < options_.max_seqs &&
-         stats_.kv_bytes_in_use + queue_.front()->bytes <= options_.kv_memory) {
+         Fits(stats_.kv_bytes_in_use, static_cast<int64_t>(running_.size()),
+              queue_.front()->bytes)) {
     std::unique_ptr<Queued> q = std::move(queue_.front());
     queue_.pop_front();
     if (q->handle->cancelled_) {

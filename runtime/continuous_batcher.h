@@ -169,6 +169,9 @@ class ContinuousBatcher {
   // How many queued requests (from the front) the next admission takes; *kv and
   // *running: the KV bytes and sequences once it has.
   int64_t AdmissibleLocked(int64_t* kv, int64_t* running) const;
+  // The admission rule, stated once: a request of `bytes` starts beside
+  // `running` sequences holding `kv` bytes.
+  bool Fits(int64_t kv, int64_t running, int64_t bytes) const;
   // Whether a new request of `bytes` is refused: it would not start at the next
   // step, and max_queue requests already wait.
   bool QueueFullLocked(int64_t bytes) const;
