@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -237,6 +238,59 @@ absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
   }
   cv_.notify_all();
   return handle;
+}
+
+absl::StatusOr<EngineStepTiming> ContinuousBatcher::TimeEngineSteps(
+    int64_t batch, int64_t context, int64_t steps) const {
+  // The first engine takes both kinds of step: 2·steps positions past its
+  // prompt.
+  const int64_t prompt = context - 2 * steps - 1;
+  if (batch < 2 || steps < 1 || prompt < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine steps: batch ", batch, " must be >= 2 and steps ", steps,
+        " >= 1 with context ", context, " > 2 * steps + 1"));
+  }
+  at::NoGradGuard no_grad;
+  const Bf16ProductsScope bf16(options_.bf16_products);
+  const int64_t vocab = model_.config().vocab_size;
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  try {
+    std::vector<std::unique_ptr<DecodeEngine>> engines;
+    std::vector<DecodeEngine::BatchEntry> all;
+    for (int64_t i = 0; i < batch; ++i) {
+      ASSIGN_OR_RETURN(auto engine,
+                       CreateDecodeEngine(model_.config(), weights_, mode_,
+                                          EngineOptionsFor(options_, context)));
+      std::vector<int64_t> tokens(prompt);
+      for (int64_t t = 0; t < prompt; ++t) tokens[t] = (7 * t + i) % vocab;
+      DecodeEngine::StepBatch({{engine.get(), tokens, false}});
+      all.push_back({engine.get(), {(i + 1) % vocab}, false});
+      engines.push_back(std::move(engine));
+    }
+    EngineStepTiming timing{batch, context, steps};
+    std::vector<double> one, many;
+    for (int64_t k = 0; k < steps; ++k) {
+      const auto t0 = Clock::now();
+      DecodeEngine::StepBatch({all[0]});
+      const auto t1 = Clock::now();
+      DecodeEngine::StepBatch(all);
+      one.push_back(ms(t0, t1));
+      many.push_back(ms(t1, Clock::now()));
+    }
+    timing.one_ms = median(one);
+    timing.batch_ms = median(many);
+    return timing;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("engine steps: ", e.what_without_backtrace()));
+  }
 }
 
 bool ContinuousBatcher::Fits(int64_t kv, int64_t running, int64_t bytes) const {

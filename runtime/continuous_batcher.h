@@ -69,6 +69,13 @@ struct BatcherOptions {
   absl::Status Validate() const;
 };
 
+// ContinuousBatcher::TimeEngineSteps.
+struct EngineStepTiming {
+  int64_t batch = 0, context = 0, steps = 0;
+  double one_ms = 0;    // median 1-sequence decode step
+  double batch_ms = 0;  // median `batch`-sequence decode step
+};
+
 struct SequenceRequest {
   /// Token ids of the prompt, BOS included where the model wants one.
   std::vector<int32_t> prompt;
@@ -155,6 +162,13 @@ class ContinuousBatcher {
   // Sequences of `tokens` positions whose caches fit in the KV memory together.
   int64_t SequencesThatFit(int64_t tokens) const;
   BatcherStats Stats() const;
+  // This batcher's engines alone, outside the serving loop: `steps` times, a
+  // decode step of one sequence then one of `batch` sequences (alternated, so
+  // that both see the same load), every cache at about `context` positions;
+  // the medians. What a step costs without sampling, streaming or queueing.
+  absl::StatusOr<EngineStepTiming> TimeEngineSteps(int64_t batch,
+                                                   int64_t context,
+                                                   int64_t steps) const;
   DecodeMode mode() const { return mode_; }
   const BatcherOptions& options() const { return options_; }
 

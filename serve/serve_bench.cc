@@ -303,6 +303,11 @@ absl::StatusOr<ServeBenchModel> MeasureModel(const std::string& label,
     m.batching.push_back(MeasureBatching(*s, o, streams));
     if (o.clients == 1) break;
   }
+  if (o.engine_steps > 0 && o.clients >= 2) {
+    ASSIGN_OR_RETURN(m.engine_steps,
+                     s->server->batcher().TimeEngineSteps(
+                         o.clients, o.batcher.context, o.engine_steps));
+  }
   if (o.soak_seconds > 0) m.soak = MeasureSoak(*s, o);
   return m;
 }
@@ -318,6 +323,13 @@ absl::Status ServeBenchOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("prompt tokens + max tokens (", prompt_tokens + max_tokens,
                      ") exceed the context of ", batcher.context));
+  }
+  if (engine_steps < 0 ||
+      (engine_steps > 0 && batcher.context <= 2 * engine_steps + 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("engine steps (", engine_steps,
+                     ") must be >= 0 and leave a prompt: "
+                     "the context must exceed 2 * steps + 1"));
   }
   if (soak_seconds < 0 || abort_share < 0 || abort_share > 1) {
     return absl::InvalidArgumentError(
@@ -374,6 +386,13 @@ json ServeBenchReport::ToJson() const {
               {"sequences_that_fit", m.sequences_that_fit},
               {"admitted", m.admitted},
               {"batching", batching}};
+    if (m.engine_steps.batch > 0) {
+      j["engine_steps"] = {{"batch", m.engine_steps.batch},
+                           {"context", m.engine_steps.context},
+                           {"steps", m.engine_steps.steps},
+                           {"one_ms", m.engine_steps.one_ms},
+                           {"batch_ms", m.engine_steps.batch_ms}};
+    }
     if (options.soak_seconds > 0) {
       j["soak"] = {{"seconds", m.soak.seconds},
                    {"requests", m.soak.requests},
@@ -396,6 +415,7 @@ json ServeBenchReport::ToJson() const {
             {"max_seqs", b.max_seqs},
             {"context", b.context},
             {"cache_dtype", b.cache_dtype == at::kFloat ? "f32" : "bf16"},
+            {"engine_steps", options.engine_steps},
             {"soak_seconds", options.soak_seconds},
             {"abort_share", options.abort_share}}},
           {"models", models_json}};
@@ -440,6 +460,15 @@ std::string ServeBenchReport::ToText() const {
                                 m.batching[1].streams,
                                 m.batching[1].mean_decode_step_ms /
                                     m.batching[0].mean_decode_step_ms));
+    }
+    if (const EngineStepTiming& e = m.engine_steps; e.batch > 0) {
+      absl::StrAppend(
+          &out, absl::StrFormat(
+                    "\n%s engines alone (no sampling or streaming), steps "
+                    "alternated at context %d: a %d-sequence step %.1f ms, a "
+                    "1-sequence step %.1f ms (%.2fx; medians of %d)",
+                    m.label, e.context, e.batch, e.batch_ms, e.one_ms,
+                    e.batch_ms / e.one_ms, e.steps));
     }
     if (options.soak_seconds > 0) {
       const SoakRun& s = m.soak;

@@ -10,6 +10,8 @@
 //              (ignore_eos): aggregate decode tokens/s, time to first token,
 //              inter-token latency p50/p99, and the mean decode step at each
 //              batch;
+//   engine     (--engine-steps > 0) the server's engines alone, a 1-sequence
+//              and a --clients-sequence decode step alternated at --ctx;
 //   soak       (--soak-seconds > 0) --clients streams of random lengths, a
 //   share of
 //              them abandoned mid-stream, for that long: server errors,
@@ -40,6 +42,9 @@ struct ServeBenchOptions {
   /// Prompt and generated tokens of a batching-phase request.
   int64_t prompt_tokens = 64;
   int64_t max_tokens = 64;
+  /// Decode steps of the engines alone, a 1-sequence and a --clients-sequence
+  /// step alternated at --ctx, after the batching phase (0: none).
+  int64_t engine_steps = 10;
   /// Seconds of the soak phase (0: none).
   double soak_seconds = 0;
   /// Share of soak requests abandoned mid-stream.
@@ -83,6 +88,7 @@ struct ServeBenchModel {
   int64_t sequences_that_fit = 0;        // KV memory / that
   int64_t admitted = 0;  // measured: most sequences running at once
   std::vector<BatchingRun> batching;  // 1 stream, then --clients
+  EngineStepTiming engine_steps;      // batch 0: not measured
   SoakRun soak;
 };
 

@@ -221,6 +221,12 @@ void AddServeBenchCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   cmd->add_option(
+         "--engine-steps", a->o.engine_steps,
+         "Then the engines alone: this many 1-sequence and "
+         "--clients-sequence decode steps alternated at --ctx (0: none)")
+      ->check(kNotNegative)
+      ->capture_default_str();
+  cmd->add_option(
          "--soak-seconds", a->o.soak_seconds,
          "Then random lengths and abandoned streams for this long (0: no soak)")
       ->capture_default_str();

@@ -77,6 +77,7 @@ expect 2 --stderr "certificate and a key" -- serve --checkpoint "$model" --tls-c
 expect 2 --stderr "api-key" -- serve --checkpoint "$model" --api-key "$work/no-such-key"
 expect 2 --stderr "is not supported" -- serve --checkpoint "$model" --chat-template "$work/bad.jinja"
 expect 2 --stderr "exceed the context" -- bench serve --checkpoint "$model" --ctx 64 --prompt-tokens 60 --max-tokens 10
+expect 2 --stderr "context must exceed" -- bench serve --checkpoint "$model" --ctx 64 --prompt-tokens 8 --max-tokens 8 --engine-steps 40
 expect 2 --stderr "not a checkpoint" -- eval --checkpoint "$text" --text "$text"
 expect 2 --stderr "a binary file, not text" -- eval --checkpoint "$model" --text "$model"
 expect 2 --stderr "no such file" -- eval --checkpoint /nope.gguf --text "$text"

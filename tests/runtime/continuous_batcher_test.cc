@@ -162,6 +162,26 @@ TEST(ContinuousBatcher, ASeedReproducesItsSampleAndAnotherSeedDiffers) {
   EXPECT_NE(run(8), a);
 }
 
+// The engines alone, timed: what was asked, measured (positive medians), and
+// settings that leave no prompt refused.
+TEST(ContinuousBatcher, TimesItsEnginesAloneAndRefusesNoRoomForAPrompt) {
+  auto m = Stories();
+  ASSERT_TRUE(m);
+  auto b = ContinuousBatcher::Create(m->transformer(), BatcherOptions());
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto t = (*b)->TimeEngineSteps(3, 48, 4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->batch, 3);
+  EXPECT_EQ(t->context, 48);
+  EXPECT_EQ(t->steps, 4);
+  EXPECT_GT(t->one_ms, 0);
+  EXPECT_GT(t->batch_ms, 0);
+  EXPECT_EQ((*b)->TimeEngineSteps(3, 9, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*b)->TimeEngineSteps(1, 48, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ContinuousBatcher, AdmitsWhatTheKvMemoryHoldsAndQueuesTheRest) {
   auto m = Stories();
   ASSERT_TRUE(m);
