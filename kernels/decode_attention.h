@@ -29,7 +29,8 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p);
 const char* KernelIsa();
 // Whether FactoredDecode runs the fused tiled kernel for CacheLayout::kTiles
 // (AVX-512 with AVX512-BF16, not capped by ForceKernelIsa); otherwise a tiled
-// cache is copied into rows first (correct, not fast).
+// cache is copied into rows first (correct, not fast). The same condition
+// selects WeightMatVec's AVX512-BF16 path for bf16 activations.
 bool TiledKernelAvailable();
 // Tests: cap the implementation at "avx2" or "generic" ("" = the best
 // available).

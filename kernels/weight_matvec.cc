@@ -69,8 +69,7 @@ absl::Status WeightMatVec(const WeightMatVecParams& p) {
   // has F16C too, which the avx2 build's f16 widening uses.
   const std::string isa = KernelIsa();
   if (p.bf16_activations) {
-    static const bool dot = __builtin_cpu_supports("avx512bf16");
-    if (dot && isa == "avx512") {
+    if (TiledKernelAvailable()) {
       avx512bf16::WeightMatVecImpl(p);
       return absl::OkStatus();
     }

@@ -74,6 +74,7 @@ struct Candidate {
   bool whitened = false;
   Tensor gamma, map_t;    // map_t undefined: no refit
   double held_out = 0.0;  // Σ‖U(c − M(γ⊙a))‖² over the held-out rows
+  double gamma_only_held_out = 0.0;  // the same with M = I
 };
 
 // The best candidate of one basis on (fit, held-out) latents given in the
@@ -86,11 +87,11 @@ Candidate BestInBasis(const Basis& b, bool whitened, const Tensor& fit_c,
   Candidate best;
   best.basis = b;
   best.whitened = whitened;
-  best.gamma = FitGamma(fc, Normalised(fc, eps), gb);
+  const Tensor fit_a = Normalised(fc, eps);
+  best.gamma = FitGamma(fc, fit_a, gb);
   const Tensor g1 = best.gamma.unsqueeze(0);
-  const Tensor fit_n = Normalised(fc, eps) * g1,
-               held_n = Normalised(hc, eps) * g1;
-  best.held_out = EnergyThroughUp(hc - held_n, gb);
+  const Tensor fit_n = fit_a * g1, held_n = Normalised(hc, eps) * g1;
+  best.held_out = best.gamma_only_held_out = EnergyThroughUp(hc - held_n, gb);
   for (double rho : kRefitRidges) {
     const Tensor m_t = RefitMapT(fc, fit_n, rho);
     const double e = EnergyThroughUp(hc - at::matmul(held_n, m_t), gb);
@@ -148,8 +149,7 @@ LatentNormFit FitLatentNorm(const Tensor& kv_down_in, const Tensor& up_in,
                   true, fit_c, held_c, g, eps);
   const Candidate& best = white.held_out < plain.held_out ? white : plain;
   // The factorisation's basis with γ alone: what the two other freedoms buy.
-  const double plain_held = EnergyThroughUp(
-      held_c - Normalised(held_c, eps) * plain.gamma.unsqueeze(0), g);
+  const double plain_held = plain.gamma_only_held_out;
   const double reference = EnergyThroughUp(held_c, g);
   Tensor up_out = at::matmul(up, best.basis.r_inv);
   if (best.map_t.defined()) up_out = at::matmul(up_out, best.map_t.t());
