@@ -457,8 +457,7 @@ void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
     Finish(r, FinishReason::kLength);
     return;
   }
-  const std::vector<double> logprobs = Sampler::LogSoftmax(last);
-  const SampledToken s = r.sampler.Sample(logprobs);
+  const SampledToken s = r.sampler.Sample(last);
   if (r.request.stop_at_eos && model_.config().IsEos(s.id)) {
     r.handle->Publish(std::move(update));
     Finish(r, FinishReason::kEos);
@@ -466,6 +465,10 @@ void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
   }
   GeneratedToken g{s.id, s.logprob, {}};
   if (r.request.top_logprobs > 0) {
+    // The token's own log-probability from the same computation as its
+    // alternatives', so that the two agree to the bit.
+    const std::vector<double> logprobs = Sampler::LogSoftmax(last);
+    g.logprob = logprobs[s.id];
     g.top = Sampler::Top(logprobs, r.request.top_logprobs);
   }
   update.tokens.push_back(std::move(g));

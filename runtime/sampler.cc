@@ -4,9 +4,47 @@
 #include <cmath>
 #include <numeric>
 
-#include "absl/strings/str_cat.h"
-
 namespace lrkv {
+namespace {
+
+// Index of the first of the largest values.
+int64_t ArgMax(const double* p, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (p[i] > p[best]) best = i;
+  }
+  return best;
+}
+
+// The `k` largest of p[0:n], largest first; ties go to the lower id, so that
+// the order is the same on every machine.
+std::vector<int32_t> TopIds(const double* p, int64_t n, int64_t k) {
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  k = std::min(k, n);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return p[a] > p[b] || (p[a] == p[b] && a < b);
+                    });
+  ids.resize(k);
+  return ids;
+}
+
+// The index i of weights[0:n] where the running sum (in order, float64) first
+// exceeds u·Σ weights, u in [0, 1).
+int64_t Draw(const double* weights, int64_t n, double u) {
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) total += weights[i];
+  const double target = u * total;
+  double cumulative = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    cumulative += weights[i];
+    if (target < cumulative) return i;
+  }
+  return n - 1;
+}
+
+}  // namespace
 
 Sampler::Sampler(const SamplingOptions& options)
     : options_(options), rng_(options.seed) {}
@@ -26,67 +64,67 @@ std::vector<double> Sampler::LogSoftmax(const at::Tensor& logits) {
 
 std::vector<std::pair<int32_t, double>> Sampler::Top(
     const std::vector<double>& logprobs, int64_t k) {
-  std::vector<int32_t> ids(logprobs.size());
-  std::iota(ids.begin(), ids.end(), 0);
-  k = std::min<int64_t>(k, static_cast<int64_t>(ids.size()));
-  // Ties go to the lower id, so that the order is the same on every machine.
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                    [&](int32_t a, int32_t b) {
-                      return logprobs[a] > logprobs[b] ||
-                             (logprobs[a] == logprobs[b] && a < b);
-                    });
   std::vector<std::pair<int32_t, double>> top;
-  for (int64_t i = 0; i < k; ++i) top.emplace_back(ids[i], logprobs[ids[i]]);
+  for (int32_t id :
+       TopIds(logprobs.data(), static_cast<int64_t>(logprobs.size()), k)) {
+    top.emplace_back(id, logprobs[id]);
+  }
   return top;
 }
 
-SampledToken Sampler::Sample(const std::vector<double>& logprobs) {
-  const auto vocab = static_cast<int64_t>(logprobs.size());
-  if (options_.temperature == 0) {
-    const auto best = Top(logprobs, 1)[0];
-    return {best.first, best.second};
+SampledToken Sampler::Sample(const at::Tensor& logits) {
+  // Float64 throughout, with ATen's vectorised exp: one pass for the
+  // normaliser, and one for the tempered weights unless the temperature is 1.
+  // At a 151,936-token vocabulary a greedy token took 1.6-1.9 ms through
+  // LogSoftmax's scalar exp and a sort, against 0.55 ms this way (timed
+  // alternately): a tenth of an 8-sequence decode step was sampling.
+  // Scratch reused from token to token: fresh tensors of this size cost as
+  // much again in page faults.
+  thread_local at::Tensor l, shifted, exps, tempered;
+  const int64_t vocab = logits.numel();
+  for (at::Tensor* t : {&l, &shifted, &exps, &tempered}) {
+    if (!t->defined() || t->numel() != vocab)
+      *t = at::empty({vocab}, at::kDouble);
   }
-  // The candidates: the top k in order of probability, every token in order of
-  // probability for top-p, else every token in id order (no sort needed).
+  l.copy_(logits.reshape({-1}));
+  const double* p = l.data_ptr<double>();
+  const int64_t best = ArgMax(p, vocab);
+  const double max = p[best];
+  at::sub_out(shifted, l, max);  // log p + log Z
+  at::exp_out(exps, shifted);
+  const double log_z = std::log(exps.sum().item<double>());
+  const auto logprob = [&](int64_t id) {
+    return SampledToken{static_cast<int32_t>(id), p[id] - max - log_z};
+  };
+  if (options_.temperature == 0) return logprob(best);
+  // Tempered weights relative to the most likely token's, over the candidates:
+  // the top k (or every token for top-p) in order of probability, else every
+  // token in id order (no sort needed).
+  const at::Tensor& weights =
+      options_.temperature == 1
+          ? exps
+          : at::div_out(tempered, shifted, options_.temperature).exp_();
+  const double* w = weights.data_ptr<double>();
   const int64_t k =
       options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
-  std::vector<std::pair<int32_t, double>> candidates;
-  if (k < vocab || options_.top_p < 1) {
-    candidates = Top(logprobs, k);
-  } else {
-    candidates.reserve(logprobs.size());
-    for (int32_t i = 0; i < static_cast<int32_t>(vocab); ++i)
-      candidates.emplace_back(i, logprobs[i]);
-  }
-  // Tempered probabilities, relative to the most likely token's.
-  std::vector<double> weights;
-  weights.reserve(candidates.size());
-  const double best = *std::max_element(logprobs.begin(), logprobs.end());
-  for (const auto& c : candidates) {
-    weights.push_back(std::exp((c.second - best) / options_.temperature));
-  }
-  double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  // A uniform draw in [0, 1) from 53 random bits: the same on every platform.
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  if (k == vocab && options_.top_p >= 1) return logprob(Draw(w, vocab, u));
+  const std::vector<int32_t> ids = TopIds(p, vocab, k);
+  std::vector<double> candidate(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) candidate[i] = w[ids[i]];
   if (options_.top_p < 1) {
+    // The shortest prefix holding top_p of the candidates' mass.
+    double total = 0;
+    for (double c : candidate) total += c;
     double mass = 0;
     size_t keep = 0;
-    while (keep < weights.size() && mass < options_.top_p * total)
-      mass += weights[keep++];
-    weights.resize(std::max<size_t>(keep, 1));
-    total = std::accumulate(weights.begin(), weights.end(), 0.0);
+    while (keep < candidate.size() && mass < options_.top_p * total)
+      mass += candidate[keep++];
+    candidate.resize(std::max<size_t>(keep, 1));
   }
-  // A uniform draw in [0, total) from 53 random bits: the same on every
-  // platform.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
-  double cumulative = 0;
-  size_t pick = weights.size() - 1;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    cumulative += weights[i];
-    if (u < cumulative) {
-      pick = i;
-      break;
-    }
-  }
-  return {candidates[pick].first, candidates[pick].second};
+  return logprob(
+      ids[Draw(candidate.data(), static_cast<int64_t>(candidate.size()), u)]);
 }
 
 }  // namespace lrkv

@@ -29,16 +29,12 @@ class Sampler {
  public:
   explicit Sampler(const SamplingOptions& options);
 
-  // The next token from logits [V] or [1, V] (any float dtype).
-  SampledToken Sample(const at::Tensor& logits) {
-    return Sample(LogSoftmax(logits));
-  }
-  // The same from the logits' LogSoftmax (a caller that also reports
-  // alternatives computes it once).
-  SampledToken Sample(const std::vector<double>& logprobs);
+  // The next token from logits [V] or [1, V] (any float dtype), computed in
+  // float64.
+  SampledToken Sample(const at::Tensor& logits);
 
-  // The log-softmax of logits [V] in float64, and the `k` most likely tokens of
-  // it.
+  // The log-softmax of logits [V] in float64 (a scalar exp per token: what
+  // reported log-probabilities use), and the `k` most likely tokens of it.
   static std::vector<double> LogSoftmax(const at::Tensor& logits);
   static std::vector<std::pair<int32_t, double>> Top(
       const std::vector<double>& logprobs, int64_t k);
