@@ -285,9 +285,29 @@ SoakRun MeasureSoak(Served& s, const ServeBenchOptions& o) {
   return soak;
 }
 
+// The phases of one model, in order: loading, admission, one stream, the
+// concurrent streams, the engines alone, the soak.
+std::vector<std::string> PhasesOf(const ServeBenchOptions& o) {
+  std::vector<std::string> phases = {"loading", "admission", "1 stream"};
+  if (o.clients > 1) {
+    phases.push_back(absl::StrCat(o.clients, " streams"));
+    if (o.engine_steps > 0) phases.push_back("engines alone");
+  }
+  if (o.soak_seconds > 0) phases.push_back("soak");
+  return phases;
+}
+
 absl::StatusOr<ServeBenchModel> MeasureModel(const std::string& label,
                                              const std::string& checkpoint,
-                                             const ServeBenchOptions& o) {
+                                             const ServeBenchOptions& o,
+                                             int64_t model, int64_t models) {
+  const std::vector<std::string> phases = PhasesOf(o);
+  const auto total = static_cast<int64_t>(phases.size()) * models;
+  int64_t step = model * static_cast<int64_t>(phases.size());
+  const auto begin = [&](size_t phase) {
+    if (o.progress) o.progress(label + ": " + phases[phase], ++step, total);
+  };
+  begin(0);
   ASSIGN_OR_RETURN(auto s, Serve(checkpoint, o));
   ServeBenchModel m;
   m.label = label;
@@ -298,17 +318,24 @@ absl::StatusOr<ServeBenchModel> MeasureModel(const std::string& label,
       s->server->batcher().CacheBytes(o.batcher.context);
   m.sequences_that_fit =
       s->server->batcher().SequencesThatFit(o.batcher.context);
+  size_t phase = 1;
+  begin(phase++);
   m.admitted = MeasureAdmission(*s, o);
   for (int64_t streams : {int64_t{1}, o.clients}) {
+    begin(phase++);
     m.batching.push_back(MeasureBatching(*s, o, streams));
     if (o.clients == 1) break;
   }
   if (o.engine_steps > 0 && o.clients >= 2) {
+    begin(phase++);
     ASSIGN_OR_RETURN(m.engine_steps,
                      s->server->batcher().TimeEngineSteps(
                          o.clients, o.batcher.context, o.engine_steps));
   }
-  if (o.soak_seconds > 0) m.soak = MeasureSoak(*s, o);
+  if (o.soak_seconds > 0) {
+    begin(phase++);
+    m.soak = MeasureSoak(*s, o);
+  }
   return m;
 }
 
@@ -342,12 +369,13 @@ absl::StatusOr<ServeBenchReport> RunServeBench(const ServeBenchOptions& o) {
   RETURN_IF_ERROR(o.Validate());
   ServeBenchReport report;
   report.options = o;
+  const int64_t models = o.source.empty() ? 1 : 2;
   ASSIGN_OR_RETURN(ServeBenchModel converted,
-                   MeasureModel("converted", o.checkpoint, o));
+                   MeasureModel("converted", o.checkpoint, o, 0, models));
   report.models.push_back(std::move(converted));
   if (!o.source.empty()) {
     ASSIGN_OR_RETURN(ServeBenchModel source,
-                     MeasureModel("source", o.source, o));
+                     MeasureModel("source", o.source, o, 1, models));
     report.models.push_back(std::move(source));
   }
   return report;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/stop_check.h"
 #include "nlohmann/json.hpp"
 #include "runtime/continuous_batcher.h"
 
@@ -54,6 +55,9 @@ struct ServeBenchOptions {
   BatcherOptions batcher;
   /// Products over many rows with bf16 weights (LanguageModelOptions).
   bool bf16_products = true;
+  /// Told as each phase of each model begins ("source: 8 streams"); empty:
+  /// nobody listens.
+  ProgressSink progress;
 
   absl::Status Validate() const;
 };

@@ -171,8 +171,7 @@ int RunServeBench(ServeBenchArgs& a) {
   a.o.batcher.cache_dtype = a.cache_dtype == "f32" ? at::kFloat : at::kBFloat16;
   a.o.bf16_products = a.products == "bf16";
   StageProgress progress("bench serve");
-  progress.Sink()("admission, 1 stream, then the concurrent streams, per model",
-                  1, 1);
+  a.o.progress = progress.Sink();
   auto report = RunServeBench(a.o);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());

@@ -78,6 +78,13 @@ expect 2 --stderr "api-key" -- serve --checkpoint "$model" --api-key "$work/no-s
 expect 2 --stderr "is not supported" -- serve --checkpoint "$model" --chat-template "$work/bad.jinja"
 expect 2 --stderr "exceed the context" -- bench serve --checkpoint "$model" --ctx 64 --prompt-tokens 60 --max-tokens 10
 expect 2 --stderr "context must exceed" -- bench serve --checkpoint "$model" --ctx 64 --prompt-tokens 8 --max-tokens 8 --engine-steps 40
+# A whole bench serve, small: JSON on stdout, each phase of each model named on stderr
+# as it begins, in order.
+expect 0 --json -- bench serve --checkpoint "$model" --source "$model" --ctx 64 --clients 2 --requests 1 --prompt-tokens 8 --max-tokens 8 --kv-memory 8MiB --max-seqs 4 --engine-steps 2 --soak-seconds 1 --json
+phases=$(sed -n 's/^bench serve \[\([0-9]*\)\/12\] \([a-z]*: [a-z0-9 ]*\) (started.*/\1 \2/p' "$work/err" | tr '\n' ';')
+want="1 converted: loading;2 converted: admission;3 converted: 1 stream;4 converted: 2 streams;5 converted: engines alone;6 converted: soak;7 source: loading;8 source: admission;9 source: 1 stream;10 source: 2 streams;11 source: engines alone;12 source: soak;"
+[ "$phases" = "$want" ] ||
+  { echo "FAIL: bench serve phases on stderr: $phases" >&2; failures=$((failures + 1)); }
 expect 2 --stderr "not a checkpoint" -- eval --checkpoint "$text" --text "$text"
 expect 2 --stderr "a binary file, not text" -- eval --checkpoint "$model" --text "$model"
 expect 2 --stderr "no such file" -- eval --checkpoint /nope.gguf --text "$text"
