@@ -56,6 +56,10 @@ class Rope {
   // cos and sin [T, half] (float64) of every plane at `positions`, times the
   // scaling's attention factor.
   std::pair<at::Tensor, at::Tensor> Angles(const at::Tensor& positions) const;
+  // Rotate for float32 x [B, T, n, d_h] on the CPU and fixed frequencies, in
+  // one loop.
+  at::Tensor RotateFloat(const at::Tensor& x,
+                         const at::Tensor& positions) const;
 
   ModelConfig config_;
   int64_t half_;
