@@ -40,6 +40,14 @@ inline void ForEachChunk(const uint16_t* w, int64_t cols, Chunk&& chunk) {
   }
 }
 
+// Every accumulator zero.
+template <int R, int B>
+inline void ZeroSums(__m512 (&acc)[R][B]) {
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
+  }
+}
+
 // acc[r][b] summed into out[b * out_stride + r].
 template <int R, int B>
 inline void StoreSums(const __m512 (&acc)[R][B], float* out,
@@ -52,8 +60,9 @@ inline void StoreSums(const __m512 (&acc)[R][B], float* out,
 
 // Pairs of W rows in parallel (one pass over each pair per group), the batch
 // rows in groups of 8 and 4, then `rest` for the rest one at a time:
-// group(o, pair, b, std::integral_constant<int, B>) computes rows o (and o + 1
-// where `pair`) for batch rows b..b+B-1; rest(o, b) one batch row.
+// group(o, b, R, B) computes the R (1 or 2; 1 for an odd last row) W rows from
+// o for batch rows b..b+B-1, rest(o, b, R) the same R rows for batch row b; R
+// and B come as std::integral_constant.
 template <typename Group, typename Rest>
 inline void ForEachRowPair(int64_t rows, int64_t cols, int64_t batch,
                            Group&& group, Rest&& rest) {
@@ -61,13 +70,19 @@ inline void ForEachRowPair(int64_t rows, int64_t cols, int64_t batch,
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t k = 0; k < (rows + 1) / 2; ++k) {
     const int64_t o = 2 * k;
-    const bool pair = o + 1 < rows;
-    int64_t b = 0;
-    for (; b + 8 <= batch; b += 8)
-      group(o, pair, b, std::integral_constant<int, 8>());
-    for (; b + 4 <= batch; b += 4)
-      group(o, pair, b, std::integral_constant<int, 4>());
-    for (; b < batch; ++b) rest(o, b);
+    auto walk = [&](auto r) {
+      int64_t b = 0;
+      for (; b + 8 <= batch; b += 8)
+        group(o, b, r, std::integral_constant<int, 8>());
+      for (; b + 4 <= batch; b += 4)
+        group(o, b, r, std::integral_constant<int, 4>());
+      for (; b < batch; ++b) rest(o, b, r);
+    };
+    if (o + 1 < rows) {
+      walk(std::integral_constant<int, 2>());
+    } else {
+      walk(std::integral_constant<int, 1>());
+    }
   }
 }
 

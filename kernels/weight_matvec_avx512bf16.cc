@@ -26,9 +26,7 @@ template <int R, int B>
 void DotRows(const uint16_t* w, int64_t cols, const uint16_t* xs,
              int64_t chunk_stride, float* out, int64_t out_stride) {
   __m512 acc[R][B];
-  for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
-  }
+  bf16_rows::ZeroSums(acc);
   bf16_rows::ForEachChunk<R>(w, cols, [&](const __m512i(&v)[R], int64_t i) {
     const uint16_t* xc = xs + (i / 32) * chunk_stride;
     for (int b = 0; b < B; ++b) {
@@ -67,20 +65,16 @@ void WeightMatVecImpl(const WeightMatVecParams& p) {
   const std::vector<uint16_t> xs = RoundedChunks(p);
   const int64_t stride = 32 * p.batch;
   const auto* w = static_cast<const uint16_t*>(p.w);
-  // One or two W rows against B x rows from b.
-  auto rows = [&](int64_t o, bool pair, int64_t b, auto rows_of_b) {
-    constexpr int B = decltype(rows_of_b)::value;
-    float* y = &p.y[b * p.rows + o];
-    if (pair) {
-      DotRows<2, B>(w + o * p.cols, p.cols, &xs[32 * b], stride, y, p.rows);
-    } else {
-      DotRows<1, B>(w + o * p.cols, p.cols, &xs[32 * b], stride, y, p.rows);
-    }
+  // R W rows from o against B x rows from b.
+  auto rows = [&](int64_t o, int64_t b, auto r, auto rows_of_b) {
+    DotRows<decltype(r)::value, decltype(rows_of_b)::value>(
+        w + o * p.cols, p.cols, &xs[32 * b], stride, &p.y[b * p.rows + o],
+        p.rows);
   };
-  bf16_rows::ForEachRowPair(
-      p.rows, p.cols, p.batch, rows, [&](int64_t o, int64_t b) {
-        rows(o, o + 1 < p.rows, b, std::integral_constant<int, 1>());
-      });
+  bf16_rows::ForEachRowPair(p.rows, p.cols, p.batch, rows,
+                            [&](int64_t o, int64_t b, auto r) {
+                              rows(o, b, r, std::integral_constant<int, 1>());
+                            });
 }
 
 }  // namespace lrkv::kernels::avx512bf16

@@ -164,9 +164,7 @@ template <int R, int B>
 void Bf16RowsBatch(const uint16_t* w, int64_t cols, const float* xs,
                    int64_t chunk_stride, float* out, int64_t out_stride) {
   __m512 acc[R][B];
-  for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
-  }
+  bf16_rows::ZeroSums(acc);
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   bf16_rows::ForEachChunk<R>(w, cols, [&](const __m512i(&v)[R], int64_t i) {
     __m512 lo[R], hi[R];
@@ -211,21 +209,15 @@ void RunBf16(const WeightMatVecParams& p) {
   const auto* w = static_cast<const uint16_t*>(p.w);
   bf16_rows::ForEachRowPair(
       p.rows, p.cols, p.batch,
-      [&](int64_t o, bool pair, int64_t b, auto rows_of_b) {
-        constexpr int B = decltype(rows_of_b)::value;
-        float* y = &p.y[b * p.rows + o];
-        if (pair) {
-          Bf16RowsBatch<2, B>(w + o * p.cols, p.cols, &xs[32 * b], stride, y,
-                              p.rows);
-        } else {
-          Bf16RowsBatch<1, B>(w + o * p.cols, p.cols, &xs[32 * b], stride, y,
-                              p.rows);
-        }
+      [&](int64_t o, int64_t b, auto r, auto rows_of_b) {
+        Bf16RowsBatch<decltype(r)::value, decltype(rows_of_b)::value>(
+            w + o * p.cols, p.cols, &xs[32 * b], stride, &p.y[b * p.rows + o],
+            p.rows);
       },
-      [&](int64_t o, int64_t b) {
-        for (int64_t r = o; r < std::min(o + 2, p.rows); ++r) {
-          p.y[b * p.rows + r] =
-              Bf16Row(w + r * p.cols, p.cols, &split[2 * b * half],
+      [&](int64_t o, int64_t b, auto r) {
+        for (int64_t row = o; row < o + decltype(r)::value; ++row) {
+          p.y[b * p.rows + row] =
+              Bf16Row(w + row * p.cols, p.cols, &split[2 * b * half],
                       &split[(2 * b + 1) * half]);
         }
       });
