@@ -465,11 +465,7 @@ void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
   }
   GeneratedToken g{s.id, s.logprob, {}};
   if (r.request.top_logprobs > 0) {
-    // The token's own log-probability from the same computation as its
-    // alternatives', so that the two agree to the bit.
-    const std::vector<double> logprobs = Sampler::LogSoftmax(last);
-    g.logprob = logprobs[s.id];
-    g.top = Sampler::Top(logprobs, r.request.top_logprobs);
+    g.top = Sampler::Top(Sampler::LogSoftmax(last), r.request.top_logprobs);
   }
   update.tokens.push_back(std::move(g));
   r.next = s.id;

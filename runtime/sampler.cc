@@ -44,21 +44,45 @@ int64_t Draw(const double* weights, int64_t n, double u) {
   return n - 1;
 }
 
+// The logits in float64 and what LogSoftmax and Sample both derive from them,
+// in float64 with ATen's vectorised exp. The tensors are scratch reused from
+// token to token on this thread (fresh tensors of this size cost as much again
+// in page faults): valid until the thread's next call.
+struct Normalised {
+  const double* logits;
+  int64_t vocab, best;        // best: the first of the largest logits
+  double max, log_sum;        // log Σ exp(l − max)
+  const at::Tensor& shifted;  // l − max
+  const at::Tensor& exps;     // exp(l − max)
+
+  double LogProb(int64_t id) const { return logits[id] - max - log_sum; }
+};
+
+Normalised Normalise(const at::Tensor& logits) {
+  thread_local at::Tensor l, shifted, exps;
+  const int64_t vocab = logits.numel();
+  for (at::Tensor* t : {&l, &shifted, &exps}) {
+    if (!t->defined() || t->numel() != vocab)
+      *t = at::empty({vocab}, at::kDouble);
+  }
+  l.copy_(logits.reshape({-1}));
+  const double* p = l.data_ptr<double>();
+  const int64_t best = ArgMax(p, vocab);
+  at::sub_out(shifted, l, p[best]);
+  at::exp_out(exps, shifted);
+  return {p,       vocab, best, p[best], std::log(exps.sum().item<double>()),
+          shifted, exps};
+}
+
 }  // namespace
 
 Sampler::Sampler(const SamplingOptions& options)
     : options_(options), rng_(options.seed) {}
 
 std::vector<double> Sampler::LogSoftmax(const at::Tensor& logits) {
-  const at::Tensor l = logits.reshape({-1}).to(at::kDouble).contiguous();
-  const double* p = l.data_ptr<double>();
-  const int64_t n = l.numel();
-  const double max = *std::max_element(p, p + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(p[i] - max);
-  const double log_z = max + std::log(sum);
-  std::vector<double> out(p, p + n);
-  for (double& v : out) v -= log_z;
+  const Normalised n = Normalise(logits);
+  std::vector<double> out(n.vocab);
+  for (int64_t i = 0; i < n.vocab; ++i) out[i] = n.LogProb(i);
   return out;
 }
 
@@ -73,44 +97,33 @@ std::vector<std::pair<int32_t, double>> Sampler::Top(
 }
 
 SampledToken Sampler::Sample(const at::Tensor& logits) {
-  // Float64 throughout, with ATen's vectorised exp: one pass for the
-  // normaliser, and one for the tempered weights unless the temperature is 1.
-  // At a 151,936-token vocabulary a greedy token took 1.6-1.9 ms through
-  // LogSoftmax's scalar exp and a sort, against 0.55 ms this way (timed
+  // One pass for the normaliser, and one for the tempered weights unless the
+  // temperature is 1. At a 151,936-token vocabulary a greedy token took
+  // 1.6-1.9 ms through a scalar exp and a sort, against 0.55 ms this way (timed
   // alternately): a tenth of an 8-sequence decode step was sampling.
-  // Scratch reused from token to token: fresh tensors of this size cost as
-  // much again in page faults.
-  thread_local at::Tensor l, shifted, exps, tempered;
-  const int64_t vocab = logits.numel();
-  for (at::Tensor* t : {&l, &shifted, &exps, &tempered}) {
-    if (!t->defined() || t->numel() != vocab)
-      *t = at::empty({vocab}, at::kDouble);
-  }
-  l.copy_(logits.reshape({-1}));
-  const double* p = l.data_ptr<double>();
-  const int64_t best = ArgMax(p, vocab);
-  const double max = p[best];
-  at::sub_out(shifted, l, max);  // log p + log Z
-  at::exp_out(exps, shifted);
-  const double log_z = std::log(exps.sum().item<double>());
+  thread_local at::Tensor tempered;
+  const Normalised n = Normalise(logits);
+  const int64_t vocab = n.vocab;
   const auto logprob = [&](int64_t id) {
-    return SampledToken{static_cast<int32_t>(id), p[id] - max - log_z};
+    return SampledToken{static_cast<int32_t>(id), n.LogProb(id)};
   };
-  if (options_.temperature == 0) return logprob(best);
+  if (options_.temperature == 0) return logprob(n.best);
   // Tempered weights relative to the most likely token's, over the candidates:
   // the top k (or every token for top-p) in order of probability, else every
   // token in id order (no sort needed).
+  if (!tempered.defined() || tempered.numel() != vocab)
+    tempered = at::empty({vocab}, at::kDouble);
   const at::Tensor& weights =
       options_.temperature == 1
-          ? exps
-          : at::div_out(tempered, shifted, options_.temperature).exp_();
+          ? n.exps
+          : at::div_out(tempered, n.shifted, options_.temperature).exp_();
   const double* w = weights.data_ptr<double>();
   const int64_t k =
       options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
   // A uniform draw in [0, 1) from 53 random bits: the same on every platform.
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
   if (k == vocab && options_.top_p >= 1) return logprob(Draw(w, vocab, u));
-  const std::vector<int32_t> ids = TopIds(p, vocab, k);
+  const std::vector<int32_t> ids = TopIds(n.logits, vocab, k);
   std::vector<double> candidate(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) candidate[i] = w[ids[i]];
   if (options_.top_p < 1) {

@@ -30,11 +30,11 @@ class Sampler {
   explicit Sampler(const SamplingOptions& options);
 
   // The next token from logits [V] or [1, V] (any float dtype), computed in
-  // float64.
+  // float64; its log-probability is LogSoftmax's, to the bit.
   SampledToken Sample(const at::Tensor& logits);
 
-  // The log-softmax of logits [V] in float64 (a scalar exp per token: what
-  // reported log-probabilities use), and the `k` most likely tokens of it.
+  // The log-softmax of logits [V] in float64, and the `k` most likely tokens
+  // of it.
   static std::vector<double> LogSoftmax(const at::Tensor& logits);
   static std::vector<std::pair<int32_t, double>> Top(
       const std::vector<double>& logprobs, int64_t k);
