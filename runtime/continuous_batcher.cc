@@ -241,16 +241,23 @@ absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
   return handle;
 }
 
+absl::Status ContinuousBatcher::CheckEngineSteps(int64_t batch, int64_t context,
+                                                 int64_t steps) {
+  // The first engine takes both kinds of step: 2·steps positions past a
+  // prompt of at least one token.
+  if (batch < 2 || steps < 1 || context <= 2 * steps + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine steps: the batch (", batch, ") must be >= 2, the steps (",
+        steps, ") >= 1, and the context must exceed 2 * steps + 1 (got ",
+        context, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EngineStepTiming> ContinuousBatcher::TimeEngineSteps(
     int64_t batch, int64_t context, int64_t steps) const {
-  // The first engine takes both kinds of step: 2·steps positions past its
-  // prompt.
+  RETURN_IF_ERROR(CheckEngineSteps(batch, context, steps));
   const int64_t prompt = context - 2 * steps - 1;
-  if (batch < 2 || steps < 1 || prompt < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "engine steps: batch ", batch, " must be >= 2 and steps ", steps,
-        " >= 1 with context ", context, " > 2 * steps + 1"));
-  }
   at::NoGradGuard no_grad;
   const Bf16ProductsScope bf16(options_.bf16_products);
   const int64_t vocab = model_.config().vocab_size;

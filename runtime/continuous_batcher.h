@@ -169,6 +169,9 @@ class ContinuousBatcher {
   absl::StatusOr<EngineStepTiming> TimeEngineSteps(int64_t batch,
                                                    int64_t context,
                                                    int64_t steps) const;
+  // InvalidArgument unless TimeEngineSteps can take these settings.
+  static absl::Status CheckEngineSteps(int64_t batch, int64_t context,
+                                       int64_t steps);
   DecodeMode mode() const { return mode_; }
   const BatcherOptions& options() const { return options_; }
 

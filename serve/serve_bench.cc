@@ -351,12 +351,13 @@ absl::Status ServeBenchOptions::Validate() const {
         absl::StrCat("prompt tokens + max tokens (", prompt_tokens + max_tokens,
                      ") exceed the context of ", batcher.context));
   }
-  if (engine_steps < 0 ||
-      (engine_steps > 0 && batcher.context <= 2 * engine_steps + 1)) {
+  if (engine_steps < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("engine steps (", engine_steps,
-                     ") must be >= 0 and leave a prompt: "
-                     "the context must exceed 2 * steps + 1"));
+        absl::StrCat("engine steps must be >= 0, got ", engine_steps));
+  }
+  if (engine_steps > 0) {
+    RETURN_IF_ERROR(ContinuousBatcher::CheckEngineSteps(
+        std::max<int64_t>(clients, 2), batcher.context, engine_steps));
   }
   if (soak_seconds < 0 || abort_share < 0 || abort_share > 1) {
     return absl::InvalidArgumentError(

@@ -99,12 +99,10 @@ void AddProductsOption(CLI::App* cmd, std::string* products) {
   cmd->add_option(
          "--products", *products,
          "Products of 2+ rows with bf16-stored weights (prefill, batched "
-         "decode "
-         "steps): bf16 rounds the activations to bf16 and sums in fp32 "
+         "decode steps): bf16 rounds the activations to bf16 and sums in fp32 "
          "(llama.cpp's arithmetic; oneDNN or the AVX512-BF16 dot product), "
-         "fp32 "
-         "widens the weights (exact). One sequence's decode step and fp32 "
-         "checkpoints are exact either way")
+         "fp32 widens the weights (exact). One sequence's decode step and "
+         "fp32 checkpoints are exact either way")
       ->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
 }
