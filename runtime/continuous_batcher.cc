@@ -310,7 +310,7 @@ bool ContinuousBatcher::Fits(int64_t kv, int64_t running, int64_t bytes) const {
 int64_t ContinuousBatcher::AdmissibleLocked(int64_t* kv,
                                             int64_t* running) const {
   *kv = stats_.kv_bytes_in_use;
-  *running = static_cast<int64_t>(running_.size());
+  *running = stats_.running;
   int64_t n = 0;
   for (const auto& q : queue_) {
     if (!Fits(*kv, *running, q->bytes)) break;
@@ -331,8 +331,7 @@ bool ContinuousBatcher::QueueFullLocked(int64_t bytes) const {
 
 void ContinuousBatcher::AdmitLocked() {
   while (!queue_.empty() &&
-         Fits(stats_.kv_bytes_in_use, static_cast<int64_t>(running_.size()),
-              queue_.front()->bytes)) {
+         Fits(stats_.kv_bytes_in_use, stats_.running, queue_.front()->bytes)) {
     std::unique_ptr<Queued> q = std::move(queue_.front());
     queue_.pop_front();
     if (q->handle->cancelled_) {
@@ -351,7 +350,7 @@ void ContinuousBatcher::AdmitLocked() {
     stats_.kv_bytes_in_use += q->bytes;
     running_.push_back(
         std::make_unique<Running>(std::move(*q), std::move(*engine)));
-    stats_.running = static_cast<int64_t>(running_.size());
+    ++stats_.running;
     stats_.peak_running = std::max(stats_.peak_running, stats_.running);
   }
 }
@@ -425,7 +424,6 @@ void ContinuousBatcher::Step() {
       std::remove_if(running_.begin(), running_.end(),
                      [](const std::unique_ptr<Running>& r) { return r->done; }),
       running_.end());
-  stats_.running = static_cast<int64_t>(running_.size());
 }
 
 void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
@@ -491,8 +489,12 @@ void ContinuousBatcher::Finish(Running& r, FinishReason reason,
   r.done = true;
   r.engine.reset();
   {
+    // Its slot is free from now: a finished sequence stays in running_ until
+    // the step ends, but no longer counts against max_seqs (a request arriving
+    // in between was refused as overload).
     std::lock_guard<std::mutex> lock(mu_);
     stats_.kv_bytes_in_use -= r.bytes;
+    --stats_.running;
   }
   r.handle->Publish({{}, {}, reason, std::move(error)});
   cv_.notify_all();

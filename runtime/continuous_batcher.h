@@ -133,7 +133,7 @@ class Sequence {
 };
 
 struct BatcherStats {
-  int64_t running = 0;
+  int64_t running = 0;  // sequences decoding (a finished one not, at once)
   int64_t queued = 0;
   int64_t kv_bytes_in_use = 0;  // allocated by the running sequences' caches
   int64_t kv_bytes_budget = 0;  // BatcherOptions::kv_memory
