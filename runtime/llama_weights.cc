@@ -373,9 +373,16 @@ LlamaWeights ForCompute(const LlamaWeights& w, at::ScalarType dtype) {
     // through the same kernel instead of handing OpenBLAS a float32 copy it
     // packs again on every call (17 % of a batch-8 step of the Qwen3-0.6B
     // shape).
+    // And a converted model's projections down from x (LRKV's shared and
+    // down matrices, MLA's kv_down and decoupled-RoPE projections), which the
+    // engines too use only through Linear; their up-projections enter einsums
+    // and are converted.
     for (const at::Tensor* t :
-         {&l.wq, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.wk, &l.wv}) {
-      if (t->defined()) streamed.insert(t->data_ptr());
+         {&l.wq, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.wk, &l.wv,
+          &l.k_lr.shared, &l.k_lr.down, &l.v_lr.shared, &l.v_lr.down,
+          &l.kv_down, &l.k_rope, &l.q_rope}) {
+      // (An empty factor, rank 0, has no data: nothing to stream.)
+      if (t->defined() && t->numel() > 0) streamed.insert(t->data_ptr());
     }
   }
   return MapWeights(w, [&](const at::Tensor& t) {

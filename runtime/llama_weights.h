@@ -106,11 +106,12 @@ LlamaWeights ToDevice(const LlamaWeights& weights, at::Device device);
 LlamaWeights ToDtype(const LlamaWeights& weights, at::ScalarType dtype);
 
 // The same weights for computing in `dtype` (float32, or float64 for verify's
-// reference) without copying the model: every tensor but the big matrices that
+// reference) without copying the model: every tensor but the matrices that
 // only ever enter a product through Linear (embed, lm_head, wq, wo, FFN, a
-// dense model's wk and wv) is converted to `dtype` (norms, biases, a converted
-// model's K/V factors: a small fraction of the model); those keep their storage
-// and are streamed by Linear's stored-weight path.
+// dense model's wk and wv, an LRKV model's shared and down matrices, an MLA
+// model's kv_down and RoPE projections) is converted to `dtype` (norms,
+// biases, the up-projections: a small fraction of the model); those keep their
+// storage and are streamed by Linear's stored-weight path.
 LlamaWeights ForCompute(const LlamaWeights& weights, at::ScalarType dtype);
 
 // Materialises the dense per-KV-head K/V projections [Hkv*dh, d] (and biases [Hkv*dh],

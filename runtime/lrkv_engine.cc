@@ -29,7 +29,7 @@ Factors FactorsOf(const LowRankProjection& p, int64_t hkv, int64_t dh) {
   const int64_t r = p.up.size(2), d = p.shared.size(1);
   return {p.shared, p.shared_bias, p.down.view({hkv, r, d}), p.up,
           p.head_bias.defined() ? p.head_bias.view({hkv, dh})
-                                : at::zeros({hkv, dh}, p.shared.options())};
+                                : at::zeros({hkv, dh}, p.up.options())};
 }
 
 // The coordinates each latent of each head selects when B_h picks whole RoPE

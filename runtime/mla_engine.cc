@@ -53,7 +53,7 @@ class MlaEngine : public DecodeEngine {
     const int64_t n = pos + 1, b = q.size(0), hkv = config_.num_kv_heads,
                   dh = config_.head_dim, dc = config_.kv.LatentAt(layer);
     // [B, L, dc], in the weights' dtype (float64 for the error model's twins).
-    const auto c = Read(latent_[layer], n).to(l.kv_down.scalar_type());
+    const auto c = Read(latent_[layer], n).to(l.k_up.scalar_type());
     auto k =
         Linear(c, l.k_up, l.bk).view({b, n, hkv, dh});  // rebuilt per position
     if (config_.qk_norm) k = QkNorm(config_, k, l.k_norm);
@@ -95,7 +95,7 @@ class MlaEngine : public DecodeEngine {
     const auto q_nope = Grouped(qr.narrow(-1, 0, dh));    // [B, Hkv, g, dh]
     const auto q_rope = qr.narrow(-1, dh, w);             // [B, H, w]
     const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
-    const auto dtype = l.kv_down.scalar_type();
+    const auto dtype = l.k_up.scalar_type();
     const auto k_up = l.k_up.view({hkv, dh, dc}),
                v_up = l.v_up.view({hkv, dh, dc});
     if (options_.materialize) {

@@ -85,9 +85,11 @@ class Lrkv : public KvLayoutType {
       auto residual =
           shared ? at::matmul(p.up.to(f64), p.down.to(f64))
                  : at::matmul(p.up.to(f64), p.down.view({hkv, r, d}).to(f64));
+      // In the dtype of the up-projection, which ForCompute widens to the
+      // compute dtype (the shared and down matrices may stay as stored).
       *w = (p.shared.to(f64).unsqueeze(0) + residual)
                .reshape({hkv * dh, d})
-               .to(p.shared.scalar_type());
+               .to(p.up.scalar_type());
       if (p.shared_bias.defined()) {
         *b = (p.shared_bias.unsqueeze(0) + p.head_bias.view({hkv, dh}))
                  .reshape({-1});

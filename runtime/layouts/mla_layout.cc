@@ -80,10 +80,12 @@ class Mla : public KvLayoutType {
     DenseKv out;
     // With a latent norm: k_up·diag(γ)·kv_down, the projection up to the
     // token's 1/rms(c_t), which every head shares.
+    // kv_down may be held as stored (ForCompute): widened to k_up's dtype.
+    const at::Tensor kv_down = AsDtypeOf(l.kv_down, l.k_up);
     const at::Tensor down =
         c.kv.latent_norm
-            ? l.kv_down * l.kv_norm.to(l.kv_down.scalar_type()).unsqueeze(1)
-            : l.kv_down;
+            ? kv_down * l.kv_norm.to(kv_down.scalar_type()).unsqueeze(1)
+            : kv_down;
     out.wk = at::matmul(l.k_up, down);
     out.wv = at::matmul(l.v_up, down);
     out.bk = l.bk;

@@ -1,5 +1,6 @@
 // Continuous batching (runtime/continuous_batcher.h) on stories260K: a batched
 // step computes what each engine's own step computes (judged against float64),
+// for the source and for bf16-stored conversions to each factored scheme,
 // sequences decoded together equal greedy generation alone, seeds reproduce,
 // admission follows the KV memory, the queue is bounded, a cancelled sequence
 // frees its cache, and the prompt's scored log-probabilities are the
@@ -21,6 +22,8 @@
 #include "runtime/llama_weights.h"
 #include "runtime/sampler.h"
 #include "runtime/transformer.h"
+#include "surgery/converter.h"
+#include "tests/model_test_util.h"
 #include "tests/test_paths.h"
 
 namespace lrkv {
@@ -65,13 +68,13 @@ double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // Three sequences at different lengths step together (two decode tokens, one
-// prefill chunk) and alone: both are within the fp32 error of float64 engines
-// doing the same.
-TEST(ContinuousBatcher, ABatchedStepComputesWhatEachEngineComputesAlone) {
-  auto m = Stories();
-  ASSERT_TRUE(m);
-  const ModelConfig& c = m->config();
-  const LlamaWeights w32 = ForCompute(m->transformer().weights(), at::kFloat);
+// prefill chunk) in `mode` and alone: both are within the fp32 error of
+// float64 engines doing the same (the expanded engine, the truth verify uses).
+// `w32` are weights for computing in float32 (ForCompute).
+void ExpectBatchedStepEqualsStepsAlone(const ModelConfig& c,
+                                       const LlamaWeights& w32,
+                                       DecodeMode mode) {
+  SCOPED_TRACE(DecodeModeName(mode));
   const LlamaWeights w64 = ToDtype(w32, at::kDouble);
   at::NoGradGuard no_grad;
   EngineOptions eo;
@@ -86,9 +89,9 @@ TEST(ContinuousBatcher, ABatchedStepComputesWhatEachEngineComputesAlone) {
   std::vector<std::unique_ptr<DecodeEngine>> together, alone, f64;
   for (const auto& p : prompts) {
     for (auto* set : {&together, &alone, &f64}) {
-      auto e =
-          CreateDecodeEngine(c, set == &f64 ? w64 : w32, DecodeMode::kExpanded,
-                             set == &f64 ? eo64 : eo);
+      auto e = set == &f64
+                   ? CreateDecodeEngine(c, w64, DecodeMode::kExpanded, eo64)
+                   : CreateDecodeEngine(c, w32, mode, eo);
       ASSERT_TRUE(e.ok()) << e.status();
       (*e)->Prefill(at::tensor(p, at::kLong));
       set->push_back(std::move(*e));
@@ -110,6 +113,69 @@ TEST(ContinuousBatcher, ABatchedStepComputesWhatEachEngineComputesAlone) {
     EXPECT_GT(plain_error, 0);
     EXPECT_LE(batched_error, 4 * plain_error + 1e-12) << "sequence " << i;
     EXPECT_EQ(together[i]->length(), alone[i]->length());
+  }
+}
+
+TEST(ContinuousBatcher, ABatchedStepComputesWhatEachEngineComputesAlone) {
+  auto m = Stories();
+  ASSERT_TRUE(m);
+  ExpectBatchedStepEqualsStepsAlone(
+      m->config(), ForCompute(m->transformer().weights(), at::kFloat),
+      DecodeMode::kExpanded);
+}
+
+// A converted model stored in bf16, as a converted bf16 checkpoint loads:
+// ForCompute keeps the projections down from x as stored (a batched step
+// streams them through the bf16 kernel instead of handing OpenBLAS a float32
+// copy) and widens the up-projections; each scheme's factored engine steps
+// together as it steps alone.
+TEST(ContinuousBatcher, AConvertedBf16ModelStreamsItsFactorsAndStepsTogether) {
+  const testing::StoriesModel stories = testing::LoadStories();
+  struct Case {
+    KvVariant variant;
+    int64_t size;
+    RopeMode rope;
+    DecodeMode mode;
+  };
+  for (const Case& k :
+       {Case{KvVariant::kLrkv, 2, RopeMode::kPlane, DecodeMode::kPlane},
+        Case{KvVariant::kLrkv, 2, RopeMode::kSharedPlane,
+             DecodeMode::kSharedPlane},
+        Case{KvVariant::kMla, 24, RopeMode::kPartial, DecodeMode::kPartial},
+        Case{KvVariant::kMla, 24, RopeMode::kReconstruct,
+             DecodeMode::kReconstruct}}) {
+    ConversionOptions o;
+    o.variant = k.variant;
+    o.rope_mode = k.rope;
+    if (k.variant == KvVariant::kLrkv) o.rank = k.size;
+    if (k.variant == KvVariant::kMla) o.latent = k.size;
+    if (k.rope == RopeMode::kPartial) o.rope_planes_kept = 1;
+    auto converted =
+        ConvertModel(stories.config, stories.weights, o, nullptr, nullptr);
+    ASSERT_TRUE(converted.ok()) << converted.status();
+    const LlamaWeights stored = ToDtype(converted->weights, at::kBFloat16);
+    const LlamaWeights w32 = ForCompute(stored, at::kFloat);
+    const LayerWeights &s = stored.layers[0], &l = w32.layers[0];
+    const std::vector<std::pair<const at::Tensor*, const at::Tensor*>> kept =
+        k.variant == KvVariant::kLrkv
+            ? std::vector<std::pair<const at::Tensor*,
+                                    const at::Tensor*>>{{&s.k_lr.shared,
+                                                         &l.k_lr.shared},
+                                                        {&s.k_lr.down,
+                                                         &l.k_lr.down},
+                                                        {&s.v_lr.shared,
+                                                         &l.v_lr.shared},
+                                                        {&s.v_lr.down,
+                                                         &l.v_lr.down}}
+            : std::vector<std::pair<const at::Tensor*, const at::Tensor*>>{
+                  {&s.kv_down, &l.kv_down}};
+    for (const auto& [from, to] : kept) {
+      EXPECT_EQ(to->scalar_type(), at::kBFloat16);
+      EXPECT_EQ(to->data_ptr(), from->data_ptr());
+    }
+    const at::Tensor& up = k.variant == KvVariant::kLrkv ? l.k_lr.up : l.k_up;
+    EXPECT_EQ(up.scalar_type(), at::kFloat);
+    ExpectBatchedStepEqualsStepsAlone(converted->config, w32, k.mode);
   }
 }
 
