@@ -462,16 +462,13 @@ void ContinuousBatcher::Advance(Running& r, const at::Tensor& logits,
     Finish(r, FinishReason::kLength);
     return;
   }
-  const SampledToken s = r.sampler.Sample(last);
+  SampledToken s = r.sampler.Sample(last, r.request.top_logprobs);
   if (r.request.stop_at_eos && model_.config().IsEos(s.id)) {
     r.handle->Publish(std::move(update));
     Finish(r, FinishReason::kEos);
     return;
   }
-  GeneratedToken g{s.id, s.logprob, {}};
-  if (r.request.top_logprobs > 0) {
-    g.top = Sampler::Top(Sampler::LogSoftmax(last), r.request.top_logprobs);
-  }
+  GeneratedToken g{s.id, s.logprob, std::move(s.top)};
   update.tokens.push_back(std::move(g));
   r.next = s.id;
   ++r.generated;

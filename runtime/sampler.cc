@@ -74,6 +74,42 @@ Normalised Normalise(const at::Tensor& logits) {
           shifted, exps};
 }
 
+// The token drawn under `o` from `n` with `rng` (see Sampler::Sample).
+int64_t Choose(const Normalised& n, const SamplingOptions& o,
+               std::mt19937_64& rng) {
+  thread_local at::Tensor tempered;
+  const int64_t vocab = n.vocab;
+  if (o.temperature == 0) return n.best;
+  // Tempered weights relative to the most likely token's, over the candidates:
+  // the top k (or every token for top-p) in order of probability, else every
+  // token in id order (no sort needed).
+  if (!tempered.defined() || tempered.numel() != vocab)
+    tempered = at::empty({vocab}, at::kDouble);
+  const at::Tensor& weights =
+      o.temperature == 1
+          ? n.exps
+          : at::div_out(tempered, n.shifted, o.temperature).exp_();
+  const double* w = weights.data_ptr<double>();
+  const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
+  // A uniform draw in [0, 1) from 53 random bits: the same on every platform.
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  if (k == vocab && o.top_p >= 1) return Draw(w, vocab, u);
+  const std::vector<int32_t> ids = TopIds(n.logits, vocab, k);
+  std::vector<double> candidate(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) candidate[i] = w[ids[i]];
+  if (o.top_p < 1) {
+    // The shortest prefix holding top_p of the candidates' mass.
+    double total = 0;
+    for (double c : candidate) total += c;
+    double mass = 0;
+    size_t keep = 0;
+    while (keep < candidate.size() && mass < o.top_p * total)
+      mass += candidate[keep++];
+    candidate.resize(std::max<size_t>(keep, 1));
+  }
+  return ids[Draw(candidate.data(), static_cast<int64_t>(candidate.size()), u)];
+}
+
 }  // namespace
 
 Sampler::Sampler(const SamplingOptions& options)
@@ -96,48 +132,19 @@ std::vector<std::pair<int32_t, double>> Sampler::Top(
   return top;
 }
 
-SampledToken Sampler::Sample(const at::Tensor& logits) {
+SampledToken Sampler::Sample(const at::Tensor& logits, int64_t top_logprobs) {
   // One pass for the normaliser, and one for the tempered weights unless the
   // temperature is 1. At a 151,936-token vocabulary a greedy token took
   // 1.6-1.9 ms through a scalar exp and a sort, against 0.55 ms this way (timed
   // alternately): a tenth of an 8-sequence decode step was sampling.
-  thread_local at::Tensor tempered;
   const Normalised n = Normalise(logits);
-  const int64_t vocab = n.vocab;
-  const auto logprob = [&](int64_t id) {
-    return SampledToken{static_cast<int32_t>(id), n.LogProb(id)};
-  };
-  if (options_.temperature == 0) return logprob(n.best);
-  // Tempered weights relative to the most likely token's, over the candidates:
-  // the top k (or every token for top-p) in order of probability, else every
-  // token in id order (no sort needed).
-  if (!tempered.defined() || tempered.numel() != vocab)
-    tempered = at::empty({vocab}, at::kDouble);
-  const at::Tensor& weights =
-      options_.temperature == 1
-          ? n.exps
-          : at::div_out(tempered, n.shifted, options_.temperature).exp_();
-  const double* w = weights.data_ptr<double>();
-  const int64_t k =
-      options_.top_k > 0 ? std::min(options_.top_k, vocab) : vocab;
-  // A uniform draw in [0, 1) from 53 random bits: the same on every platform.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-  if (k == vocab && options_.top_p >= 1) return logprob(Draw(w, vocab, u));
-  const std::vector<int32_t> ids = TopIds(n.logits, vocab, k);
-  std::vector<double> candidate(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) candidate[i] = w[ids[i]];
-  if (options_.top_p < 1) {
-    // The shortest prefix holding top_p of the candidates' mass.
-    double total = 0;
-    for (double c : candidate) total += c;
-    double mass = 0;
-    size_t keep = 0;
-    while (keep < candidate.size() && mass < options_.top_p * total)
-      mass += candidate[keep++];
-    candidate.resize(std::max<size_t>(keep, 1));
+  const int64_t id = Choose(n, options_, rng_);
+  SampledToken s{static_cast<int32_t>(id), n.LogProb(id), {}};
+  if (top_logprobs > 0) {
+    for (int32_t t : TopIds(n.logits, n.vocab, top_logprobs))
+      s.top.emplace_back(t, n.LogProb(t));
   }
-  return logprob(
-      ids[Draw(candidate.data(), static_cast<int64_t>(candidate.size()), u)]);
+  return s;
 }
 
 }  // namespace lrkv

@@ -23,6 +23,9 @@ namespace lrkv {
 struct SampledToken {
   int32_t id = 0;
   double logprob = 0;
+  // The most likely tokens with their log-probabilities, most likely first,
+  // when asked for (Sample's top_logprobs).
+  std::vector<std::pair<int32_t, double>> top;
 };
 
 class Sampler {
@@ -30,8 +33,10 @@ class Sampler {
   explicit Sampler(const SamplingOptions& options);
 
   // The next token from logits [V] or [1, V] (any float dtype), computed in
-  // float64; its log-probability is LogSoftmax's, to the bit.
-  SampledToken Sample(const at::Tensor& logits);
+  // float64; its log-probability is LogSoftmax's, to the bit, and so are those
+  // of the `top_logprobs` most likely tokens it lists (Top of LogSoftmax, from
+  // the same pass over the logits).
+  SampledToken Sample(const at::Tensor& logits, int64_t top_logprobs = 0);
 
   // The log-softmax of logits [V] in float64, and the `k` most likely tokens
   // of it.

@@ -90,13 +90,22 @@ TEST(Sampler, DrawsWhatThePlainReferenceDrawsForEveryOption) {
         ReferenceSampler reference(o);
         std::vector<int32_t> seen;
         for (const auto& step : steps) {
-          const SampledToken got = sampler.Sample(at::from_blob(
-              const_cast<float*>(step.data()), {1, kVocab}, at::kFloat));
+          const at::Tensor logits = at::from_blob(
+              const_cast<float*>(step.data()), {1, kVocab}, at::kFloat);
+          const SampledToken got = sampler.Sample(logits, /*top_logprobs=*/5);
           const SampledToken want = reference.Sample(step);
           ASSERT_EQ(got.id, want.id)
               << "T=" << temperature << " top_k=" << top_k << " top_p=" << top_p
               << " draw " << seen.size();
           EXPECT_NEAR(got.logprob, want.logprob, bound);
+          // The alternatives come from the same pass: LogSoftmax's values, to
+          // the bit, the tie in id order.
+          const std::vector<double> lp = Sampler::LogSoftmax(logits);
+          EXPECT_EQ(got.logprob, lp[got.id]);
+          EXPECT_EQ(got.top, Sampler::Top(lp, 5));
+          ASSERT_EQ(got.top.size(), 5u);
+          EXPECT_EQ(got.top[0].first, kVocab / 3);
+          EXPECT_EQ(got.top[1].first, kVocab / 2);
           seen.push_back(got.id);
           ++draws;
         }
