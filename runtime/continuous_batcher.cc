@@ -7,8 +7,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "base/median.h"
 #include "base/status_macros.h"
-#include "runtime/generate_bench.h"
 #include "runtime/kv_layout.h"
 #include "runtime/stored_linear.h"
 #include "runtime/transformer.h"
@@ -290,12 +290,8 @@ absl::StatusOr<EngineStepTiming> ContinuousBatcher::TimeEngineSteps(
       one.push_back(ms(t0, t1));
       many.push_back(ms(t1, Clock::now()));
     }
-    // The medians, as bench generate takes them (SetDecodeSteps).
-    GenerateBenchRow one_row, many_row;
-    SetDecodeSteps(std::move(one), &one_row);
-    SetDecodeSteps(std::move(many), &many_row);
-    timing.one_ms = one_row.step_ms_median;
-    timing.batch_ms = many_row.step_ms_median;
+    timing.one_ms = Median(std::move(one));
+    timing.batch_ms = Median(std::move(many));
     return timing;
   } catch (const c10::Error& e) {
     return absl::InternalError(

@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/checkpoint.h"
-#include "runtime/llama_weights.h"
+#include "base/median.h"
 #include "base/status_macros.h"
-#include "runtime/stored_linear.h"
+#include "model/checkpoint.h"
 #include "runtime/decode_engine.h"
+#include "runtime/llama_weights.h"
+#include "runtime/stored_linear.h"
 
 namespace lrkv {
 
@@ -139,11 +140,10 @@ void SetDecodeSteps(std::vector<double> step_ms, GenerateBenchRow* row) {
   row->seconds = 0;
   for (double ms : step_ms) row->seconds += ms / 1e3;
   row->tokens_per_second = row->tokens / row->seconds;
-  std::sort(step_ms.begin(), step_ms.end());
-  const size_t n = step_ms.size();
-  row->step_ms_min = step_ms.front();
-  row->step_ms_max = step_ms.back();
-  row->step_ms_median = n % 2 == 1 ? step_ms[n / 2] : (step_ms[n / 2 - 1] + step_ms[n / 2]) / 2;
+  const auto [min, max] = std::minmax_element(step_ms.begin(), step_ms.end());
+  row->step_ms_min = *min;
+  row->step_ms_max = *max;
+  row->step_ms_median = Median(std::move(step_ms));
 }
 
 absl::StatusOr<std::vector<GenerateBenchRow>> RunGenerateBench(const GenerateBenchOptions& o) {
