@@ -60,6 +60,10 @@ class Rope {
   // one loop.
   at::Tensor RotateFloat(const at::Tensor& x,
                          const at::Tensor& positions) const;
+  // RotatePairs for float32 z [B, T, n, r] on the CPU, positions [T] and fixed
+  // frequencies, in one loop.
+  at::Tensor RotatePairsFloat(const at::Tensor& z, const at::Tensor& positions,
+                              const at::Tensor& planes) const;
 
   ModelConfig config_;
   int64_t half_;

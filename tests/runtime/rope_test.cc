@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -86,6 +87,57 @@ TEST(Rope, Float32LoopRotatesAsTheFloat64ExpressionWithinRounding) {
     ExpectRotatesWithinRounding(yarn, shared, 1,
                                 name + ", yarn with attention factor");
   }
+}
+
+// RotatePairs' float32 loop (every decode step's plane-mode latents) against
+// the float64 expression: heads selecting different planes, position-free
+// planes (left alone), an odd last coordinate, yarn's attention factor.
+TEST(Rope, Float32LoopRotatesPairsAsTheFloat64ExpressionWithinRounding) {
+  const at::Tensor positions = at::tensor({0, 1, 7, 4095, 100000}, at::kLong);
+  ModelConfig plain = RopeConfig(64, 48, RopeLayout::kAdjacent);
+  ModelConfig yarn = RopeConfig(64, 64, RopeLayout::kHalfSplit);
+  yarn.rope_scaling.type = RopeScalingType::kYarn;
+  yarn.rope_scaling.factor = 4;
+  yarn.rope_scaling.original_max_position_embeddings = 4096;
+  yarn.rope_scaling.attention_factor = 1.1386;
+  for (const ModelConfig& c : {plain, yarn}) {
+    const Rope rope(c);
+    // Three heads, three pairs each, and a last coordinate of no pair; plane
+    // 30 is position-free under `plain` (24 rotation planes of 32).
+    const at::Tensor planes =
+        at::tensor({0, 5, 23, 1, 2, 3, 30, 17, 9}, at::kLong).view({3, 3});
+    at::manual_seed(5);
+    const at::Tensor z = at::randn({2, 5, 3, 7}, at::kFloat) * 4;
+    const at::Tensor got = rope.RotatePairs(z, positions, planes);
+    const at::Tensor want =
+        rope.RotatePairs(z.to(at::kDouble), positions, planes);
+    ASSERT_EQ(got.sizes(), z.sizes());
+    ASSERT_EQ(got.scalar_type(), at::kFloat);
+    const at::Tensor pairs = z.narrow(-1, 0, 6).abs().unflatten(-1, {3, 2});
+    const at::Tensor magnitude =
+        at::cat({pairs.sum(-1, true).expand({2, 5, 3, 3, 2}).flatten(-2),
+                 z.narrow(-1, 6, 1).abs()},
+                -1);
+    const double eps = std::numeric_limits<float>::epsilon();
+    const double af = std::max(1.0, c.rope_scaling.attention_factor);
+    const at::Tensor bound = magnitude.to(at::kDouble) * (2 * eps * af);
+    const at::Tensor err = (got.to(at::kDouble) - want).abs();
+    EXPECT_TRUE((err <= bound).all().item<bool>())
+        << "largest error " << err.max().item<double>() << " against "
+        << bound.max().item<double>();
+    EXPECT_TRUE(got.narrow(-1, 6, 1).equal(z.narrow(-1, 6, 1)));
+    EXPECT_GT((got - z).abs().max().item<float>(), 0.1f);
+  }
+  // A position-free plane does not turn at all.
+  const at::Tensor z = at::randn({1, 5, 3, 7}, at::kFloat);
+  const at::Tensor free =
+      Rope(plain)
+          .RotatePairs(z, positions,
+                       at::tensor({0, 5, 23, 1, 2, 3, 30, 17, 9}, at::kLong)
+                           .view({3, 3}))
+          .select(2, 2)
+          .narrow(-1, 0, 2);
+  EXPECT_TRUE(free.equal(z.select(2, 2).narrow(-1, 0, 2)));
 }
 
 }  // namespace
