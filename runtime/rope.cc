@@ -161,6 +161,22 @@ std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) cons
   return {cos, sin};
 }
 
+namespace {
+
+// One plane's rotation in float32, for the loops of RotateFloat and
+// RotatePairsFloat: cos and sin rounded to fp32, then the same products, sums
+// and roundings as the ATen expressions of Rotate and RotatePairs.
+inline void RotatePlane(float x0, float x1, double cos, double sin, float* o0,
+                        float* o1) {
+  const float c = static_cast<float>(cos), sn = static_cast<float>(sin);
+  const float a0 = x0 * c, b0 = x1 * sn;
+  const float a1 = x0 * sn, b1 = x1 * c;
+  *o0 = a0 - b0;
+  *o1 = a1 + b1;
+}
+
+}  // namespace
+
 at::Tensor Rope::RotateFloat(const at::Tensor& x,
                              const at::Tensor& positions) const {
   const at::Tensor xs = x.contiguous();
@@ -182,18 +198,10 @@ at::Tensor Rope::RotateFloat(const at::Tensor& x,
         const float* xi = in + ((b * T + t) * n + h) * d;
         float* oi = o + ((b * T + t) * n + h) * d;
         for (int64_t i = 0; i < half_; ++i) {
-          // The first and second coordinate of plane i; cos and sin rounded to
-          // fp32, then the same products, sums and roundings as the ATen
-          // expression in Rotate.
+          // The first and second coordinate of plane i.
           const int64_t j0 = adjacent ? 2 * i : i,
                         j1 = adjacent ? 2 * i + 1 : i + half_;
-          const float c = static_cast<float>(cd[i]),
-                      sn = static_cast<float>(sd[i]);
-          const float x0 = xi[j0], x1 = xi[j1];
-          const float a0 = x0 * c, b0 = x1 * sn;
-          const float a1 = x0 * sn, b1 = x1 * c;
-          oi[j0] = a0 - b0;
-          oi[j1] = a1 + b1;
+          RotatePlane(xi[j0], xi[j1], cd[i], sd[i], &oi[j0], &oi[j1]);
         }
         for (int64_t j = r; j < d; ++j) oi[j] = xi[j];
       }
@@ -258,17 +266,10 @@ at::Tensor Rope::RotatePairsFloat(const at::Tensor& z,
         const float* zi = in + ((b * T + t) * n + h) * r;
         float* oi = o + ((b * T + t) * n + h) * r;
         for (int64_t m = 0; m < pairs; ++m) {
-          // cos and sin rounded to fp32 (a position-free plane: 1 and 0),
-          // then the same products, sums and roundings as the ATen expression
-          // in RotatePairs.
+          // A position-free plane turns by cos 1 and sin 0.
           const int64_t p = plane[h * pairs + m];
-          const float c = p < half_ ? static_cast<float>(cd[p]) : 1.0f,
-                      sn = p < half_ ? static_cast<float>(sd[p]) : 0.0f;
-          const float x0 = zi[2 * m], x1 = zi[2 * m + 1];
-          const float a0 = x0 * c, b0 = x1 * sn;
-          const float a1 = x0 * sn, b1 = x1 * c;
-          oi[2 * m] = a0 - b0;
-          oi[2 * m + 1] = a1 + b1;
+          RotatePlane(zi[2 * m], zi[2 * m + 1], p < half_ ? cd[p] : 1.0,
+                      p < half_ ? sd[p] : 0.0, &oi[2 * m], &oi[2 * m + 1]);
         }
         if (2 * pairs < r) oi[r - 1] = zi[r - 1];
       }
