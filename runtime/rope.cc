@@ -175,39 +175,64 @@ inline void RotatePlane(float x0, float x1, double cos, double sin, float* o0,
   *o1 = a1 + b1;
 }
 
-}  // namespace
-
-at::Tensor Rope::RotateFloat(const at::Tensor& x,
-                             const at::Tensor& positions) const {
+// A new x [B, T, n, d] (float32) whose head rows fn(in, out, cos, sin, head)
+// writes from x's, with the float64 cos and sin rows [half] of the row's
+// position: Angles [T, half] shared by the batch, or [B, T, half] per
+// sequence.
+template <typename Fn>
+at::Tensor MapHeadRows(const at::Tensor& x, const at::Tensor& cos_d,
+                       const at::Tensor& sin_d, Fn&& fn) {
   const at::Tensor xs = x.contiguous();
-  const int64_t B = xs.size(0), T = xs.size(1), n = xs.size(2), d = xs.size(3);
-  const int64_t pb = positions.dim() == 2 ? positions.size(0) : 1;
-  const int64_t r = config_.rope_dim;
-  const auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
   const at::Tensor cos = cos_d.contiguous(), sin = sin_d.contiguous();
+  const int64_t B = xs.size(0), T = xs.size(1), n = xs.size(2), d = xs.size(3),
+                half = cos.size(-1);
+  const bool per_sequence = cos.dim() == 3;
   at::Tensor out = at::empty_like(xs);
   const float* in = xs.data_ptr<float>();
   float* o = out.data_ptr<float>();
-  const bool adjacent = config_.rope_layout == RopeLayout::kAdjacent;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t row = (pb == 1 ? 0 : b) * T + t;
-      const double* cd = cos.data_ptr<double>() + row * half_;
-      const double* sd = sin.data_ptr<double>() + row * half_;
+      const int64_t row = (per_sequence ? b : 0) * T + t;
+      const double* cd = cos.data_ptr<double>() + row * half;
+      const double* sd = sin.data_ptr<double>() + row * half;
       for (int64_t h = 0; h < n; ++h) {
-        const float* xi = in + ((b * T + t) * n + h) * d;
-        float* oi = o + ((b * T + t) * n + h) * d;
-        for (int64_t i = 0; i < half_; ++i) {
-          // The first and second coordinate of plane i.
-          const int64_t j0 = adjacent ? 2 * i : i,
-                        j1 = adjacent ? 2 * i + 1 : i + half_;
-          RotatePlane(xi[j0], xi[j1], cd[i], sd[i], &oi[j0], &oi[j1]);
-        }
-        for (int64_t j = r; j < d; ++j) oi[j] = xi[j];
+        const int64_t offset = ((b * T + t) * n + h) * d;
+        fn(in + offset, o + offset, cd, sd, h);
       }
     }
   }
   return out;
+}
+
+}  // namespace
+
+bool Rope::FloatLoopApplies(const at::Tensor& x,
+                            const at::Tensor& positions) const {
+  return !x.requires_grad() && x.scalar_type() == at::kFloat &&
+         x.device().is_cpu() && x.dim() == 4 && positions.device().is_cpu() &&
+         positions.dim() >= 1 && positions.dim() <= 2 &&
+         positions.size(-1) == x.size(1) &&
+         (positions.dim() == 1 || positions.size(0) == x.size(0)) &&
+         config_.rope_scaling.type != RopeScalingType::kDynamic;
+}
+
+at::Tensor Rope::RotateFloat(const at::Tensor& x,
+                             const at::Tensor& positions) const {
+  const int64_t r = config_.rope_dim, d = x.size(3);
+  const bool adjacent = config_.rope_layout == RopeLayout::kAdjacent;
+  const auto [cos, sin] = Angles(positions);  // [T, half] or [B, T, half]
+  return MapHeadRows(x, cos, sin,
+                     [&](const float* xi, float* oi, const double* cd,
+                         const double* sd, int64_t) {
+                       for (int64_t i = 0; i < half_; ++i) {
+                         // The first and second coordinate of plane i.
+                         const int64_t j0 = adjacent ? 2 * i : i,
+                                       j1 = adjacent ? 2 * i + 1 : i + half_;
+                         RotatePlane(xi[j0], xi[j1], cd[i], sd[i], &oi[j0],
+                                     &oi[j1]);
+                       }
+                       for (int64_t j = r; j < d; ++j) oi[j] = xi[j];
+                     });
 }
 
 at::Tensor Rope::Rotate(const at::Tensor& x, const at::Tensor& positions) const {
@@ -219,14 +244,7 @@ at::Tensor Rope::Rotate(const at::Tensor& x, const at::Tensor& positions) const 
   // loop in Angles; 32 µs when they too were ATen operations), which runs twice
   // per layer and sequence in a decode step. Healing trains through the
   // expression.
-  if (!x.requires_grad() && x.scalar_type() == at::kFloat &&
-      x.device().is_cpu() && x.dim() == 4 && positions.device().is_cpu() &&
-      positions.dim() >= 1 && positions.dim() <= 2 &&
-      positions.size(-1) == x.size(1) &&
-      (positions.dim() == 1 || positions.size(0) == x.size(0)) &&
-      config_.rope_scaling.type != RopeScalingType::kDynamic) {
-    return RotateFloat(x, positions);
-  }
+  if (FloatLoopApplies(x, positions)) return RotateFloat(x, positions);
   auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
   const int64_t b = positions.dim() == 2 ? positions.size(0) : 1;
   const auto cos = cos_d.to(x.scalar_type()).view({b, -1, 1, half_});
@@ -248,23 +266,14 @@ at::Tensor Rope::Rotate(const at::Tensor& x, const at::Tensor& positions) const 
 at::Tensor Rope::RotatePairsFloat(const at::Tensor& z,
                                   const at::Tensor& positions,
                                   const at::Tensor& planes) const {
-  const at::Tensor zs = z.contiguous();
   const at::Tensor plane_of = planes.to(at::kLong).contiguous();
-  const int64_t B = zs.size(0), T = zs.size(1), n = zs.size(2), r = zs.size(3),
-                pairs = r / 2;
-  const auto [cos_d, sin_d] = Angles(positions);  // [T, half]
-  const at::Tensor cos = cos_d.contiguous(), sin = sin_d.contiguous();
-  at::Tensor out = at::empty_like(zs);
-  const float* in = zs.data_ptr<float>();
   const int64_t* plane = plane_of.data_ptr<int64_t>();
-  float* o = out.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = 0; t < T; ++t) {
-      const double* cd = cos.data_ptr<double>() + t * half_;
-      const double* sd = sin.data_ptr<double>() + t * half_;
-      for (int64_t h = 0; h < n; ++h) {
-        const float* zi = in + ((b * T + t) * n + h) * r;
-        float* oi = o + ((b * T + t) * n + h) * r;
+  const int64_t r = z.size(3), pairs = r / 2;
+  const auto [cos, sin] = Angles(positions);  // [T, half]
+  return MapHeadRows(
+      z, cos, sin,
+      [&](const float* zi, float* oi, const double* cd, const double* sd,
+          int64_t h) {
         for (int64_t m = 0; m < pairs; ++m) {
           // A position-free plane turns by cos 1 and sin 0.
           const int64_t p = plane[h * pairs + m];
@@ -272,10 +281,7 @@ at::Tensor Rope::RotatePairsFloat(const at::Tensor& z,
                       p < half_ ? sd[p] : 0.0, &oi[2 * m], &oi[2 * m + 1]);
         }
         if (2 * pairs < r) oi[r - 1] = zi[r - 1];
-      }
-    }
-  }
-  return out;
+      });
 }
 
 at::Tensor Rope::RotatePairs(const at::Tensor& z, const at::Tensor& positions,
@@ -285,12 +291,9 @@ at::Tensor Rope::RotatePairs(const at::Tensor& z, const at::Tensor& positions,
   // Float32 on the CPU with fixed frequencies and no gradient (every decode
   // step's latents): one loop, as Rotate takes one. The ATen expression below
   // was 4 % of an 8-sequence plane step at the Qwen3-0.6B shape.
-  if (!z.requires_grad() && z.scalar_type() == at::kFloat &&
-      z.device().is_cpu() && z.dim() == 4 && positions.device().is_cpu() &&
-      positions.dim() == 1 && positions.size(0) == z.size(1) &&
+  if (FloatLoopApplies(z, positions) && positions.dim() == 1 &&
       planes.device().is_cpu() && planes.dim() == 2 &&
-      planes.size(0) == z.size(2) && planes.size(1) == pairs &&
-      config_.rope_scaling.type != RopeScalingType::kDynamic) {
+      planes.size(0) == z.size(2) && planes.size(1) == pairs) {
     return RotatePairsFloat(z, positions, planes);
   }
   auto [cos_d, sin_d] = Angles(positions);  // [T, half]

@@ -56,6 +56,10 @@ class Rope {
   // cos and sin [T, half] (float64) of every plane at `positions`, times the
   // scaling's attention factor.
   std::pair<at::Tensor, at::Tensor> Angles(const at::Tensor& positions) const;
+  // Whether x [B, T, n, d] at `positions` can take a float32 loop (Rotate's,
+  // RotatePairs'): float32 on the CPU without a gradient, positions [T] or
+  // [B, T], fixed frequencies.
+  bool FloatLoopApplies(const at::Tensor& x, const at::Tensor& positions) const;
   // Rotate for float32 x [B, T, n, d_h] on the CPU and fixed frequencies, in
   // one loop.
   at::Tensor RotateFloat(const at::Tensor& x,

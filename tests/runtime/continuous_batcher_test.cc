@@ -156,19 +156,14 @@ TEST(ContinuousBatcher, AConvertedBf16ModelStreamsItsFactorsAndStepsTogether) {
     const LlamaWeights stored = ToDtype(converted->weights, at::kBFloat16);
     const LlamaWeights w32 = ForCompute(stored, at::kFloat);
     const LayerWeights &s = stored.layers[0], &l = w32.layers[0];
-    const std::vector<std::pair<const at::Tensor*, const at::Tensor*>> kept =
-        k.variant == KvVariant::kLrkv
-            ? std::vector<std::pair<const at::Tensor*,
-                                    const at::Tensor*>>{{&s.k_lr.shared,
-                                                         &l.k_lr.shared},
-                                                        {&s.k_lr.down,
-                                                         &l.k_lr.down},
-                                                        {&s.v_lr.shared,
-                                                         &l.v_lr.shared},
-                                                        {&s.v_lr.down,
-                                                         &l.v_lr.down}}
-            : std::vector<std::pair<const at::Tensor*, const at::Tensor*>>{
-                  {&s.kv_down, &l.kv_down}};
+    // Each projection down from x, as stored and as ForCompute left it.
+    using Kept = std::vector<std::pair<const at::Tensor*, const at::Tensor*>>;
+    const Kept kept = k.variant == KvVariant::kLrkv
+                          ? Kept{{&s.k_lr.shared, &l.k_lr.shared},
+                                 {&s.k_lr.down, &l.k_lr.down},
+                                 {&s.v_lr.shared, &l.v_lr.shared},
+                                 {&s.v_lr.down, &l.v_lr.down}}
+                          : Kept{{&s.kv_down, &l.kv_down}};
     for (const auto& [from, to] : kept) {
       EXPECT_EQ(to->scalar_type(), at::kBFloat16);
       EXPECT_EQ(to->data_ptr(), from->data_ptr());
