@@ -137,8 +137,26 @@ absl::Status ValidateMha(const MhaDecodeParams& p) {
     return Invalid(absl::StrCat("MHA decode: length ", p.length,
                                 " must lie in [1, capacity ", p.capacity, "]"));
   }
-  if (!p.k || !p.v || !p.q || !p.out)
-    return Invalid("MHA decode: missing buffer");
+  if (!p.q || !p.out) return Invalid("MHA decode: missing buffer");
+  const bool per_sequence = p.k_seqs || p.v_seqs || p.lengths;
+  if (!per_sequence) {
+    if (!p.k || !p.v) return Invalid("MHA decode: missing buffer");
+    return absl::OkStatus();
+  }
+  if (!p.k_seqs || !p.v_seqs || !p.lengths || !p.position_major) {
+    return Invalid(
+        "MHA decode: per-sequence caches need k_seqs, v_seqs and lengths, "
+        "position-major");
+  }
+  for (int64_t b = 0; b < p.batch; ++b) {
+    if (!p.k_seqs[b] || !p.v_seqs[b])
+      return Invalid(absl::StrCat("MHA decode: sequence ", b, " has no cache"));
+    if (p.lengths[b] < 1 || p.lengths[b] > p.length) {
+      return Invalid(absl::StrCat("MHA decode: sequence ", b, "'s length ",
+                                  p.lengths[b], " must lie in [1, length ",
+                                  p.length, "]"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -222,20 +240,21 @@ absl::Status MhaDecodeReference(const MhaDecodeParams& p) {
   const int64_t g = p.heads / p.kv_heads, dh = p.head_dim;
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.heads; ++h) {
-      const int64_t base = p.Offset(b, h / g, 0), step = p.Offset(0, 0, 1);
+      const int64_t base = p.Offset(0, h / g, 0), step = p.Offset(0, 0, 1);
+      const int64_t length = p.LengthOf(b);
       const float* q = p.q + (b * p.heads + h) * dh;
-      std::vector<double> scores(p.length);
-      for (int64_t t = 0; t < p.length; ++t) {
+      std::vector<double> scores(length);
+      for (int64_t t = 0; t < length; ++t) {
         double s = 0;
         for (int64_t c = 0; c < dh; ++c)
-          s += q[c] * Element(p.k, p.dtype, base + t * step + c);
+          s += q[c] * Element(p.KeysOf(b), p.dtype, base + t * step + c);
         scores[t] = s * p.scale;
       }
       const auto w = Softmax(scores);
       for (int64_t c = 0; c < dh; ++c) {
         double o = 0;
-        for (int64_t t = 0; t < p.length; ++t) {
-          o += w[t] * Element(p.v, p.dtype, base + t * step + c);
+        for (int64_t t = 0; t < length; ++t) {
+          o += w[t] * Element(p.ValuesOf(b), p.dtype, base + t * step + c);
         }
         p.out[(b * p.heads + h) * dh + c] = static_cast<float>(o);
       }

@@ -8,6 +8,8 @@
 #include <type_traits>
 
 #include "kernels/decode_simd.h"
+// After decode_simd.h, whose SIMD layer it uses.
+#include "kernels/decode_mha_grouped.h"
 
 namespace lrkv::kernels::LRKV_KERNEL_NS {
 namespace {
@@ -285,6 +287,9 @@ inline void AccumulateRows4(float* const* acc, const float* const* p,
 
 template <typename E>
 void Mha(const MhaDecodeParams& p) {
+#ifdef LRKV_KERNEL_SIMD
+  if (TryMhaGrouped<E>(p)) return;
+#endif
   const int64_t g = p.heads / p.kv_heads, dh = p.head_dim;
   const int64_t pairs = p.batch * p.kv_heads;
   const int64_t splits = SplitsFor(pairs, p.length);
@@ -292,15 +297,13 @@ void Mha(const MhaDecodeParams& p) {
   // Partial state per (sequence, KV head, chunk, head of the group).
   std::vector<HeadState> states(pairs * splits * g);
   std::vector<float> accs(pairs * splits * g * dh, 0.0f);
-  const E* kbase = static_cast<const E*>(p.k);
-  const E* vbase = static_cast<const E*>(p.v);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < pairs * splits; ++item) {
     const int64_t pair = item / splits, split = item % splits;
     const int64_t b = pair / p.kv_heads, kvh = pair % p.kv_heads;
-    const int64_t t0 = split * chunk, t1 = std::min(p.length, t0 + chunk);
-    const E* k = kbase + p.Offset(b, kvh, 0);
-    const E* v = vbase + p.Offset(b, kvh, 0);
+    const int64_t t0 = split * chunk, t1 = std::min(p.LengthOf(b), t0 + chunk);
+    const E* k = static_cast<const E*>(p.KeysOf(b)) + p.Offset(0, kvh, 0);
+    const E* v = static_cast<const E*>(p.ValuesOf(b)) + p.Offset(0, kvh, 0);
     const int64_t step = p.Offset(0, 0, 1);  // elements between positions
     // The group's queries, pre-scaled.
     std::vector<float> q(g * dh);

@@ -17,7 +17,7 @@ namespace lrkv::kernels {
 
 enum class CacheDType { kF32, kBF16 };
 
-inline int64_t CacheDTypeSize(CacheDType t) {
+LRKV_HOST_DEVICE inline int64_t CacheDTypeSize(CacheDType t) {
   return t == CacheDType::kF32 ? 4 : 2;
 }
 
@@ -39,10 +39,39 @@ struct MhaDecodeParams {
   CacheDType dtype = CacheDType::kF32;
   const void* k = nullptr;
   const void* v = nullptr;
+  // Optional, position-major only: each sequence's cache in its own block, as
+  // a batched decode step of separate sequences holds them. Sequence b's keys
+  // and values ([its capacity, H_kv, d_h]) start at k_seqs[b] and v_seqs[b]
+  // and it attends over lengths[b] positions; `k` and `v` are then unused and
+  // `length` is the longest of lengths (capacity at least that).
+  const void* const* k_seqs = nullptr;
+  const void* const* v_seqs = nullptr;
+  const int64_t* lengths = nullptr;
   // [B, H, d_h], rotated; query head h uses KV head h / (H/H_kv).
   const float* q = nullptr;
   float scale = 1;       // usually 1/sqrt(d_h)
   float* out = nullptr;  // [B, H, d_h]
+
+  // Positions sequence b attends over.
+  LRKV_HOST_DEVICE int64_t LengthOf(int64_t b) const {
+    return lengths != nullptr ? lengths[b] : length;
+  }
+  // Sequence b's keys (values): Offset(0, kvh, t) elements on is position t
+  // of KV head kvh.
+  LRKV_HOST_DEVICE const void* KeysOf(int64_t b) const {
+    return SequenceBlock(k_seqs, k, b);
+  }
+  LRKV_HOST_DEVICE const void* ValuesOf(int64_t b) const {
+    return SequenceBlock(v_seqs, v, b);
+  }
+
+ private:
+  LRKV_HOST_DEVICE const void* SequenceBlock(const void* const* seqs,
+                                             const void* all, int64_t b) const {
+    if (seqs != nullptr) return seqs[b];
+    return static_cast<const unsigned char*>(all) +
+           Offset(b, 0, 0) * CacheDTypeSize(dtype);
+  }
 };
 
 // How a factored cache places positions within a segment.

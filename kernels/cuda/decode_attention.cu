@@ -527,6 +527,11 @@ absl::StatusOr<DeviceInfo> CurrentDevice() {
 absl::Status MhaDecodeCuda(const MhaDecodeParams& p, DecodeWorkspace* workspace,
                            CUstream_st* stream) {
   RETURN_IF_ERROR(ValidateMha(p));
+  if (p.k_seqs != nullptr) {
+    return absl::InvalidArgumentError(
+        "MHA decode: per-sequence caches (k_seqs) are read by the CPU kernels "
+        "only");
+  }
   SplitArgs a;
   a.groups_per_sequence = static_cast<int>(p.kv_heads);
   a.heads = static_cast<int>(p.heads / p.kv_heads);

@@ -3,15 +3,16 @@
 // long contexts, r = 0, r = d_h, H_kv < H, b > 1, QK-norm scales, MLA-style
 // shared latents. Tolerances: fp32 caches max|Δ|/max|ref| <= 1e-5; bf16 caches
 // cosine distance <= 1e-5 (both sides read the same bf16 cache).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "base/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
-#include "base/dtype.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace lrkv::kernels {
@@ -57,9 +58,19 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
   std::mt19937 rng(1);
   struct Shape {
     int64_t b, h, hkv, dh, length, capacity;
-  } shapes[] = {{1, 4, 4, 64, 1, 1},        {2, 8, 2, 32, 37, 40},
-                {3, 12, 12, 128, 300, 300}, {1, 6, 1, 16, 1025, 1100},
-                {4, 4, 2, 8, 17, 17},       {1, 2, 2, 20, 700, 701}};
+  } shapes[] = {{1, 4, 4, 64, 1, 1},
+                {2, 8, 2, 32, 37, 40},
+                {3, 12, 12, 128, 300, 300},
+                {1, 6, 1, 16, 1025, 1100},
+                {4, 4, 2, 8, 17, 17},
+                {1, 2, 2, 20, 700, 701},
+                // Position-major shapes the grouped kernel serves
+                // (decode_mha_grouped.h): 2, 4 and 8 heads per KV head, a
+                // partial last tile, one chunk and several.
+                {1, 16, 8, 128, 513, 520},
+                {2, 32, 8, 64, 130, 140},
+                {3, 16, 2, 32, 33, 33},
+                {1, 8, 8, 16, 1, 4}};
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
       const size_t kv = s.b * s.hkv * s.capacity * s.dh;
@@ -86,6 +97,73 @@ TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
                   "mha position-major L=" + std::to_string(s.length));
     }
   }
+}
+
+// A batched step's caches: each sequence its own block with its own length
+// (the decode engines' caches, read in one call). Shapes the grouped kernel
+// serves (G = 2, 4) and one it does not (G = 3), sequences shorter than a chunk
+// of the longest, and one of a single position.
+TEST_P(KernelTest, MhaReadsEachSequencesOwnCache) {
+  std::mt19937 rng(7);
+  struct Shape {
+    int64_t h, hkv, dh;
+    std::vector<int64_t> lengths;
+  } shapes[] = {{16, 8, 128, {513, 40, 1, 300}},
+                {8, 2, 32, {17, 130, 129}},
+                {6, 2, 16, {70, 5}}};
+  for (const auto& s : shapes) {
+    for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
+      const auto batch = static_cast<int64_t>(s.lengths.size());
+      std::vector<Cache> k, v;
+      std::vector<const void*> k_seqs, v_seqs;
+      int64_t longest = 0;
+      for (int64_t len : s.lengths) {
+        const size_t n = (len + 3) * s.hkv * s.dh;  // a little spare capacity
+        k.push_back(RandomCache(n, rng));
+        v.push_back(RandomCache(n, rng));
+        longest = std::max(longest, len);
+      }
+      for (int64_t b = 0; b < batch; ++b) {
+        k_seqs.push_back(k[b].data(t));
+        v_seqs.push_back(v[b].data(t));
+      }
+      const auto q = RandomNormals(batch * s.h * s.dh, rng);
+      std::vector<float> out(q.size()), ref(q.size());
+      MhaDecodeParams p =
+          testing::MhaParamsOf(batch, s.h, s.hkv, s.dh, longest, longest, t);
+      p.position_major = true;
+      p.k_seqs = k_seqs.data();
+      p.v_seqs = v_seqs.data();
+      p.lengths = s.lengths.data();
+      p.q = q.data();
+      p.out = out.data();
+      ASSERT_TRUE(MhaDecode(p).ok());
+      p.out = ref.data();
+      ASSERT_TRUE(MhaDecodeReference(p).ok());
+      ExpectClose(out, ref, t,
+                  "mha per-sequence caches G=" + std::to_string(s.h / s.hkv));
+    }
+  }
+}
+
+TEST_P(KernelTest, PerSequenceCachesNeedAllTheirParts) {
+  std::vector<float> buf(64), q(8), out(8);
+  const void* seqs[1] = {buf.data()};
+  const int64_t lengths[1] = {4};
+  MhaDecodeParams p = testing::MhaParamsOf(1, 1, 1, 8, 4, 4, CacheDType::kF32);
+  p.q = q.data();
+  p.out = out.data();
+  p.position_major = true;
+  p.k_seqs = p.v_seqs = seqs;
+  EXPECT_EQ(MhaDecode(p).code(),
+            absl::StatusCode::kInvalidArgument);  // no lengths
+  p.lengths = lengths;
+  EXPECT_TRUE(MhaDecode(p).ok());
+  p.position_major = false;  // a head-major block's offsets need its capacity
+  EXPECT_EQ(MhaDecode(p).code(), absl::StatusCode::kInvalidArgument);
+  p.position_major = true;
+  p.length = 3;  // shorter than a sequence's own length
+  EXPECT_EQ(MhaDecode(p).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // LRKV shapes both factored tests run: L = 1, L off the tile, chunked long
