@@ -1,6 +1,6 @@
 // The loops the AVX-512 bf16 mat-vec paths share (weight_matvec_impl.h's exact
 // widening kernel and weight_matvec_avx512bf16.cc's dot-product kernel): a
-// weight row read in 32-column chunks, and the parallel walk over pairs of
+// weight row read in 32-column chunks, and the parallel walk over groups of
 // weight rows with the activation rows in groups. Include only from
 // translation units built with AVX-512F/BW.
 #ifndef LRKV_KERNELS_BF16_ROW_CHUNKS_H_
@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -58,18 +59,20 @@ inline void StoreSums(const __m512 (&acc)[R][B], float* out,
   }
 }
 
-// Pairs of W rows in parallel (one pass over each pair per group), the batch
-// rows in groups of 8 and 4, then `rest` for the rest one at a time:
-// group(o, b, R, B) computes the R (1 or 2; 1 for an odd last row) W rows from
-// o for batch rows b..b+B-1, rest(o, b, R) the same R rows for batch row b; R
-// and B come as std::integral_constant.
-template <typename Group, typename Rest>
-inline void ForEachRowPair(int64_t rows, int64_t cols, int64_t batch,
-                           Group&& group, Rest&& rest) {
+// Groups of kRows W rows in parallel (one pass over each group per batch
+// group), the batch rows in groups of 8 and 4, then `rest` for the rest one at
+// a time: group(o, b, R, B) computes the R (kRows, or fewer for the last group)
+// W rows from o for batch rows b..b+B-1, rest(o, b, R) the same R rows for
+// batch row b; R and B come as std::integral_constant. kRows is what the
+// kernel's registers hold: R·B accumulators and R widened rows.
+template <int kRows, typename Group, typename Rest>
+inline void ForEachRowGroup(int64_t rows, int64_t cols, int64_t batch,
+                            Group&& group, Rest&& rest) {
+  static_assert(kRows >= 1 && kRows <= 3, "groups of 1 to 3 rows");
   const bool parallel = rows * cols >= (1 << 17) && omp_get_max_threads() > 1;
 #pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t k = 0; k < (rows + 1) / 2; ++k) {
-    const int64_t o = 2 * k;
+  for (int64_t k = 0; k < (rows + kRows - 1) / kRows; ++k) {
+    const int64_t o = kRows * k;
     auto walk = [&](auto r) {
       int64_t b = 0;
       for (; b + 8 <= batch; b += 8)
@@ -78,7 +81,10 @@ inline void ForEachRowPair(int64_t rows, int64_t cols, int64_t batch,
         group(o, b, r, std::integral_constant<int, 4>());
       for (; b < batch; ++b) rest(o, b, r);
     };
-    if (o + 1 < rows) {
+    const int64_t n = std::min<int64_t>(kRows, rows - o);
+    if (n == kRows) {
+      walk(std::integral_constant<int, kRows>());
+    } else if (n == 2) {
       walk(std::integral_constant<int, 2>());
     } else {
       walk(std::integral_constant<int, 1>());

@@ -207,7 +207,7 @@ void RunBf16(const WeightMatVecParams& p) {
     }
   }
   const auto* w = static_cast<const uint16_t*>(p.w);
-  bf16_rows::ForEachRowPair(
+  bf16_rows::ForEachRowGroup<2>(
       p.rows, p.cols, p.batch,
       [&](int64_t o, int64_t b, auto r, auto rows_of_b) {
         Bf16RowsBatch<decltype(r)::value, decltype(rows_of_b)::value>(
