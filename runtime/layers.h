@@ -5,14 +5,10 @@
 #include <ATen/ATen.h>
 
 #include "runtime/llama_weights.h"
+#include "runtime/rms_norm.h"
 #include "runtime/stored_linear.h"
 
 namespace lrkv {
-
-// RMSNorm over the last dimension: x / rms(x) * gamma.
-inline at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& gamma, double eps) {
-  return x * at::rsqrt(x.pow(2).mean({-1}, /*keepdim=*/true) + eps) * gamma;
-}
 
 // The dtype activations are computed in for weights held as `w`: float64 for a
 // float64 model (verify's reference), float32 otherwise (weights loaded in their
