@@ -200,27 +200,61 @@ at::Tensor DecodeEngine::RunLayers(const std::vector<Slot>& slots, at::Tensor x)
     if (c.kv.DecoupledRope()) {
       q = at::cat({q, Linear(h, l.q_rope, l.bq_rope).view({rows, c.num_heads, -1})}, -1);
     }
-    // Each slot's cache entry, then its query over the positions up to its own: in
-    // slot order, which for a prefill is causal, as single steps would be.
-    std::vector<at::Tensor> outputs;
-    outputs.reserve(slots.size());
-    SharedRows shared{h, 0, 0, {}};
-    for (const Slot& s : slots) {
-      shared.row = s.row;
-      shared.rows = s.rows;
-      shared_rows = slots.size() > 1 ? &shared : nullptr;
-      s.engine->Append(layer, h.narrow(0, s.row, s.rows), {s.pos, s.consecutive});
-      shared_rows = nullptr;
-      at::Tensor attn = s.engine->AttendRows(layer, q.narrow(0, s.row, s.rows),
-                                             {s.pos, s.consecutive})
-                            .reshape({s.rows, -1});
-      s.engine->attention_[i] = s.consecutive ? attn.narrow(0, s.rows - 1, 1) : attn;
-      outputs.push_back(std::move(attn));
-    }
-    x = AddAttention(c, l, x, outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0));
+    x = AddAttention(c, l, x, AttendSlots(slots, layer, h, q));
     x = AddFeedForward(c, l, x);
   }
   return RmsNorm(x, first.weights_.final_norm, c.rms_norm_eps);
+}
+
+at::Tensor DecodeEngine::AttendSlots(const std::vector<Slot>& slots,
+                                     int64_t layer, const at::Tensor& h,
+                                     const at::Tensor& q) {
+  const auto i = static_cast<size_t>(layer);
+  SharedRows shared{h, 0, 0, {}};
+  auto append = [&](const Slot& s) {
+    shared.row = s.row;
+    shared.rows = s.rows;
+    shared_rows = slots.size() > 1 ? &shared : nullptr;
+    s.engine->Append(layer, h.narrow(0, s.row, s.rows), {s.pos, s.consecutive});
+    shared_rows = nullptr;
+  };
+  // A step of separate sequences, one row each: every cache entry, then every
+  // query in one call where the scheme has one.
+  bool single_rows = slots.size() > 1;
+  for (const Slot& s : slots) single_rows = single_rows && s.rows == 1;
+  if (single_rows) {
+    std::vector<DecodeEngine*> engines;
+    std::vector<int64_t> positions;
+    for (const Slot& s : slots) {
+      append(s);
+      engines.push_back(s.engine);
+      positions.push_back(s.pos);
+    }
+    const at::Tensor all =
+        slots[0].engine->AttendTogether(layer, engines, q, positions);
+    if (all.defined()) {
+      const at::Tensor rows = all.reshape({q.size(0), -1});
+      for (const Slot& s : slots)
+        s.engine->attention_[i] = rows.narrow(0, s.row, 1);
+      return rows;
+    }
+  }
+  // Each slot's cache entry (unless written above), then its query over the
+  // positions up to its own: in slot order, which for a prefill is causal, as
+  // single steps would be.
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(slots.size());
+  for (const Slot& s : slots) {
+    if (!single_rows) append(s);
+    at::Tensor attn = s.engine
+                          ->AttendRows(layer, q.narrow(0, s.row, s.rows),
+                                       {s.pos, s.consecutive})
+                          .reshape({s.rows, -1});
+    s.engine->attention_[i] =
+        s.consecutive ? attn.narrow(0, s.rows - 1, 1) : attn;
+    outputs.push_back(std::move(attn));
+  }
+  return outputs.size() == 1 ? outputs[0] : at::cat(outputs, 0);
 }
 
 at::Tensor DecodeEngine::Step(const at::Tensor& tokens) {

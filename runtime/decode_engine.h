@@ -152,6 +152,17 @@ class DecodeEngine {
   // Every cache tensor; each has its position axis (tiled: its tile axis) at dim 1
   // and holds capacity() positions.
   virtual std::vector<at::Tensor*> CacheTensors() = 0;
+  // Attention of one new row per sequence for `engines` (this one first; batch
+  // 1 each), row i of q̂ [N, H, d_h] at engines[i]'s position positions[i], in
+  // one call over their separate caches: a batched step's attention as one
+  // kernel launch instead of N. Undefined where this scheme or these engines
+  // have no such path; RunLayers then attends engine by engine.
+  virtual at::Tensor AttendTogether(int64_t layer,
+                                    const std::vector<DecodeEngine*>& engines,
+                                    const at::Tensor& q,
+                                    const std::vector<int64_t>& positions) {
+    return {};
+  }
 
   // Linear(x, w, b) for the rows x a slot's Append received. In a step of several
   // slots, one product of w with every slot's rows: the first slot to ask computes it,
@@ -235,6 +246,11 @@ class DecodeEngine {
   // Step (one slot of B rows), Prefill (one consecutive slot) and StepTogether (a slot
   // per engine) differ only in their slots.
   static at::Tensor RunLayers(const std::vector<Slot>& slots, at::Tensor x);
+  // One layer's attention for every slot (their cache entries from h, their
+  // queries q), each slot's rows in slot order: [rows, H·d_h]. Keeps each
+  // engine's attention output.
+  static at::Tensor AttendSlots(const std::vector<Slot>& slots, int64_t layer,
+                                const at::Tensor& h, const at::Tensor& q);
   int64_t length_ = 0;
   int64_t capacity_;
   std::vector<at::Tensor> attention_;

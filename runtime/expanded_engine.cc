@@ -70,22 +70,74 @@ class ExpandedEngine : public DecodeEngine {
     // Through the fused CPU kernel (kernels/), reading the position-major
     // cache.
     const auto qr = RotateAt(layer, q, pos).contiguous();
-    auto out = at::empty(q.sizes(), at::kFloat);
+    kernels::MhaDecodeParams p = KernelParams(qr, pos + 1);
+    p.capacity = k_[layer].size(1);
+    p.k = k_[layer].data_ptr();
+    p.v = v_[layer].data_ptr();
+    return RunKernel(p, qr);
+  }
+
+  // The kernel over every engine's own cache at once (MhaDecodeParams'
+  // per-sequence caches), where each is an expanded engine of these options.
+  at::Tensor AttendTogether(int64_t layer,
+                            const std::vector<DecodeEngine*>& engines,
+                            const at::Tensor& q,
+                            const std::vector<int64_t>& positions) override {
+    if (options_.materialize || !options_.kernels ||
+        config_.kv.DecoupledRope()) {
+      return {};
+    }
+    std::vector<const void*> k_seqs, v_seqs;
+    std::vector<int64_t> lengths;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const auto* e = dynamic_cast<const ExpandedEngine*>(engines[i]);
+      if (e == nullptr || e->options_.cache_dtype != options_.cache_dtype ||
+          e->options_.batch != 1 || e->options_.materialize ||
+          !e->options_.kernels) {
+        return {};
+      }
+      k_seqs.push_back(e->k_[layer].data_ptr());
+      v_seqs.push_back(e->v_[layer].data_ptr());
+      lengths.push_back(positions[i] + 1);
+    }
+    // Row i rotated at its own position.
+    const auto qr = rope(layer)
+                        .Rotate(q.unsqueeze(1),
+                                at::tensor(positions, at::kLong).unsqueeze(1))
+                        .squeeze(1)
+                        .contiguous();
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    kernels::MhaDecodeParams p = KernelParams(qr, longest);
+    p.capacity = longest;
+    p.k_seqs = k_seqs.data();
+    p.v_seqs = v_seqs.data();
+    p.lengths = lengths.data();
+    return RunKernel(p, qr);
+  }
+
+  // The kernel's shape, cache dtype and scale for the rotated queries qr [B, H,
+  // d_h] over `length` positions; the caller sets the caches.
+  kernels::MhaDecodeParams KernelParams(const at::Tensor& qr,
+                                        int64_t length) const {
     kernels::MhaDecodeParams p;
-    p.batch = q.size(0);
+    p.batch = qr.size(0);
     p.heads = config_.num_heads;
     p.kv_heads = config_.num_kv_heads;
     p.head_dim = config_.head_dim;
-    p.length = pos + 1;
-    p.capacity = k_[layer].size(1);
+    p.length = length;
     p.position_major = true;
     p.dtype = options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
                                                     : kernels::CacheDType::kF32;
-    p.k = k_[layer].data_ptr();
-    p.v = v_[layer].data_ptr();
-    p.q = qr.data_ptr<float>();
     p.scale = static_cast<float>(
         1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
+    return p;
+  }
+
+  // MhaDecode of p for the queries qr: [B, H, d_h].
+  static at::Tensor RunKernel(kernels::MhaDecodeParams& p,
+                              const at::Tensor& qr) {
+    auto out = at::empty(qr.sizes(), at::kFloat);
+    p.q = qr.data_ptr<float>();
     p.out = out.data_ptr<float>();
     const absl::Status st = kernels::MhaDecode(p);
     TORCH_CHECK(st.ok(), "MHA decode kernel: ", std::string(st.message()));

@@ -67,10 +67,12 @@ double MaxDiff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
-// Three sequences at different lengths step together (two decode tokens, one
-// prefill chunk) in `mode` and alone: both are within the fp32 error of
-// float64 engines doing the same (the expanded engine, the truth verify uses).
-// `w32` are weights for computing in float32 (ForCompute).
+// Three sequences at different lengths step together in `mode` and alone,
+// twice: two decode tokens and one prefill chunk, then one token each (which
+// engines may attend in one call, DecodeEngine::AttendTogether). Both are
+// within the fp32 error of float64 engines doing the same (the expanded engine,
+// the truth verify uses). `w32` are weights for computing in float32
+// (ForCompute).
 void ExpectBatchedStepEqualsStepsAlone(const ModelConfig& c,
                                        const LlamaWeights& w32,
                                        DecodeMode mode) {
@@ -84,8 +86,6 @@ void ExpectBatchedStepEqualsStepsAlone(const ModelConfig& c,
   eo64.materialize = true;
   const std::vector<std::vector<int64_t>> prompts = {
       {1, 400, 17}, {1, 30}, {1, 5, 6, 7, 8}};
-  const std::vector<std::vector<int64_t>> next = {
-      {99}, {123}, {200, 201, 202, 203}};
   std::vector<std::unique_ptr<DecodeEngine>> together, alone, f64;
   for (const auto& p : prompts) {
     for (auto* set : {&together, &alone, &f64}) {
@@ -97,22 +97,36 @@ void ExpectBatchedStepEqualsStepsAlone(const ModelConfig& c,
       set->push_back(std::move(*e));
     }
   }
-  std::vector<DecodeEngine::BatchEntry> entries;
-  for (size_t i = 0; i < prompts.size(); ++i)
-    entries.push_back({together[i].get(), next[i], false});
-  const std::vector<at::Tensor> batched = DecodeEngine::StepBatch(entries);
-  ASSERT_EQ(batched.size(), prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto tokens = at::tensor(next[i], at::kLong);
-    const at::Tensor own = next[i].size() == 1 ? alone[i]->Step(tokens)
-                                               : alone[i]->Prefill(tokens);
-    const at::Tensor ref =
-        next[i].size() == 1 ? f64[i]->Step(tokens) : f64[i]->Prefill(tokens);
-    const double plain_error = MaxDiff(own, ref),
-                 batched_error = MaxDiff(batched[i], ref);
-    EXPECT_GT(plain_error, 0);
-    EXPECT_LE(batched_error, 4 * plain_error + 1e-12) << "sequence " << i;
-    EXPECT_EQ(together[i]->length(), alone[i]->length());
+  for (const std::vector<std::vector<int64_t>>& next :
+       {std::vector<std::vector<int64_t>>{{99}, {123}, {200, 201, 202, 203}},
+        std::vector<std::vector<int64_t>>{{7}, {8}, {9}}}) {
+    std::vector<DecodeEngine::BatchEntry> entries;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      entries.push_back({together[i].get(), next[i], false});
+    const std::vector<at::Tensor> batched = DecodeEngine::StepBatch(entries);
+    ASSERT_EQ(batched.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const auto tokens = at::tensor(next[i], at::kLong);
+      const at::Tensor own = next[i].size() == 1 ? alone[i]->Step(tokens)
+                                                 : alone[i]->Prefill(tokens);
+      const at::Tensor ref =
+          next[i].size() == 1 ? f64[i]->Step(tokens) : f64[i]->Prefill(tokens);
+      const double plain_error = MaxDiff(own, ref),
+                   batched_error = MaxDiff(batched[i], ref);
+      EXPECT_GT(plain_error, 0);
+      EXPECT_LE(batched_error, 4 * plain_error + 1e-12)
+          << "sequence " << i
+          << (next[2].size() == 1 ? ", one token each" : ", mixed step");
+      EXPECT_EQ(together[i]->length(), alone[i]->length());
+      // Each engine keeps its own layers' attention outputs (the study reads
+      // them) whichever way its step attended.
+      const auto& mine = together[i]->attention_outputs();
+      const auto& its = alone[i]->attention_outputs();
+      ASSERT_EQ(mine.size(), its.size());
+      EXPECT_LE(
+          MaxDiff(mine.back(), its.back()),
+          4 * MaxDiff(its.back(), f64[i]->attention_outputs().back()) + 1e-12);
+    }
   }
 }
 
