@@ -218,17 +218,20 @@ at::Tensor DecodeEngine::AttendSlots(const std::vector<Slot>& slots,
     s.engine->Append(layer, h.narrow(0, s.row, s.rows), {s.pos, s.consecutive});
     shared_rows = nullptr;
   };
-  // A step of separate sequences, one row each: every cache entry, then every
-  // query in one call where the scheme has one.
+  // A step of separate sequences, one row each: every cache entry (computed for
+  // all rows at once where the scheme can), then every query in one call where
+  // the scheme has one.
   bool single_rows = slots.size() > 1;
   for (const Slot& s : slots) single_rows = single_rows && s.rows == 1;
   if (single_rows) {
     std::vector<DecodeEngine*> engines;
     std::vector<int64_t> positions;
     for (const Slot& s : slots) {
-      append(s);
       engines.push_back(s.engine);
       positions.push_back(s.pos);
+    }
+    if (!slots[0].engine->AppendTogether(layer, engines, h, positions)) {
+      for (const Slot& s : slots) append(s);
     }
     const at::Tensor all =
         slots[0].engine->AttendTogether(layer, engines, q, positions);

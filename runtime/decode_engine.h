@@ -152,6 +152,17 @@ class DecodeEngine {
   // Every cache tensor; each has its position axis (tiled: its tile axis) at dim 1
   // and holds capacity() positions.
   virtual std::vector<at::Tensor*> CacheTensors() = 0;
+  // The cache entries of one new row per sequence for `engines` (this one
+  // first; batch 1 each), row i of x [N, d] at engines[i]'s position
+  // positions[i], computed for all rows at once and each written to its own
+  // engine's cache. False, writing nothing, where this scheme or these engines
+  // have no such path; RunLayers then appends engine by engine.
+  virtual bool AppendTogether(int64_t layer,
+                              const std::vector<DecodeEngine*>& engines,
+                              const at::Tensor& x,
+                              const std::vector<int64_t>& positions) {
+    return false;
+  }
   // Attention of one new row per sequence for `engines` (this one first; batch
   // 1 each), row i of q̂ [N, H, d_h] at engines[i]'s position positions[i], in
   // one call over their separate caches: a batched step's attention as one

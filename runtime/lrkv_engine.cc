@@ -227,36 +227,43 @@ class LrkvEngine : public DecodeEngine {
 
  protected:
   void Append(int64_t index, const at::Tensor& x, const RowPositions& at) override {
-    Layer& L = layers_[index];
-    auto ks = SlotLinear(x, L.k.shared, L.k.shared_bias);  // [B, dh]
-    // x·downᵀ for every head at once: [B, Hkv, r].
-    auto zk = SlotLinear(x, L.k.down.reshape({-1, x.size(1)})).view({x.size(0), L.k.down.size(0), L.k.down.size(1)});
-    if (config_.qk_norm) {
-      // Rebuild the full key once to get its scale (per head, or over all).
-      auto k = ks.unsqueeze(1) + UpProject(zk.unsqueeze(2), L.k).squeeze(2) +
-               L.k.delta;
-      const auto ms = config_.qk_norm_over_heads
-                          ? k.pow(2).mean({-2, -1}).unsqueeze(-1)
-                          : k.pow(2).mean({-1});
-      Write(L.sigma, at, at::rsqrt(ms + config_.rms_norm_eps));
+    WriteEntries(
+        index, at,
+        EntriesOf(
+            index, x,
+            [&](const at::Tensor& t) { return RotateAt(index, t, at); },
+            [&](const at::Tensor& z, const at::Tensor& planes) {
+              return RotatePairsAt(index, z, planes, at);
+            }));
+  }
+
+  // Every row's entries computed at once (row i rotated at positions[i]), each
+  // written to its own engine's cache.
+  bool AppendTogether(int64_t index, const std::vector<DecodeEngine*>& engines,
+                      const at::Tensor& x,
+                      const std::vector<int64_t>& positions) override {
+    std::vector<LrkvEngine*> peers;
+    if (!PeersOf(engines, &peers)) return false;
+    const at::Tensor at_rows = at::tensor(positions, at::kLong).unsqueeze(1);
+    const Rope& r = rope(index);
+    const Entries all = EntriesOf(
+        index, x,
+        [&](const at::Tensor& t) {
+          return r.Rotate(t.unsqueeze(1), at_rows).squeeze(1);
+        },
+        [&](const at::Tensor& z, const at::Tensor& planes) {
+          return r.RotatePairs(z.unsqueeze(1), at_rows, planes).squeeze(1);
+        });
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const auto row = static_cast<int64_t>(i);
+      auto one = [&](const at::Tensor& t) {
+        return t.defined() ? t.narrow(0, row, 1) : t;
+      };
+      peers[i]->WriteEntries(
+          index, {positions[i], false},
+          {one(all.sigma), one(all.ks), one(all.zk), one(all.vs), one(all.zv)});
     }
-    if (split_) {  // [P_t k_s ; P_t J k_s]
-      WriteSegment(L.ks, at,
-                   RotateAt(index, at::stack({ks, ks * L.jsign}, 1), at).flatten(1));
-    } else {
-      WriteSegment(L.ks, at,
-                   RotateAt(index, (ks * L.gamma[0]).unsqueeze(1), at).squeeze(1));
-    }
-    if (mode_ == DecodeMode::kPlane) {
-      zk = RotatePairsAt(index, (zk + L.latent_bias) * L.latent_gamma, L.planes, at);
-    } else if (mode_ == DecodeMode::kNaive) {
-      zk = RotatePairsAt(index, zk, L.planes, at);
-    }
-    WriteSegment(L.zk, at, zk);
-    WriteSegment(L.vs, at, SlotLinear(x, L.v.shared, L.v.shared_bias));
-    WriteSegment(L.zv, at,
-                 SlotLinear(x, L.v.down.reshape({-1, x.size(1)}))
-                     .view({x.size(0), L.v.down.size(0), L.v.down.size(1)}));
+    return true;
   }
 
   at::Tensor Attend(int64_t index, const at::Tensor& q, int64_t pos) override {
@@ -403,29 +410,75 @@ class LrkvEngine : public DecodeEngine {
   // rotated query's plane coordinates; the kernel returns a·V_s and a·Z_V, and
   // B_hⱽ is applied here.
   at::Tensor AttendWithKernel(int64_t index, const at::Tensor& q, int64_t pos) {
-    Layer& L = layers_[index];
-    const int64_t b = q.size(0), h = config_.num_heads,
+    const auto qr = RotateAt(index, q, pos).contiguous();  // [B, H, dh]
+    KernelRows rows = KernelRowsOf(index, qr);
+    RunKernel(index, rows, 0, q.size(0), pos + 1);
+    return KernelResult(index, rows).reshape(q.sizes());
+  }
+
+  // Plane mode through the kernel for every engine's one new row: the queries'
+  // rotation and plane coordinates and the values' up-projection for all rows
+  // at once, the kernel for each sequence over its own cache.
+  at::Tensor AttendTogether(int64_t index,
+                            const std::vector<DecodeEngine*>& engines,
+                            const at::Tensor& q,
+                            const std::vector<int64_t>& positions) override {
+    std::vector<LrkvEngine*> peers;
+    if (!kernel_ || !PeersOf(engines, &peers)) return {};
+    const auto qr = rope(index)
+                        .Rotate(q.unsqueeze(1),
+                                at::tensor(positions, at::kLong).unsqueeze(1))
+                        .squeeze(1)
+                        .contiguous();
+    KernelRows rows = KernelRowsOf(index, qr);
+    for (size_t i = 0; i < peers.size(); ++i) {
+      peers[i]->RunKernel(index, rows, static_cast<int64_t>(i), 1,
+                          positions[i] + 1);
+    }
+    return KernelResult(index, rows).reshape(q.sizes());
+  }
+
+  // The kernel's inputs and outputs for rotated queries qr [N, H, dh]: their
+  // coordinates on each head's latent planes, and the outputs a·V_s, a·Z_V.
+  struct KernelRows {
+    at::Tensor qr, q_sel, out, out_latent;
+  };
+  KernelRows KernelRowsOf(int64_t index, const at::Tensor& qr) const {
+    const Layer& L = layers_[index];
+    const int64_t n = qr.size(0), h = config_.num_heads,
                   hkv = config_.num_kv_heads, dh = config_.head_dim,
                   r = config_.kv.RankAt(index);
-    const auto qr = RotateAt(index, q, pos).contiguous();  // [B, H, dh]
     const auto qg = Grouped(qr);
     const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})
-                         .expand({b, -1, qg.size(2), -1});
-    const auto q_sel = qg.gather(3, idx).reshape({b, h, r}).contiguous();
+                         .expand({n, -1, qg.size(2), -1});
+    return {qr, qg.gather(3, idx).reshape({n, h, r}).contiguous(),
+            at::empty({n, h, dh}, at::kFloat),
+            at::empty({n, h, r}, at::kFloat)};
+  }
+
+  // kernels::FactoredDecode of `batch` rows of `rows` from `row` over this
+  // engine's cache of `length` positions.
+  void RunKernel(int64_t index, KernelRows& rows, int64_t row, int64_t batch,
+                 int64_t length) {
+    Layer& L = layers_[index];
+    const int64_t h = config_.num_heads, dh = config_.head_dim,
+                  r = config_.kv.RankAt(index);
     at::Tensor sigma;
-    if (apply_sigma_) sigma = L.sigma.to(at::kFloat).contiguous();
-    auto out = at::empty({b, h, dh}, at::kFloat);
-    auto out_latent = at::empty({b, h, r}, at::kFloat);
+    if (apply_sigma_) {
+      // One sequence reads only its first `length` rows of σ.
+      sigma = (options_.batch == 1 ? L.sigma.narrow(1, 0, length) : L.sigma)
+                  .to(at::kFloat)
+                  .contiguous();
+    }
     kernels::FactoredDecodeParams p;
-    p.batch = b;
+    p.batch = batch;
     p.heads = h;
-    p.kv_heads = hkv;
+    p.kv_heads = config_.num_kv_heads;
     p.dim = dh;
     p.rank = r;
-    p.length = pos + 1;
+    p.length = length;
     p.capacity = capacity();
-    p.dtype = options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
-                                                    : kernels::CacheDType::kF32;
+    p.dtype = KernelDType();
     p.layout =
         tiled_ ? kernels::CacheLayout::kTiles : kernels::CacheLayout::kRows;
     p.k = {L.ks.data.data_ptr(), L.ks.stride};
@@ -433,16 +486,20 @@ class LrkvEngine : public DecodeEngine {
     p.zk = {L.zk.data.data_ptr(), L.zk.stride};
     p.zv = {L.zv.data.data_ptr(), L.zv.stride};
     p.sigma = sigma.defined() ? sigma.data_ptr<float>() : nullptr;
-    p.q = qr.data_ptr<float>();
-    p.q_latent = q_sel.data_ptr<float>();
+    p.q = rows.qr.data_ptr<float>() + row * h * dh;
+    p.q_latent = rows.q_sel.data_ptr<float>() + row * h * r;
     p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
-    p.out = out.data_ptr<float>();
-    p.out_latent = out_latent.data_ptr<float>();
+    p.out = rows.out.data_ptr<float>() + row * h * dh;
+    p.out_latent = rows.out_latent.data_ptr<float>() + row * h * r;
     const absl::Status st = kernels::FactoredDecode(p);
     TORCH_CHECK(st.ok(), "factored decode kernel: ", std::string(st.message()));
-    auto result = Grouped(out) + UpProject(Grouped(out_latent), L.v) +
-                  L.v.delta.unsqueeze(1);
-    return result.reshape(q.sizes());
+  }
+
+  // a·V_s + B_hⱽ (a·Z_V) + the value bias delta: [N, Hkv, g, dh].
+  at::Tensor KernelResult(int64_t index, const KernelRows& rows) const {
+    const Layer& L = layers_[index];
+    return Grouped(rows.out) + UpProject(Grouped(rows.out_latent), L.v) +
+           L.v.delta.unsqueeze(1);
   }
 
   // Standard attention over per-head keys (normalised, rotated, σ applied) and
@@ -605,6 +662,76 @@ class LrkvEngine : public DecodeEngine {
     std::vector<int64_t> shape = {b, n};
     shape.insert(shape.end(), s.rest.begin(), s.rest.end());
     return rows.reshape(shape);
+  }
+
+  // One Append's cache entries for rows x [R, d] (σ undefined without
+  // QK-norm).
+  struct Entries {
+    at::Tensor sigma, ks, zk, vs, zv;
+  };
+
+  // The entries of rows x; rotate(t) turns t [R, n, d] and rotate_pairs(z,
+  // planes) the latents [R, Hkv, r] at the rows' positions.
+  template <typename Rotate, typename RotatePairs>
+  Entries EntriesOf(int64_t index, const at::Tensor& x, Rotate rotate,
+                    RotatePairs rotate_pairs) {
+    Layer& L = layers_[index];
+    Entries e;
+    auto ks = SlotLinear(x, L.k.shared, L.k.shared_bias);  // [R, dh]
+    // x·downᵀ for every head at once: [R, Hkv, r].
+    auto zk = SlotLinear(x, L.k.down.reshape({-1, x.size(1)}))
+                  .view({x.size(0), L.k.down.size(0), L.k.down.size(1)});
+    if (config_.qk_norm) {
+      // Rebuild the full key once to get its scale (per head, or over all).
+      auto k = ks.unsqueeze(1) + UpProject(zk.unsqueeze(2), L.k).squeeze(2) +
+               L.k.delta;
+      const auto ms = config_.qk_norm_over_heads
+                          ? k.pow(2).mean({-2, -1}).unsqueeze(-1)
+                          : k.pow(2).mean({-1});
+      e.sigma = at::rsqrt(ms + config_.rms_norm_eps);
+    }
+    if (split_) {  // [P_t k_s ; P_t J k_s]
+      e.ks = rotate(at::stack({ks, ks * L.jsign}, 1)).flatten(1);
+    } else {
+      e.ks = rotate((ks * L.gamma[0]).unsqueeze(1)).squeeze(1);
+    }
+    if (mode_ == DecodeMode::kPlane) {
+      zk = rotate_pairs((zk + L.latent_bias) * L.latent_gamma, L.planes);
+    } else if (mode_ == DecodeMode::kNaive) {
+      zk = rotate_pairs(zk, L.planes);
+    }
+    e.zk = zk;
+    e.vs = SlotLinear(x, L.v.shared, L.v.shared_bias);
+    e.zv = SlotLinear(x, L.v.down.reshape({-1, x.size(1)}))
+               .view({x.size(0), L.v.down.size(0), L.v.down.size(1)});
+    return e;
+  }
+
+  void WriteEntries(int64_t index, const RowPositions& at, const Entries& e) {
+    Layer& L = layers_[index];
+    if (e.sigma.defined()) Write(L.sigma, at, e.sigma);
+    WriteSegment(L.ks, at, e.ks);
+    WriteSegment(L.zk, at, e.zk);
+    WriteSegment(L.vs, at, e.vs);
+    WriteSegment(L.zv, at, e.zv);
+  }
+
+  // `engines` as LRKV engines of this one's mode, cache and options (so that
+  // one's entries and kernel parameters serve all); false if any is not.
+  bool PeersOf(const std::vector<DecodeEngine*>& engines,
+               std::vector<LrkvEngine*>* peers) const {
+    for (DecodeEngine* e : engines) {
+      auto* l = dynamic_cast<LrkvEngine*>(e);
+      if (l == nullptr || l->mode_ != mode_ || l->kernel_ != kernel_ ||
+          l->tiled_ != tiled_ || l->split_ != split_ ||
+          l->apply_sigma_ != apply_sigma_ || l->options_.batch != 1 ||
+          l->options_.cache_dtype != options_.cache_dtype ||
+          l->options_.materialize != options_.materialize) {
+        return false;
+      }
+      peers->push_back(l);
+    }
+    return true;
   }
 
   struct Layer {

@@ -291,23 +291,30 @@ at::Tensor Rope::RotatePairs(const at::Tensor& z, const at::Tensor& positions,
   // Float32 on the CPU with fixed frequencies and no gradient (every decode
   // step's latents): one loop, as Rotate takes one. The ATen expression below
   // was 4 % of an 8-sequence plane step at the Qwen3-0.6B shape.
-  if (FloatLoopApplies(z, positions) && positions.dim() == 1 &&
-      planes.device().is_cpu() && planes.dim() == 2 &&
-      planes.size(0) == z.size(2) && planes.size(1) == pairs) {
+  if (FloatLoopApplies(z, positions) && planes.device().is_cpu() &&
+      planes.dim() == 2 && planes.size(0) == z.size(2) &&
+      planes.size(1) == pairs) {
     return RotatePairsFloat(z, positions, planes);
   }
-  auto [cos_d, sin_d] = Angles(positions);  // [T, half]
+  auto [cos_d, sin_d] = Angles(positions);  // [T, half] or [B, T, half]
   if (const int64_t free = head_planes() - half_; free > 0) {
     // Position-free planes: the identity, without the attention factor (the
     // pass-through dims of a partial rotary are not scaled).
-    cos_d = at::cat({cos_d, at::ones({cos_d.size(0), free}, cos_d.options())}, 1);
-    sin_d = at::cat({sin_d, at::zeros({sin_d.size(0), free}, sin_d.options())}, 1);
+    std::vector<int64_t> shape = cos_d.sizes().vec();
+    shape.back() = free;
+    cos_d = at::cat({cos_d, at::ones(shape, cos_d.options())}, -1);
+    sin_d = at::cat({sin_d, at::zeros(shape, sin_d.options())}, -1);
   }
-  // Gather each head's plane frequencies: [T, n, pairs].
+  // Gather each head's plane frequencies: [1 or B, T, n, pairs].
   const auto index = planes.reshape({-1});
-  const int64_t n = planes.size(0), t = positions.size(0);
-  const auto cos = cos_d.index_select(1, index).view({1, t, n, pairs}).to(z.scalar_type());
-  const auto sin = sin_d.index_select(1, index).view({1, t, n, pairs}).to(z.scalar_type());
+  const int64_t n = planes.size(0), t = positions.size(-1),
+                lead = positions.dim() == 2 ? positions.size(0) : 1;
+  const auto cos = cos_d.index_select(-1, index)
+                       .view({lead, t, n, pairs})
+                       .to(z.scalar_type());
+  const auto sin = sin_d.index_select(-1, index)
+                       .view({lead, t, n, pairs})
+                       .to(z.scalar_type());
   auto p = z.narrow(-1, 0, 2 * pairs).unflatten(-1, {pairs, 2});
   auto z0 = p.select(-1, 0), z1 = p.select(-1, 1);
   auto out = at::stack({z0 * cos - z1 * sin, z0 * sin + z1 * cos}, -1).flatten(-2);

@@ -28,10 +28,10 @@ class Rope {
   // Rotates x [B, T, n, d_h] at positions [T] (shared by the batch) or [B, T].
   at::Tensor Rotate(const at::Tensor& x, const at::Tensor& positions) const;
 
-  // Rotates coordinate pairs (2m, 2m+1) of z [B, T, n, r] at positions [T]; pair m of
-  // head i turns with the frequency of plane `planes[i][m]` ([n, r/2] int64), a
-  // position-free plane (index >= planes()) not at all. An odd last coordinate is left
-  // alone.
+  // Rotates coordinate pairs (2m, 2m+1) of z [B, T, n, r] at positions [T] or
+  // [B, T]; pair m of head i turns with the frequency of plane `planes[i][m]`
+  // ([n, r/2] int64), a position-free plane (index >= planes()) not at all. An
+  // odd last coordinate is left alone.
   at::Tensor RotatePairs(const at::Tensor& z, const at::Tensor& positions,
                          const at::Tensor& planes) const;
 
@@ -64,8 +64,8 @@ class Rope {
   // one loop.
   at::Tensor RotateFloat(const at::Tensor& x,
                          const at::Tensor& positions) const;
-  // RotatePairs for float32 z [B, T, n, r] on the CPU, positions [T] and fixed
-  // frequencies, in one loop.
+  // RotatePairs for float32 z [B, T, n, r] on the CPU, positions [T] or [B, T]
+  // and fixed frequencies, in one loop.
   at::Tensor RotatePairsFloat(const at::Tensor& z, const at::Tensor& positions,
                               const at::Tensor& planes) const;
 

@@ -127,6 +127,20 @@ TEST(Rope, Float32LoopRotatesPairsAsTheFloat64ExpressionWithinRounding) {
         << bound.max().item<double>();
     EXPECT_TRUE(got.narrow(-1, 6, 1).equal(z.narrow(-1, 6, 1)));
     EXPECT_GT((got - z).abs().max().item<float>(), 0.1f);
+    // Per-sequence positions [B, T] (a batched step's rows, each at its own
+    // position): each sequence exactly as if rotated alone, by the loop and
+    // by the float64 expression.
+    const at::Tensor per_sequence = at::stack({positions, positions.flip(0)});
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+      const at::Tensor zd = z.to(dtype);
+      const at::Tensor both = rope.RotatePairs(zd, per_sequence, planes);
+      for (int64_t b = 0; b < 2; ++b) {
+        EXPECT_TRUE(both[b].equal(
+            rope.RotatePairs(zd.narrow(0, b, 1), per_sequence[b], planes)[0]))
+            << "sequence " << b
+            << (dtype == at::kFloat ? ", float32" : ", float64");
+      }
+    }
   }
   // A position-free plane does not turn at all.
   const at::Tensor z = at::randn({1, 5, 3, 7}, at::kFloat);
