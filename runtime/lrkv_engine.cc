@@ -623,7 +623,6 @@ class LrkvEngine : public DecodeEngine {
     return s;
   }
 
-  // Writes value [B, rest...] at position pos.
   // value [R, ...] at `at`: one position (a step) or consecutive ones (a prefill).
   void WriteSegment(Segment& s, const RowPositions& at, const at::Tensor& value) const {
     if (!at.consecutive) return WriteSegment(s, at.pos, value);
@@ -631,21 +630,35 @@ class LrkvEngine : public DecodeEngine {
     for (int64_t t = 0; t < value.size(0); ++t) WriteSegment(s, at.pos + t, value.narrow(0, t, 1));
   }
 
+  // value [B, rest...] at position pos. The tiled layout is written element by
+  // element at kernels::SegmentOffset: a step wrote each of its 5 entries per
+  // layer and sequence through about six ATen operations (reshape, selects,
+  // copy_), which ran on one core between the step's parallel products. The
+  // bf16 rounding is c10::BFloat16's, as copy_'s; a bf16 key of odd width keeps
+  // its zero column from allocation.
   void WriteSegment(Segment& s, int64_t pos, const at::Tensor& value) const {
     if (!tiled_) return Write(s.data, pos, value);
-    const int64_t b = options_.batch, lane = s.data.size(4);
-    auto row = value.reshape({b, s.width});
-    if (s.stride > s.width) {  // a bf16 key of odd width: one zero column
-      row =
-          at::cat({row, at::zeros({b, s.stride - s.width}, row.options())}, 1);
-    }
-    const int64_t tile = pos / kernels::kCacheTile,
-                  i = pos % kernels::kCacheTile;
-    if (s.key) {  // [B, S/P, P] at lane slot i
-      s.data.select(1, tile).select(2, i).copy_(
-          row.reshape({b, s.stride / lane, lane}));
-    } else {  // [B, S] at row i/P, slot i%P
-      s.data.select(1, tile).select(1, i / lane).select(2, i % lane).copy_(row);
+    const at::Tensor rows = value.to(at::kFloat).contiguous();
+    TORCH_CHECK(rows.numel() == options_.batch * s.width, "cache entry of ",
+                rows.numel(), " values for ", options_.batch, " rows of ",
+                s.width);
+    const float* in = rows.data_ptr<float>();
+    const int64_t lane = s.data.size(4);
+    const bool bf16 = s.data.scalar_type() == at::kBFloat16;
+    auto* f32 = bf16 ? nullptr : s.data.data_ptr<float>();
+    auto* b16 = bf16 ? s.data.data_ptr<at::BFloat16>() : nullptr;
+    for (int64_t b = 0; b < options_.batch; ++b) {
+      for (int64_t c = 0; c < s.width; ++c) {
+        const int64_t at =
+            kernels::SegmentOffset(kernels::CacheLayout::kTiles, s.key, lane,
+                                   s.stride, capacity(), b, pos, c);
+        const float x = in[b * s.width + c];
+        if (bf16) {
+          b16[at] = at::BFloat16(x);
+        } else {
+          f32[at] = x;
+        }
+      }
     }
   }
 
