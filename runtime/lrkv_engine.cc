@@ -729,8 +729,9 @@ class LrkvEngine : public DecodeEngine {
     WriteSegment(L.zv, at, e.zv);
   }
 
-  // `engines` as LRKV engines of this one's mode, cache and options (so that
-  // one's entries and kernel parameters serve all); false if any is not.
+  // `engines` as LRKV engines of this one's mode, cache and options, injected
+  // fault included (so that one's entries and kernel parameters serve all);
+  // false if any is not.
   bool PeersOf(const std::vector<DecodeEngine*>& engines,
                std::vector<LrkvEngine*>* peers) const {
     for (DecodeEngine* e : engines) {
@@ -738,6 +739,7 @@ class LrkvEngine : public DecodeEngine {
       if (l == nullptr || l->mode_ != mode_ || l->kernel_ != kernel_ ||
           l->tiled_ != tiled_ || l->split_ != split_ ||
           l->apply_sigma_ != apply_sigma_ || l->options_.batch != 1 ||
+          l->options_.fault != options_.fault ||
           l->options_.cache_dtype != options_.cache_dtype ||
           l->options_.materialize != options_.materialize) {
         return false;
