@@ -87,6 +87,27 @@ at::Tensor DecodeEngine::RotateAt(int64_t layer, const at::Tensor& x,
   return rope(layer).Rotate(x.unsqueeze(0), positions).squeeze(0);
 }
 
+namespace {
+// positions as [N, 1]: row i is sequence i's one position (Rope's [B, T] form).
+at::Tensor EachPosition(const std::vector<int64_t>& positions) {
+  return at::tensor(positions, at::kLong).unsqueeze(1);
+}
+}  // namespace
+
+at::Tensor DecodeEngine::RotateEachAt(
+    int64_t layer, const at::Tensor& x,
+    const std::vector<int64_t>& positions) const {
+  return rope(layer).Rotate(x.unsqueeze(1), EachPosition(positions)).squeeze(1);
+}
+
+at::Tensor DecodeEngine::RotatePairsEachAt(
+    int64_t layer, const at::Tensor& z, const at::Tensor& planes,
+    const std::vector<int64_t>& positions) const {
+  return rope(layer)
+      .RotatePairs(z.unsqueeze(1), EachPosition(positions), planes)
+      .squeeze(1);
+}
+
 at::Tensor DecodeEngine::RotateLeadingAt(int64_t layer, const at::Tensor& x,
                                          const RowPositions& at) const {
   if (!at.consecutive) {

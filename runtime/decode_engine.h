@@ -197,6 +197,14 @@ class DecodeEngine {
   at::Tensor RotateAt(int64_t layer, const at::Tensor& x, int64_t pos) const;
   // Rotates x [R, n, d_h] whose rows sit at `at`.
   at::Tensor RotateAt(int64_t layer, const at::Tensor& x, const RowPositions& at) const;
+  // Rotates x [N, n, d_h] whose row i sits at positions[i] (one row of each of
+  // N sequences, a batched step's AppendTogether / AttendTogether).
+  at::Tensor RotateEachAt(int64_t layer, const at::Tensor& x,
+                          const std::vector<int64_t>& positions) const;
+  // Rope::RotatePairs of z [N, n, r] whose row i sits at positions[i].
+  at::Tensor RotatePairsEachAt(int64_t layer, const at::Tensor& z,
+                               const at::Tensor& planes,
+                               const std::vector<int64_t>& positions) const;
   // Rows of a prefill attended at once over `n` positions: the scores [rows, H, n]
   // stay within 4M elements (16 MiB of fp32, below glibc's mmap threshold, so their
   // blocks are reused rather than mapped and faulted in afresh).

@@ -100,12 +100,7 @@ class ExpandedEngine : public DecodeEngine {
       v_seqs.push_back(e->v_[layer].data_ptr());
       lengths.push_back(positions[i] + 1);
     }
-    // Row i rotated at its own position.
-    const auto qr = rope(layer)
-                        .Rotate(q.unsqueeze(1),
-                                at::tensor(positions, at::kLong).unsqueeze(1))
-                        .squeeze(1)
-                        .contiguous();
+    const auto qr = RotateEachAt(layer, q, positions).contiguous();
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     kernels::MhaDecodeParams p = KernelParams(qr, longest);
     p.capacity = longest;

@@ -244,15 +244,11 @@ class LrkvEngine : public DecodeEngine {
                       const std::vector<int64_t>& positions) override {
     std::vector<LrkvEngine*> peers;
     if (!PeersOf(engines, &peers)) return false;
-    const at::Tensor at_rows = at::tensor(positions, at::kLong).unsqueeze(1);
-    const Rope& r = rope(index);
     const Entries all = EntriesOf(
         index, x,
-        [&](const at::Tensor& t) {
-          return r.Rotate(t.unsqueeze(1), at_rows).squeeze(1);
-        },
+        [&](const at::Tensor& t) { return RotateEachAt(index, t, positions); },
         [&](const at::Tensor& z, const at::Tensor& planes) {
-          return r.RotatePairs(z.unsqueeze(1), at_rows, planes).squeeze(1);
+          return RotatePairsEachAt(index, z, planes, positions);
         });
     for (size_t i = 0; i < peers.size(); ++i) {
       const auto row = static_cast<int64_t>(i);
@@ -425,11 +421,7 @@ class LrkvEngine : public DecodeEngine {
                             const std::vector<int64_t>& positions) override {
     std::vector<LrkvEngine*> peers;
     if (!kernel_ || !PeersOf(engines, &peers)) return {};
-    const auto qr = rope(index)
-                        .Rotate(q.unsqueeze(1),
-                                at::tensor(positions, at::kLong).unsqueeze(1))
-                        .squeeze(1)
-                        .contiguous();
+    const auto qr = RotateEachAt(index, q, positions).contiguous();
     KernelRows rows = KernelRowsOf(index, qr);
     for (size_t i = 0; i < peers.size(); ++i) {
       peers[i]->RunKernel(index, rows, static_cast<int64_t>(i), 1,
