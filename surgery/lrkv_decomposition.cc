@@ -158,7 +158,7 @@ void Alternate(const at::Tensor& wt, const at::Tensor& mask,
       RunAlternation(fast, {opt.max_iters - 1, opt.tol}, &p, &work);
       out->float32_steps = static_cast<int>(work.gauged.size()) - 1;
       polish -= out->float32_steps;
-      coefficients = p.s[0];
+      coefficients = fast.CoefficientsOfState(p.s);
     }
     Point p{exact.StateOf(coefficients), best->b};
     out->converged =

@@ -46,18 +46,22 @@ GramStep::GramStep(const HeadGram& heads, const at::Tensor& mask,
       dh_(heads.head_dim),
       n_(h_ * dh_),
       gram_(heads.gram.to(work)),
-      head_cols_(gram_.view({n_, h_, dh_}).permute({1, 0, 2}).contiguous()),
+      head_rows_(gram_.view({h_, dh_, n_})),
       head_grams_(at::stack(at::TensorList(std::vector<at::Tensor>([&] {
         std::vector<at::Tensor> blocks;
         for (int64_t i = 0; i < h_; ++i)
-          blocks.push_back(head_cols_[i].narrow(0, i * dh_, dh_));
+          blocks.push_back(head_rows_[i].narrow(1, i * dh_, dh_));
         return blocks;
       }())))),
-      col_sum_(head_cols_.sum(0)) {}
+      row_sum_(head_rows_.sum(0)) {}
 
 at::Tensor GramStep::StateOf(const at::Tensor& coefficients) const {
-  const at::Tensor c = coefficients.to(gram_.scalar_type());
-  return at::stack({c, at::matmul(gram_, c)});
+  const at::Tensor ct = coefficients.to(gram_.scalar_type()).t();
+  return at::stack({ct, at::matmul(ct, gram_)});  // Cᵀ, CᵀK = Xᵀ
+}
+
+at::Tensor GramStep::CoefficientsOfState(const at::Tensor& state) const {
+  return state[0].t();
 }
 
 at::Tensor GramStep::MeanCoefficients() const {
@@ -76,7 +80,7 @@ at::Tensor GramStep::CoefficientsOf(const at::Tensor& shared) const {
 }
 
 at::Tensor GramStep::SharedOf(const at::Tensor& state) const {
-  return at::matmul(heads_.cols, state[0].to(at::kDouble));
+  return at::matmul(heads_.cols, state[0].to(at::kDouble).t());
 }
 
 // From S = W̃C_f (X_f = W̃ᵀS): the residual Grams are G_h = K_hh − X_h − X_hᵀ
@@ -89,39 +93,45 @@ at::Tensor GramStep::SharedOf(const at::Tensor& state) const {
 // (Σ_h K_{:,h} − (1 − ε)Σ_h K_{:,h}P_h)·A⁻¹. With orthonormal B_h the
 // objective needs no residual either: Σ‖W̃_h − S‖² = tr K − 2Σ_h tr X_h +
 // H·tr SᵀS, and Σ‖U_h‖² = Σ_h⟨K_hhB_h, B_h⟩ − 2Σ_h⟨X_h, P_h⟩ +
-// ⟨SᵀS, Σ_hP_h⟩; the objective is their difference.
+// ⟨SᵀS, Σ_hP_h⟩; the objective is their difference. Everything is computed
+// transposed (Cᵀ, Xᵀ [d_h, n]; B_hᵀ times K's rows of head h, which K's
+// symmetry makes (K_{:,h}B_h)ᵀ): every GEMM then reads whole rows, with n
+// columns.
 Point GramStep::Step(const at::Tensor& from) const {
   Point p;
-  const at::Tensor x_from = from[1].view({h_, dh_, dh_});
-  const at::Tensor gram = head_grams_ - x_from - x_from.transpose(1, 2) +
-                          Symmetric(at::matmul(from[0].t(), from[1]));
+  // X_hᵀ [H, d_h, d_h]: head h's columns of Xᵀ.
+  const at::Tensor xt_from = from[1].view({dh_, h_, dh_}).permute({1, 0, 2});
+  const at::Tensor gram = head_grams_ - xt_from - xt_from.transpose(1, 2) +
+                          Symmetric(at::matmul(from[0], from[1].t()));
   const int64_t r = opt_.rank;
   p.b = FreeSubspaces(gram, r, mask_);
-  const at::Tensor kb = at::matmul(head_cols_, p.b);  // K_{:,h}B_h [H, n, r]
-  const at::Tensor b_rows =
-      p.b.transpose(1, 2).reshape({h_ * r, dh_});  // [B_1ᵀ; …; B_Hᵀ]
-  const at::Tensor proj_sum = at::matmul(b_rows.t(), b_rows);    // Σ_h P_h
-  const at::Tensor proj = at::matmul(p.b, p.b.transpose(1, 2));  // P_h
+  const at::Tensor bt = p.b.transpose(1, 2);
+  const at::Tensor kbt = at::matmul(bt, head_rows_);  // (K_{:,h}B_h)ᵀ [H, r, n]
+  const at::Tensor b_cols =
+      p.b.permute({1, 0, 2}).reshape({dh_, h_ * r});           // [B_1 … B_H]
+  const at::Tensor proj_sum = at::matmul(b_cols, b_cols.t());  // Σ_h P_h
+  const at::Tensor proj = at::matmul(p.b, bt);                 // P_h
   const double keep = 1 - opt_.gauge;
   const at::Tensor eye = at::eye(dh_, proj.options());
   const at::Tensor a = static_cast<double>(h_) * eye - keep * proj_sum;
-  // [E_1; …; E_H] and Σ_h K_{:,h}E_h, both [n, d_h], times A⁻¹ at once.
-  const at::Tensor rhs = at::cat(
-      {(eye - keep * proj).reshape({n_, dh_}),
-       col_sum_ - keep * at::matmul(kb.permute({1, 0, 2}).reshape({n_, h_ * r}),
-                                    b_rows)});
-  p.s = at::cholesky_solve(rhs.t(), at::linalg_cholesky(a))
-            .t()
-            .reshape({2, n_, dh_});
-  const at::Tensor x = p.s[1].view({h_, dh_, dh_});
-  const at::Tensor ss = Symmetric(at::matmul(p.s[0].t(), p.s[1]));
-  const double total = heads_.energy - 2 * Sum(x.diagonal(0, 1, 2)) +
+  // Cᵀ = A⁻¹[E_1 … E_H] and Xᵀ = A⁻¹(Σ_h K_{:,h}E_h)ᵀ, written into the
+  // state's halves (A⁻¹ explicitly: its condition is at most 1/ε).
+  const at::Tensor a_inv = at::cholesky_inverse(at::linalg_cholesky(a));
+  p.s = at::empty({2, dh_, n_}, a.options());
+  at::Tensor ct = p.s[0], xt_new = p.s[1];
+  at::mm_out(ct, a_inv,
+             (eye - keep * proj).permute({1, 0, 2}).reshape({dh_, n_}));
+  at::mm_out(xt_new, a_inv,
+             row_sum_ - keep * at::matmul(b_cols, kbt.view({h_ * r, n_})));
+  const at::Tensor xt = p.s[1].view({dh_, h_, dh_}).permute({1, 0, 2});
+  const at::Tensor ss = Symmetric(at::matmul(p.s[0], p.s[1].t()));
+  const double total = heads_.energy - 2 * Sum(xt.diagonal(0, 1, 2)) +
                        static_cast<double>(h_) * Sum(ss.diagonal());
-  // K_hhB_h: head h's own rows of its block of K·B.
-  const at::Tensor kb_own =
-      kb.view({h_, h_, dh_, r}).diagonal(0, 0, 1).permute({2, 0, 1});
+  // B_hᵀK_hh: head h's own columns of its block of Bᵀ·K.
+  const at::Tensor kbt_own =
+      kbt.view({h_, r, h_, dh_}).diagonal(0, 0, 2).permute({2, 0, 1});
   const double u_energy =
-      Sum(kb_own * p.b) - 2 * Sum(x * proj) + Sum(ss * proj_sum);
+      Sum(kbt_own * bt) - 2 * Sum(xt * proj) + Sum(ss * proj_sum);
   // Clamped: near an exact fit the difference rounds to a tiny negative.
   p.objective = std::max(0.0, total - u_energy);
   p.gauged = p.objective + opt_.gauge * u_energy;

@@ -4,7 +4,8 @@
 // S lies in the span of the whitened heads' columns W̃ = [W̃_1 … W̃_H] [k, n],
 // n = H·d_h (the best S for any subspaces is Σ_h W̃_h C_h, see Step), so a
 // state carries S as its coefficients C [n, d_h], S = W̃C, beside X = W̃ᵀS
-// [n, d_h]: packed [C; X] as [2, n, d_h], linear in S as extrapolation needs.
+// [n, d_h]: packed transposed, [Cᵀ; Xᵀ] as [2, d_h, n], linear in S as
+// extrapolation needs.
 // A step then reads only K = W̃ᵀW̃ [n, n], never the k-row heads: about 0.7×
 // the GEMM work of forming W̃ᵀS from the heads each step (k ≥ n after the
 // reduction to the heads' span), the same eigenproblems, the same points.
@@ -39,8 +40,10 @@ class GramStep : public AlternationStep {
   GramStep(const HeadGram& heads, const at::Tensor& mask,
            const LrkvDecompositionOptions& opt, at::ScalarType work);
 
-  // The state of S = W̃C for coefficients C [n, d_h] (any float dtype).
+  // The state of S = W̃C for coefficients C [n, d_h] (any float dtype), and
+  // back.
   at::Tensor StateOf(const at::Tensor& coefficients) const;
+  at::Tensor CoefficientsOfState(const at::Tensor& state) const;
   // Coefficients of the heads' mean, S = (1/H) Σ_h W̃_h: C_h = I/H.
   at::Tensor MeanCoefficients() const;
   // Coefficients C with W̃C = S for S [k, d_h] in the heads' span (float64; a
@@ -57,9 +60,10 @@ class GramStep : public AlternationStep {
   const LrkvDecompositionOptions& opt_;
   const at::Tensor mask_;
   const int64_t h_, dh_, n_;
-  // K in `work`; its head blocks K_{:,h} [H, n, d_h]; the diagonal blocks
-  // K_hh = W̃_hᵀW̃_h [H, d_h, d_h]; Σ_h K_{:,h} = W̃ᵀ Σ_h W̃_h [n, d_h].
-  const at::Tensor gram_, head_cols_, head_grams_, col_sum_;
+  // K in `work`; its rows by head, K_{h,:} = (K_{:,h})ᵀ [H, d_h, n]; the
+  // diagonal blocks K_hh = W̃_hᵀW̃_h [H, d_h, d_h]; Σ_h K_{h,:} = (W̃ᵀ Σ_h
+  // W̃_h)ᵀ [d_h, n].
+  const at::Tensor gram_, head_rows_, head_grams_, row_sum_;
 };
 
 }  // namespace lrkv
