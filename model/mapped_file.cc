@@ -8,11 +8,44 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace lrkv {
+namespace {
+
+// The live maps by start address: their size and descriptor.
+struct LiveMap {
+  size_t size;
+  int fd;
+};
+std::mutex& LiveMapsMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<uintptr_t, LiveMap>& LiveMaps() {
+  static auto* maps = new std::map<uintptr_t, LiveMap>;
+  return *maps;
+}
+
+}  // namespace
+
+std::optional<MappedSource> FindMappedSource(const void* data, size_t size) {
+  const auto start = reinterpret_cast<uintptr_t>(data);
+  const std::lock_guard<std::mutex> lock(LiveMapsMutex());
+  const auto& maps = LiveMaps();
+  auto it = maps.upper_bound(start);
+  if (it == maps.begin()) return std::nullopt;
+  --it;
+  const uintptr_t offset = start - it->first;
+  if (offset > it->second.size || size > it->second.size - offset) {
+    return std::nullopt;
+  }
+  return MappedSource{it->second.fd, offset};
+}
 
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
     const std::string& path) {
@@ -39,13 +72,21 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
           absl::StrCat(path, ": mmap failed: ", std::strerror(err)));
     }
     data = static_cast<const uint8_t*>(p);
+    const std::lock_guard<std::mutex> lock(LiveMapsMutex());
+    LiveMaps()[reinterpret_cast<uintptr_t>(data)] = {size, fd};
   }
-  ::close(fd);
-  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size));
+  return std::unique_ptr<MappedFile>(new MappedFile(path, fd, data, size));
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) {
+    {
+      const std::lock_guard<std::mutex> lock(LiveMapsMutex());
+      LiveMaps().erase(reinterpret_cast<uintptr_t>(data_));
+    }
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
+  ::close(fd_);
 }
 
 }  // namespace lrkv

@@ -5,12 +5,24 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace lrkv {
+
+// The file behind bytes of a live MappedFile: its descriptor (open while the
+// map lives) and the bytes' offset in it.
+struct MappedSource {
+  int fd = -1;
+  uint64_t offset = 0;
+};
+
+// Where `size` bytes at `data` come from, when they lie whole in one live
+// MappedFile (a writer may then copy them file to file, in the kernel).
+std::optional<MappedSource> FindMappedSource(const void* data, size_t size);
 
 class MappedFile {
  public:
@@ -24,9 +36,10 @@ class MappedFile {
   const std::string& path() const { return path_; }
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, int fd, const uint8_t* data, size_t size)
+      : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
   std::string path_;
+  int fd_;  // kept open for FindMappedSource
   const uint8_t* data_;
   size_t size_;
 };

@@ -1,15 +1,19 @@
 // Streaming, sharded safetensors writer (see safetensors_writer.h).
 #include "model/safetensors_writer.h"
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "model/safetensors.h"
 #include "base/status_macros.h"
+#include "model/mapped_file.h"
+#include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {
@@ -22,6 +26,36 @@ absl::Status Invalid(const std::string& msg) { return absl::InvalidArgumentError
 
 absl::Status IoError(const std::string& path, const char* what) {
   return absl::InternalError(absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
+}
+
+// Copies `nbytes` from `source` to the end of `file` in the kernel
+// (copy_file_range: no pass through user memory, and no page faults on the
+// source's map). stdio's buffer is flushed first; the copy writes at an
+// explicit offset and stdio then seeks to its end with SEEK_SET, because glibc
+// caches the descriptor's offset and a SEEK_CUR would land before the copy.
+// False, with nothing written, where the kernel cannot (another file system,
+// say): the caller writes the bytes itself.
+absl::StatusOr<bool> CopyFromMappedSource(const MappedSource& source,
+                                          uint64_t nbytes, std::FILE* file,
+                                          const std::string& path) {
+  if (std::fflush(file) != 0) return IoError(path, "write failed");
+  const off_t start = ::ftello(file);
+  if (start < 0) return IoError(path, "tell failed");
+  loff_t in = static_cast<loff_t>(source.offset);
+  loff_t out = static_cast<loff_t>(start);
+  uint64_t done = 0;
+  while (done < nbytes) {
+    const ssize_t n = ::copy_file_range(source.fd, &in, ::fileno(file), &out,
+                                        nbytes - done, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (done == 0) return false;
+      return IoError(path, "copy failed");
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  if (::fseeko(file, out, SEEK_SET) != 0) return IoError(path, "seek failed");
+  return true;
 }
 
 }  // namespace
@@ -151,7 +185,13 @@ absl::Status SafetensorsCheckpointWriter::Write(const std::string& name, const v
     RETURN_IF_ERROR(CloseShard());
     RETURN_IF_ERROR(OpenShard(shard_of_[next_]));
   }
-  if (nbytes > 0 && std::fwrite(data, 1, nbytes, file_) != nbytes) {
+  bool copied = false;
+  if (const auto source = FindMappedSource(data, nbytes);
+      source && nbytes > 0) {
+    ASSIGN_OR_RETURN(copied,
+                     CopyFromMappedSource(*source, nbytes, file_, tmp_path_));
+  }
+  if (!copied && nbytes > 0 && std::fwrite(data, 1, nbytes, file_) != nbytes) {
     return IoError(tmp_path_, "write failed");
   }
   ++next_;

@@ -1,24 +1,28 @@
 // Checkpoint formats and config parsing: safetensors writer/reader (single and
 // sharded), dtype conversions, GGUF metadata of the real stories260K model, HF configs.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
+#include "base/block_quant.h"
+#include "base/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "base/block_quant.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
-#include "base/dtype.h"
 #include "model/gguf.h"
 #include "model/gguf_writer.h"
+#include "model/mapped_file.h"
 #include "model/safetensors.h"
 #include "model/safetensors_writer.h"
 #include "model/text_corpus.h"
-#include "tests/test_paths.h"
 #include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
 
 namespace lrkv {
 namespace {
@@ -160,6 +164,58 @@ TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
   EXPECT_TRUE(SafetensorsReader::Open(one.string()).ok());
 }
 
+// Bytes that lie in a live map (a source checkpoint's tensors) are copied file
+// to file by the kernel; what follows them lands after them, not over them, and
+// a map that is gone is no longer a source.
+TEST(Safetensors, TensorsFromAMappedSourceAreCopiedAndWhatFollowsLandsAfter) {
+  const fs::path src = testing::FreshTempDir("st_mapped_src");
+  const auto a = RandomBytes(4000, 5), b = RandomBytes(64, 6);
+  {
+    auto w = SafetensorsCheckpointWriter::Create(
+        src.string(), {{"a", DType::kF32, {1000}}, {"b", DType::kF32, {16}}});
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Write("a", a.data(), a.size()).ok());
+    ASSERT_TRUE((*w)->Write("b", b.data(), b.size()).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  const fs::path dir = testing::FreshTempDir("st_mapped_dst");
+  const void* mapped_a = nullptr;
+  {
+    auto source = SafetensorsReader::Open(src.string());
+    ASSERT_TRUE(source.ok()) << source.status();
+    const TensorView* ma = (*source)->Find("a");
+    const TensorView* mb = (*source)->Find("b");
+    ASSERT_NE(ma, nullptr);
+    ASSERT_NE(mb, nullptr);
+    mapped_a = ma->data;
+    const auto found = FindMappedSource(ma->data, ma->nbytes);
+    ASSERT_TRUE(found.has_value());
+    std::vector<uint8_t> at_offset(a.size());
+    ASSERT_EQ(::pread(found->fd, at_offset.data(), at_offset.size(),
+                      static_cast<off_t>(found->offset)),
+              static_cast<ssize_t>(a.size()));
+    EXPECT_EQ(at_offset, a);
+    EXPECT_FALSE(FindMappedSource(a.data(), a.size()).has_value());
+    const auto c = RandomBytes(24, 7);
+    const std::vector<TensorView> in = {View("b", DType::kF32, {16}, b),
+                                        View("a", DType::kF32, {1000}, a),
+                                        View("c", DType::kF32, {6}, c)};
+    auto w = SafetensorsCheckpointWriter::Create(dir.string(),
+                                                 {{"b", DType::kF32, {16}},
+                                                  {"a", DType::kF32, {1000}},
+                                                  {"c", DType::kF32, {6}}});
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Write("b", mb->data, mb->nbytes).ok());
+    ASSERT_TRUE((*w)->Write("a", ma->data, ma->nbytes).ok());
+    ASSERT_TRUE((*w)->Write("c", c.data(), c.size()).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+    auto reader = SafetensorsReader::Open(dir.string());
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    ExpectReadBack(**reader, in);
+  }
+  EXPECT_FALSE(FindMappedSource(mapped_a, a.size()).has_value());
+}
+
 // A writer abandoned part-way (a failed conversion) leaves its finished shards, no
 // index and no temporary file; finishing early is refused.
 TEST(Safetensors, AnUnfinishedWriterLeavesNoIndexAndNoTemporary) {
@@ -219,6 +275,35 @@ TEST(DType, HalfRoundTripsEveryFiniteValue) {
   EXPECT_EQ(HalfToFloat(0xc000), -2.0f);
   EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);  // overflow to +inf
+}
+
+// NaN and Inf are told apart in every stored dtype; finite extremes are
+// neither.
+TEST(DType, CountNonFiniteSeparatesNanFromInfInEveryDtype) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> values(1000, 0.5f);
+  values[3] = nan;
+  values[500] = -inf;
+  values[501] = inf;
+  values[999] = nan;
+  values[7] = 65504.0f;  // the largest finite half
+  values[8] = -1e-30f;
+  EXPECT_EQ(CountNonFinite(DType::kF32, values.data(), values.size()).nan, 2);
+  EXPECT_EQ(CountNonFinite(DType::kF32, values.data(), values.size()).inf, 2);
+  for (const DType d : {DType::kF16, DType::kBF16}) {
+    std::vector<uint16_t> half(values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      half[i] = d == DType::kF16 ? FloatToHalf(values[i])
+                                 : FloatToBFloat16(values[i]);
+    }
+    const NonFiniteCount c = CountNonFinite(d, half.data(), half.size());
+    EXPECT_EQ(c.nan, 2) << DTypeName(d);
+    EXPECT_EQ(c.inf, 2) << DTypeName(d);
+  }
+  std::vector<float> finite(4096, -3.0f);
+  EXPECT_EQ(CountNonFinite(DType::kF32, finite.data(), finite.size()).nan, 0);
+  EXPECT_EQ(CountNonFinite(DType::kF32, finite.data(), finite.size()).inf, 0);
 }
 
 TEST(DType, BFloat16RoundsToNearestEven) {
