@@ -46,14 +46,24 @@ PlainStep PlainAlternation(const at::Tensor& wt, const at::Tensor& from,
 // the reduction to it) and k = 48 (K singular, as in MHA with H·d_h > d).
 class GramStepTest : public ::testing::TestWithParam<int64_t> {};
 
-TEST_P(GramStepTest, Float64StepIsThePlainAlternation) {
-  at::manual_seed(5);
-  const int64_t h = 4, k = GetParam(), dh = 16, r = 5;
-  const at::Tensor wt = at::randn({h, k, dh}, at::kDouble);
+// Random whitened heads [H, k, d_h] at a seed, their Gram, options at a rank.
+struct RandomHeads {
+  static constexpr int64_t h = 4, dh = 16;
+  RandomHeads(uint64_t seed, int64_t k, int64_t rank)
+      : wt((at::manual_seed(seed), at::randn({h, k, dh}, at::kDouble))),
+        heads(wt) {
+    opt.rank = rank;
+  }
+  at::Tensor wt;
+  HeadGram heads;
   LrkvDecompositionOptions opt;
-  opt.rank = r;
-  const HeadGram heads(wt);
-  const GramStep step(heads, at::Tensor(), opt, at::kDouble);
+};
+
+TEST_P(GramStepTest, Float64StepIsThePlainAlternation) {
+  const int64_t r = 5;
+  const RandomHeads x(5, GetParam(), r);
+  const at::Tensor& wt = x.wt;
+  const GramStep step(x.heads, at::Tensor(), x.opt, at::kDouble);
   // From the mean, then from that step's S (a state built by the step
   // itself), each against the plain step from the same S.
   at::Tensor state = step.StateOf(step.MeanCoefficients());
@@ -61,7 +71,7 @@ TEST_P(GramStepTest, Float64StepIsThePlainAlternation) {
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
     ASSERT_LT(MaxRelError(step.SharedOf(state), shared), 1e-12);
-    const PlainStep plain = PlainAlternation(wt, shared, r, opt.gauge);
+    const PlainStep plain = PlainAlternation(wt, shared, r, x.opt.gauge);
     const Point p = step.Step(state);
     // Doubles, algebraically equal: rounding times A's condition (≤ 1/ε).
     EXPECT_LT(MaxRelError(step.SharedOf(p.s), plain.shared), 1e-10);
@@ -75,15 +85,10 @@ TEST_P(GramStepTest, Float64StepIsThePlainAlternation) {
 }
 
 TEST_P(GramStepTest, CoefficientsReproduceAnSInTheHeadsSpan) {
-  at::manual_seed(6);
-  const int64_t h = 4, k = GetParam(), dh = 16;
-  const at::Tensor wt = at::randn({h, k, dh}, at::kDouble);
-  LrkvDecompositionOptions opt;
-  opt.rank = 3;
-  const HeadGram heads(wt);
-  const GramStep step(heads, at::Tensor(), opt, at::kDouble);
+  const RandomHeads x(6, GetParam(), 3);
+  const GramStep step(x.heads, at::Tensor(), x.opt, at::kDouble);
   const at::Tensor shared =
-      at::matmul(heads.cols, at::randn({h * dh, dh}, at::kDouble));
+      at::matmul(x.heads.cols, at::randn({x.h * x.dh, x.dh}, at::kDouble));
   const at::Tensor c = step.CoefficientsOf(shared);
   EXPECT_LT(MaxRelError(step.SharedOf(step.StateOf(c)), shared), 1e-8);
 }
@@ -91,13 +96,11 @@ TEST_P(GramStepTest, CoefficientsReproduceAnSInTheHeadsSpan) {
 // The float32 step's S is as close to the float64 plain step's as the plain
 // step computed in float32 is, within 4×.
 TEST_P(GramStepTest, Float32StepErrsAsThePlainStepInFloat32) {
-  at::manual_seed(7);
-  const int64_t h = 4, k = GetParam(), dh = 16, r = 5;
-  const at::Tensor wt = at::randn({h, k, dh}, at::kDouble);
-  LrkvDecompositionOptions opt;
-  opt.rank = r;
-  const HeadGram heads(wt);
-  const GramStep fast(heads, at::Tensor(), opt, at::kFloat);
+  const int64_t r = 5;
+  const RandomHeads x(7, GetParam(), r);
+  const at::Tensor& wt = x.wt;
+  const LrkvDecompositionOptions& opt = x.opt;
+  const GramStep fast(x.heads, at::Tensor(), opt, at::kFloat);
   const at::Tensor shared = wt.mean(0);
   const PlainStep ref = PlainAlternation(wt, shared, r, opt.gauge);
   const PlainStep plain32 =
