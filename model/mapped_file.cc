@@ -17,28 +17,29 @@
 namespace lrkv {
 namespace {
 
-// The live maps by start address: their size and descriptor.
+// The live maps by start address (their size and descriptor), and the lock
+// that guards them. Never destroyed: a map may outlive static destruction.
 struct LiveMap {
   size_t size;
   int fd;
 };
-std::mutex& LiveMapsMutex() {
-  static std::mutex m;
-  return m;
-}
-std::map<uintptr_t, LiveMap>& LiveMaps() {
-  static auto* maps = new std::map<uintptr_t, LiveMap>;
-  return *maps;
+struct LiveMaps {
+  std::mutex mutex;
+  std::map<uintptr_t, LiveMap> by_start;
+};
+LiveMaps& Live() {
+  static auto* live = new LiveMaps;
+  return *live;
 }
 
 }  // namespace
 
 std::optional<MappedSource> FindMappedSource(const void* data, size_t size) {
   const auto start = reinterpret_cast<uintptr_t>(data);
-  const std::lock_guard<std::mutex> lock(LiveMapsMutex());
-  const auto& maps = LiveMaps();
-  auto it = maps.upper_bound(start);
-  if (it == maps.begin()) return std::nullopt;
+  LiveMaps& live = Live();
+  const std::lock_guard<std::mutex> lock(live.mutex);
+  auto it = live.by_start.upper_bound(start);
+  if (it == live.by_start.begin()) return std::nullopt;
   --it;
   const uintptr_t offset = start - it->first;
   if (offset > it->second.size || size > it->second.size - offset) {
@@ -72,8 +73,9 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
           absl::StrCat(path, ": mmap failed: ", std::strerror(err)));
     }
     data = static_cast<const uint8_t*>(p);
-    const std::lock_guard<std::mutex> lock(LiveMapsMutex());
-    LiveMaps()[reinterpret_cast<uintptr_t>(data)] = {size, fd};
+    LiveMaps& live = Live();
+    const std::lock_guard<std::mutex> lock(live.mutex);
+    live.by_start[reinterpret_cast<uintptr_t>(data)] = {size, fd};
   }
   return std::unique_ptr<MappedFile>(new MappedFile(path, fd, data, size));
 }
@@ -81,8 +83,9 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(
 MappedFile::~MappedFile() {
   if (data_ != nullptr) {
     {
-      const std::lock_guard<std::mutex> lock(LiveMapsMutex());
-      LiveMaps().erase(reinterpret_cast<uintptr_t>(data_));
+      LiveMaps& live = Live();
+      const std::lock_guard<std::mutex> lock(live.mutex);
+      live.by_start.erase(reinterpret_cast<uintptr_t>(data_));
     }
     ::munmap(const_cast<uint8_t*>(data_), size_);
   }

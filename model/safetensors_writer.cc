@@ -185,14 +185,15 @@ absl::Status SafetensorsCheckpointWriter::Write(const std::string& name, const v
     RETURN_IF_ERROR(CloseShard());
     RETURN_IF_ERROR(OpenShard(shard_of_[next_]));
   }
-  bool copied = false;
-  if (const auto source = FindMappedSource(data, nbytes);
-      source && nbytes > 0) {
-    ASSIGN_OR_RETURN(copied,
-                     CopyFromMappedSource(*source, nbytes, file_, tmp_path_));
-  }
-  if (!copied && nbytes > 0 && std::fwrite(data, 1, nbytes, file_) != nbytes) {
-    return IoError(tmp_path_, "write failed");
+  if (nbytes > 0) {
+    bool copied = false;
+    if (const auto source = FindMappedSource(data, nbytes)) {
+      ASSIGN_OR_RETURN(copied,
+                       CopyFromMappedSource(*source, nbytes, file_, tmp_path_));
+    }
+    if (!copied && std::fwrite(data, 1, nbytes, file_) != nbytes) {
+      return IoError(tmp_path_, "write failed");
+    }
   }
   ++next_;
   return absl::OkStatus();
