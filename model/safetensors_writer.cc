@@ -78,8 +78,18 @@ absl::StatusOr<std::string> SafetensorsHeader(const std::vector<TensorSpec>& spe
                       {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();
   }
+  // The data section starts on a 64-byte line (the 8-byte length, then the
+  // header padded with spaces, which the format allows; Hugging Face's writer
+  // pads to 8). The readers decode from the mapped file in place, so every
+  // 64-byte vector load of a tensor whose size is a multiple of 64 bytes then
+  // stays within one cache line: the Qwen3-0.6B shape's decode step measured
+  // 26.6 against 31.7 ms with the same weights at offset 8 mod 64 (context 16,
+  // steps interleaved in one `bench generate`).
+  constexpr size_t kDataAlignment = 64;
   std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
+  text.append(
+      (kDataAlignment - (8 + text.size()) % kDataAlignment) % kDataAlignment,
+      ' ');
   std::string out;
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
