@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -56,82 +54,54 @@ struct BenchProgress {
   }
 };
 
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// One engine whose cache holds the context, with the token it decodes next and
-// the times of its steps.
-struct Contender {
-  std::unique_ptr<DecodeEngine> engine;
-  at::Tensor next;
-  std::string name;
-  std::vector<double> step_ms;
-  GenerateBenchRow row;
-};
-
-// A `mode` engine of model (c, w) with its cache filled by one prefill of a
-// fixed token pattern.
-absl::StatusOr<Contender> Prefilled(const ModelConfig& c, const LlamaWeights& w,
-                                    DecodeMode mode,
-                                    const GenerateBenchOptions& o,
-                                    const std::string& model,
-                                    BenchProgress& progress) {
-  Contender e;
-  e.name = absl::StrCat(model, " ", DecodeModeName(mode));
+absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& w,
+                                      DecodeMode mode, const GenerateBenchOptions& o,
+                                      const std::string& model, BenchProgress& progress) {
+  const std::string name = absl::StrCat(model, " ", DecodeModeName(mode));
   EngineOptions eo;
   eo.capacity = o.context + o.tokens;
   eo.cache_dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   eo.factored_layout = o.cache_layout == "rows"    ? FactoredCacheLayout::kRows
                        : o.cache_layout == "tiles" ? FactoredCacheLayout::kTiles
                                                    : FactoredCacheLayout::kAuto;
-  ASSIGN_OR_RETURN(e.engine, CreateDecodeEngine(c, w, mode, eo));
+  ASSIGN_OR_RETURN(auto engine, CreateDecodeEngine(c, w, mode, eo));
   at::NoGradGuard no_grad;
+  // Fill the cache with a fixed token pattern in one prefill, then time greedy steps.
   std::vector<int64_t> pattern(o.context);
   for (int64_t t = 0; t < o.context; ++t) pattern[t] = 1 + (t * 7919) % (c.vocab_size - 1);
-  progress.Tell(absl::StrCat(e.name, ": prefill of ", o.context, " tokens"));
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  GenerateBenchRow row;
+  progress.Tell(absl::StrCat(name, ": prefill of ", o.context, " tokens"));
   const auto p0 = Clock::now();
+  at::Tensor next;
   {
     const Bf16ProductsScope bf16(o.bf16_products);
-    e.next = e.engine->Prefill(at::tensor(pattern, at::kLong)).argmax(-1);
+    next = engine->Prefill(at::tensor(pattern, at::kLong)).argmax(-1);
   }
-  e.row.prefill_seconds = SecondsSince(p0);
-  e.row.prefill_tokens_per_second = o.context / e.row.prefill_seconds;
-  e.row.model = model;
-  e.row.engine = DecodeModeName(mode);
-  e.row.context = o.context;
-  e.row.cache_layout = e.engine->cache_layout();
-  return e;
-}
-
-// Times o.tokens greedy steps of every engine, interleaved: round i steps each
-// engine once, so that the machine's drift (this one is shared, and its speed
-// moved by 10-20 % within minutes) falls on all of them alike instead of on
-// whichever ran last.
-void TimeSteps(const GenerateBenchOptions& o, BenchProgress& progress,
-               std::vector<Contender>* all) {
-  at::NoGradGuard no_grad;
-  progress.Tell(absl::StrCat(
-      o.tokens, " timed decode steps of each engine, interleaved"));
+  row.prefill_seconds = seconds_since(p0);
+  row.prefill_tokens_per_second = o.context / row.prefill_seconds;
+  std::vector<double> steps;
+  progress.Tell(absl::StrCat(name, ": ", o.tokens, " timed decode steps"));
   auto told = Clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
-    if (SecondsSince(told) > 10) {
-      progress.Tell(absl::StrCat("timed step ", i + 1, " of ", o.tokens),
-                    false);
+    if (seconds_since(told) > 10) {
+      progress.Tell(absl::StrCat(name, ": timed step ", i + 1, " of ", o.tokens), false);
       told = Clock::now();
     }
-    for (Contender& e : *all) {
-      const auto s0 = Clock::now();
-      e.next = e.engine->Step(e.next).argmax(-1);
-      e.step_ms.push_back(SecondsSince(s0) * 1e3);
-    }
+    const auto s0 = Clock::now();
+    next = engine->Step(next).argmax(-1);
+    steps.push_back(seconds_since(s0) * 1e3);
   }
-  for (Contender& e : *all) {
-    SetDecodeSteps(std::move(e.step_ms), &e.row);
-    e.row.cache_bytes = e.engine->MeasureCache().used_bytes;
-  }
+  SetDecodeSteps(std::move(steps), &row);
+  row.model = model;
+  row.engine = DecodeModeName(mode);
+  row.context = o.context;
+  row.cache_bytes = engine->MeasureCache().used_bytes;
+  row.cache_layout = engine->cache_layout();
+  return row;
 }
 
 absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o) {
@@ -142,34 +112,24 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
                                                     : o.mode));
   const bool factored = ckpt->config().kv.layout != KvLayout::kDense &&
                         mode != DecodeMode::kExpanded;
-  const int64_t engines = 1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1);
-  BenchProgress progress{o, 0, 2 + engines};
+  BenchProgress progress{o, 0, 1 + 2 * (1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1))};
   progress.Tell("loading the weights");
   ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
-  // Every engine is prefilled (and held) before any is timed.
-  std::vector<Contender> all;
-  ASSIGN_OR_RETURN(Contender expanded,
-                   Prefilled(ckpt->config(), w, DecodeMode::kExpanded, o,
-                             "converted", progress));
-  all.push_back(std::move(expanded));
-  if (factored) {
-    ASSIGN_OR_RETURN(Contender e, Prefilled(ckpt->config(), w, mode, o,
-                                            "converted", progress));
-    all.push_back(std::move(e));
-  }
-  std::shared_ptr<const Checkpoint> src;
-  LlamaWeights sw;
-  if (!o.source.empty()) {
-    ASSIGN_OR_RETURN(src, Checkpoint::Open(o.source));
-    ASSIGN_OR_RETURN(sw, LoadLlamaWeights(src, StoredDtype()));
-    ASSIGN_OR_RETURN(Contender e,
-                     Prefilled(src->config(), sw, DecodeMode::kExpanded, o,
-                               "source", progress));
-    all.push_back(std::move(e));
-  }
-  TimeSteps(o, progress, &all);
   std::vector<GenerateBenchRow> rows;
-  for (const Contender& e : all) rows.push_back(e.row);
+  ASSIGN_OR_RETURN(auto expanded,
+                   Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted", progress));
+  rows.push_back(expanded);
+  if (factored) {
+    ASSIGN_OR_RETURN(auto row, Time(ckpt->config(), w, mode, o, "converted", progress));
+    rows.push_back(row);
+  }
+  if (!o.source.empty()) {
+    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> src, Checkpoint::Open(o.source));
+    ASSIGN_OR_RETURN(LlamaWeights sw, LoadLlamaWeights(src, StoredDtype()));
+    ASSIGN_OR_RETURN(auto row,
+                     Time(src->config(), sw, DecodeMode::kExpanded, o, "source", progress));
+    rows.push_back(row);
+  }
   return rows;
 }
 

@@ -27,9 +27,8 @@ struct GenerateBenchOptions {
   // The prefill's products with bf16 weights round the activations to bf16 (fp32 sums),
   // as llama.cpp's do (runtime/stored_linear.h); false: the exact widened products.
   bool bf16_products = true;
-  /// Told as each stage starts (loading, each engine's prefill, the interleaved
-  /// steps) and every ~10 s of timed steps, so that a long bench is never
-  /// silent. Empty: not told.
+  /// Told as each stage starts (loading, each engine's prefill and timed steps) and
+  /// every ~10 s of timed steps, so that a long bench is never silent. Empty: not told.
   ProgressSink on_progress;
 };
 
