@@ -8,114 +8,18 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
-#include "runtime/layers.h"
 #include "runtime/engines.h"
+#include "runtime/layers.h"
+#include "runtime/lrkv_factors.h"
 
 namespace lrkv {
 namespace {
-
-struct Factors {
-  at::Tensor shared, shared_bias;  // [dh, d], [dh] (undefined without biases)
-  at::Tensor down;                 // [Hkv, r, d]
-  at::Tensor up;                   // [Hkv, dh, r]
-  at::Tensor delta;                // [Hkv, dh] (zeros without biases)
-  at::Tensor up_rows;              // up transposed, [Hkv, r, dh], contiguous
-};
-
-Factors FactorsOf(const LowRankProjection& p, int64_t hkv, int64_t dh) {
-  const int64_t r = p.up.size(2), d = p.shared.size(1);
-  return {p.shared,
-          p.shared_bias,
-          p.down.view({hkv, r, d}),
-          p.up,
-          p.head_bias.defined() ? p.head_bias.view({hkv, dh})
-                                : at::zeros({hkv, dh}, p.up.options()),
-          p.up.transpose(1, 2).contiguous()};
-}
-
-// Σ_j a[b, h, g, j] · up[h, c, j] for latents a [B, Hkv, G, r]: each head
-// group's latents taken back up by its B_h, [B, Hkv, G, dh] (einsum
-// "bhgr,hdr->bhgd"). A decode step's operands are a few kilobytes, where
-// ATen's einsum cost about 60 us a call (permutes and a batched GEMM): 11 %
-// of an 8-sequence plane step of the Qwen3-0.6B shape at context 96, for the
-// value side in Attend and the key rebuilt for QK-norm's scale in Append. So
-// float32 CPU operands without gradients take one loop over up's rows (the
-// same float32 products, summed over j in order); others the einsum.
-at::Tensor UpProject(const at::Tensor& a, const Factors& f) {
-  if (a.scalar_type() != at::kFloat || f.up_rows.scalar_type() != at::kFloat ||
-      !a.device().is_cpu() || a.requires_grad() || f.up_rows.requires_grad()) {
-    return at::einsum("bhgr,hdr->bhgd", {a, f.up});
-  }
-  const at::Tensor ac = a.contiguous();
-  const int64_t groups = a.size(0) * a.size(1) * a.size(2), g = a.size(2),
-                heads = a.size(1), r = a.size(3), dh = f.up_rows.size(2);
-  at::Tensor out = at::zeros({a.size(0), heads, g, dh}, at::kFloat);
-  const float* lat = ac.data_ptr<float>();
-  const float* up = f.up_rows.data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  for (int64_t i = 0; i < groups; ++i) {
-    const int64_t h = (i / g) % heads;
-    float* row = o + i * dh;
-    for (int64_t j = 0; j < r; ++j) {
-      const float x = lat[i * r + j];
-      const float* u = up + (h * r + j) * dh;
-      for (int64_t c = 0; c < dh; ++c) row[c] += x * u[c];
-    }
-  }
-  return out;
-}
-
-// The coordinates each latent of each head selects when B_h picks whole RoPE
-// planes (latent pair m = plane planes[h][m]); InvalidArgument otherwise.
-absl::Status PlaneStructure(const at::Tensor& up, const Rope& rope,
-                            int64_t layer, at::Tensor* coords,
-                            at::Tensor* planes) {
-  const int64_t hkv = up.size(0), dh = up.size(1), r = up.size(2);
-  if (r % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plane mode needs an even rank, got ", r));
-  }
-  *coords = at::zeros({hkv, r}, at::kLong);
-  *planes = at::zeros({hkv, r / 2}, at::kLong);
-  const at::Tensor up_f32 = up.to(at::kFloat);  // 0 and 1 are exact in any dtype
-  auto acc = up_f32.accessor<float, 3>();
-  for (int64_t h = 0; h < hkv; ++h) {
-    std::vector<int64_t> col(r, -1);
-    for (int64_t j = 0; j < r; ++j) {
-      for (int64_t c = 0; c < dh; ++c) {
-        const float v = acc[h][c][j];
-        if (v == 1.0f && col[j] < 0) {
-          col[j] = c;
-        } else if (v != 0.0f) {
-          col[j] = -2;
-        }
-      }
-      if (col[j] < 0) break;
-    }
-    for (int64_t m = 0; m < r / 2; ++m) {
-      int64_t plane = -1;
-      for (int64_t p = 0; p < rope.head_planes() && col[2 * m] >= 0; ++p) {
-        if (rope.PlaneCoordinates(p) ==
-            std::make_pair(col[2 * m], col[2 * m + 1]))
-          plane = p;
-      }
-      if (plane < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("layer ", layer, " head ", h,
-                         ": B_h is not a selection of whole RoPE planes "
-                         "(convert with --rope-mode plane)"));
-      }
-      (*coords)[h][2 * m] = col[2 * m];
-      (*coords)[h][2 * m + 1] = col[2 * m + 1];
-      (*planes)[h][m] = plane;
-    }
-  }
-  return absl::OkStatus();
-}
 
 class LrkvEngine : public DecodeEngine {
   struct Layer;  // defined with the other members below
@@ -440,11 +344,16 @@ class LrkvEngine : public DecodeEngine {
     const int64_t n = qr.size(0), h = config_.num_heads,
                   hkv = config_.num_kv_heads, dh = config_.head_dim,
                   r = config_.kv.RankAt(index);
-    const auto qg = Grouped(qr);
-    const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})
-                         .expand({n, -1, qg.size(2), -1});
-    return {qr, qg.gather(3, idx).reshape({n, h, r}).contiguous(),
-            at::empty({n, h, dh}, at::kFloat),
+    at::Tensor q_sel;
+    if (FloatLoopsServe({qr})) {
+      q_sel = QueryPlaneCoordinates(qr, L.coords);
+    } else {
+      const auto qg = Grouped(qr);
+      const auto idx = L.coords.view({1, hkv, 1, L.coords.size(1)})
+                           .expand({n, -1, qg.size(2), -1});
+      q_sel = qg.gather(3, idx).reshape({n, h, r}).contiguous();
+    }
+    return {qr, q_sel, at::empty({n, h, dh}, at::kFloat),
             at::empty({n, h, r}, at::kFloat)};
   }
 
@@ -487,9 +396,12 @@ class LrkvEngine : public DecodeEngine {
     TORCH_CHECK(st.ok(), "factored decode kernel: ", std::string(st.message()));
   }
 
-  // a·V_s + B_hⱽ (a·Z_V) + the value bias delta: [N, Hkv, g, dh].
+  // a·V_s + B_hⱽ (a·Z_V) + the value bias delta: [N, H, dh] or [N, Hkv, g, dh].
   at::Tensor KernelResult(int64_t index, const KernelRows& rows) const {
     const Layer& L = layers_[index];
+    if (FloatLoopsServe({L.v.up_rows, L.v.delta})) {
+      return ValueResult(rows.out, rows.out_latent, L.v);
+    }
     return Grouped(rows.out) + UpProject(Grouped(rows.out_latent), L.v) +
            L.v.delta.unsqueeze(1);
   }
@@ -682,11 +594,11 @@ class LrkvEngine : public DecodeEngine {
                     RotatePairs rotate_pairs) {
     Layer& L = layers_[index];
     Entries e;
-    auto ks = SlotLinear(x, L.k.shared, L.k.shared_bias);  // [R, dh]
-    // x·downᵀ for every head at once: [R, Hkv, r].
-    auto zk = SlotLinear(x, L.k.down.reshape({-1, x.size(1)}))
-                  .view({x.size(0), L.k.down.size(0), L.k.down.size(1)});
-    if (config_.qk_norm) {
+    auto [ks, zk] = Project(L.k, x);
+    if (config_.qk_norm && FloatLoopsServe({ks, zk, L.k.up_rows, L.k.delta})) {
+      e.sigma = KeyNormScales(ks, zk, L.k, config_.qk_norm_over_heads,
+                              config_.rms_norm_eps);
+    } else if (config_.qk_norm) {
       // Rebuild the full key once to get its scale (per head, or over all).
       auto k = ks.unsqueeze(1) + UpProject(zk.unsqueeze(2), L.k).squeeze(2) +
                L.k.delta;
@@ -701,15 +613,36 @@ class LrkvEngine : public DecodeEngine {
       e.ks = rotate((ks * L.gamma[0]).unsqueeze(1)).squeeze(1);
     }
     if (mode_ == DecodeMode::kPlane) {
-      zk = rotate_pairs((zk + L.latent_bias) * L.latent_gamma, L.planes);
+      zk = rotate_pairs(FloatLoopsServe({zk, L.latent_bias, L.latent_gamma})
+                            ? ScaledLatents(zk, L.latent_bias, L.latent_gamma)
+                            : (zk + L.latent_bias) * L.latent_gamma,
+                        L.planes);
     } else if (mode_ == DecodeMode::kNaive) {
       zk = rotate_pairs(zk, L.planes);
     }
     e.zk = zk;
-    e.vs = SlotLinear(x, L.v.shared, L.v.shared_bias);
-    e.zv = SlotLinear(x, L.v.down.reshape({-1, x.size(1)}))
-               .view({x.size(0), L.v.down.size(0), L.v.down.size(1)});
+    std::tie(e.vs, e.zv) = Project(L.v, x);
     return e;
+  }
+
+  // x's shared projection [R, dh] and latents x·downᵀ of every head [R, Hkv,
+  // r] under f: one product where the two matrices lie adjacent, else two.
+  static std::pair<at::Tensor, at::Tensor> Project(const Factors& f,
+                                                   const at::Tensor& x) {
+    const int64_t rows = x.size(0), dh = f.shared.size(0), hkv = f.down.size(0),
+                  r = f.down.size(1);
+    if (!f.shared_and_down.defined()) {
+      return {
+          SlotLinear(x, f.shared, f.shared_bias),
+          SlotLinear(x, f.down.reshape({-1, x.size(1)})).view({rows, hkv, r})};
+    }
+    const at::Tensor y = SlotLinear(x, f.shared_and_down);
+    at::Tensor shared = y.narrow(1, 0, dh);
+    if (f.shared_bias.defined()) {
+      shared = shared + f.shared_bias.to(shared.scalar_type());
+    }
+    return {shared.contiguous(),
+            y.narrow(1, dh, hkv * r).contiguous().view({rows, hkv, r})};
   }
 
   void WriteEntries(int64_t index, const RowPositions& at, const Entries& e) {
