@@ -287,6 +287,46 @@ inline void LatentKeyScores(int64_t H, const char* tile, const int64_t* zoff,
   }
 }
 
+// LatentKeyScores for query heads in groups of G that read one KV head (G =
+// H / H_kv, heads h0..h0+G-1 sharing zoff): each latent key vector is loaded
+// once for the group instead of once per head, two words at a time into
+// independent accumulators (hi and lo into one, as there are G·2 chains).
+template <class T, int G>
+inline void GroupLatentKeyScores(int64_t H, const char* tile,
+                                 const int64_t* zoff, int64_t words,
+                                 const WordTable& ql, float* s) {
+  for (int64_t h0 = 0; h0 < H; h0 += G) {
+    const char* base = tile + zoff[h0];
+    __m512 a[G][2];
+#pragma GCC unroll 4
+    for (int q = 0; q < G; ++q) a[q][0] = a[q][1] = _mm512_setzero_ps();
+    int64_t w = 0;
+    for (; w + 2 <= words; w += 2) {
+#pragma GCC unroll 2
+      for (int j = 0; j < 2; ++j) {
+        const __m512i x = _mm512_loadu_si512(base + (w + j) * 64);
+#pragma GCC unroll 4
+        for (int q = 0; q < G; ++q) {
+          T::Mac(a[q][j], x, ql.Hi(h0 + q) + w + j, ql.Lo(h0 + q) + w + j);
+        }
+      }
+    }
+    if (w < words) {
+      const __m512i x = _mm512_loadu_si512(base + w * 64);
+#pragma GCC unroll 4
+      for (int q = 0; q < G; ++q) {
+        T::Mac(a[q][0], x, ql.Hi(h0 + q) + w, ql.Lo(h0 + q) + w);
+      }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < G; ++q) {
+      float* out = s + (h0 + q) * 16;
+      _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out),
+                                          _mm512_add_ps(a[q][0], a[q][1])));
+    }
+  }
+}
+
 // One value vector: 16 dims (the last vector of a block `mlast` lanes wide
 // when kMask) of P positions; `keep` clears the element past the length in the
 // half-valid last row (it may hold anything).
@@ -382,6 +422,51 @@ inline void HeadValues(int64_t H, const char* tile, int64_t row_bytes,
     for (int v = 0; v < NV; ++v) {
       _mm512_mask_storeu_ps(out + 16 * v, kMask && v == NV - 1 ? mlast : 0xffff,
                             _mm512_add_ps(a[v], b[v]));
+    }
+  }
+}
+
+// HeadValues for query heads in groups of G that read one KV head (voff
+// shared): each latent value vector is loaded once for the group; one Pace()
+// per group and row.
+template <class T, int NV, bool kMask, int G>
+inline void GroupHeadValues(int64_t H, const char* tile, int64_t row_bytes,
+                            int64_t rows, bool half, const int64_t* voff,
+                            int64_t c0, __mmask16 mlast, const WordTable& pw,
+                            float* acc, int64_t per_head, TilePrefetcher& pf) {
+  for (int64_t h0 = 0; h0 < H; h0 += G) {
+    __m512 a[G][NV];
+#pragma GCC unroll 4
+    for (int q = 0; q < G; ++q) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        a[q][v] =
+            _mm512_maskz_loadu_ps(kMask && v == NV - 1 ? mlast : 0xffff,
+                                  acc + (h0 + q) * per_head + c0 + 16 * v);
+      }
+    }
+    const char* base = tile + voff[h0] + c0 * 4;
+    for (int64_t k = 0; k < rows; ++k) {
+      const char* at = base + k * row_bytes;
+      const __m512i keep = KeepRow<T>(half && k == rows - 1);
+      pf.Pace();
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const __m512i x =
+            LoadValues<kMask>(at + 64 * v, v == NV - 1 ? mlast : 0xffff, keep);
+#pragma GCC unroll 4
+        for (int q = 0; q < G; ++q) {
+          T::Mac(a[q][v], x, pw.Hi(h0 + q) + k, pw.Lo(h0 + q) + k);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < G; ++q) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        _mm512_mask_storeu_ps(acc + (h0 + q) * per_head + c0 + 16 * v,
+                              kMask && v == NV - 1 ? mlast : 0xffff, a[q][v]);
+      }
     }
   }
 }
@@ -512,8 +597,16 @@ void FactoredTiled(const FactoredDecodeParams& p) {
             h0, H, ktile, kwords, qhi.data(), qlo.data(), pf, scores.data());
       });
       if (r > 0) {
-        LatentKeyScores<T>(H, zkb + pos * p.zk.stride * es, zoff.data(), lwords,
-                           ql, scores.data());
+        const char* ztile = zkb + pos * p.zk.stride * es;
+        if (g == 2) {
+          GroupLatentKeyScores<T, 2>(H, ztile, zoff.data(), lwords, ql,
+                                     scores.data());
+        } else if (g == 4) {
+          GroupLatentKeyScores<T, 4>(H, ztile, zoff.data(), lwords, ql,
+                                     scores.data());
+        } else {
+          LatentKeyScores<T>(H, ztile, zoff.data(), lwords, ql, scores.data());
+        }
       }
       if (sigma != nullptr) {
         for (int64_t h = 0; h < H; ++h) {
@@ -555,12 +648,28 @@ void FactoredTiled(const FactoredDecodeParams& p) {
       });
       if (r > 0) {
         const char* zvtile = zvb + pos * p.zv.stride * es;
-        pf.Spread(H * rows * ((r + 63) / 64));
+        // Query heads that read one KV head load its values once (g of 2
+        // or 4); the prefetcher paces one call per group, row and block.
+        const int64_t groups = g == 2 || g == 4 ? H / g : H;
+        pf.Spread(groups * rows * ((r + 63) / 64));
         ForColumnBlocks<4>(
             r, [&](auto nvc, auto maskc, int64_t c0, __mmask16 m) {
-              HeadValues<T, decltype(nvc)::value, decltype(maskc)::value>(
-                  H, zvtile, P * p.zv.stride * es, rows, half, voff.data(), c0,
-                  m, pw, acc + n, per_head, pf);
+              constexpr int kNv = decltype(nvc)::value;
+              constexpr bool kM = decltype(maskc)::value;
+              const int64_t row_bytes = P * p.zv.stride * es;
+              if (g == 2) {
+                GroupHeadValues<T, kNv, kM, 2>(H, zvtile, row_bytes, rows, half,
+                                               voff.data(), c0, m, pw, acc + n,
+                                               per_head, pf);
+              } else if (g == 4) {
+                GroupHeadValues<T, kNv, kM, 4>(H, zvtile, row_bytes, rows, half,
+                                               voff.data(), c0, m, pw, acc + n,
+                                               per_head, pf);
+              } else {
+                HeadValues<T, kNv, kM>(H, zvtile, row_bytes, rows, half,
+                                       voff.data(), c0, m, pw, acc + n,
+                                       per_head, pf);
+              }
             });
       }
       pf.Finish();

@@ -301,13 +301,18 @@ TEST_P(KernelTest, ReconstructModeMatchesTheReference) {
 TEST_P(KernelTest, TiledCacheMatchesTheReference) {
   std::mt19937 rng(4);
   // Beyond the shared shapes: 16 heads (blocks of 12 and 4), one KV head
-  // with an odd latent width, 6 heads of odd rank, r = d_h.
+  // with an odd latent width, 6 heads of odd rank, r = d_h, and groups of 2
+  // and 4 query heads per KV head (Qwen3-0.6B's and Llama-3.2-1B's, whose
+  // latents each group loads once).
   std::vector<FactoredShape> shapes(std::begin(kFactoredShapes),
                                     std::end(kFactoredShapes));
   shapes.insert(shapes.end(), {{2, 16, 16, 64, 64, 333, true},
                                {1, 3, 1, 16, 5, 250, false},
                                {2, 6, 6, 24, 7, 47, false},
-                               {1, 2, 1, 128, 128, 2100, false}});
+                               {1, 2, 1, 128, 128, 2100, false},
+                               {1, 16, 8, 128, 46, 300, true},
+                               {2, 32, 8, 64, 24, 90, false},
+                               {1, 8, 2, 32, 33, 70, true}});
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kF32, CacheDType::kBF16}) {
       const int64_t cap =
