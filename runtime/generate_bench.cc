@@ -24,6 +24,10 @@ absl::Status ValidateGenerateBenchOptions(const GenerateBenchOptions& o,
         "--context must lie in [1, 1048576] and --tokens in [1, 100000] (got ", o.context,
         ", ", o.tokens, ")"));
   }
+  if (o.rounds < 1 || o.rounds > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rounds must lie in [1, 100] (got ", o.rounds, ")"));
+  }
   if (o.dtype != "bf16" && o.dtype != "fp32") {
     return absl::InvalidArgumentError("--dtype must be bf16 or fp32");
   }
@@ -54,17 +58,32 @@ struct BenchProgress {
   }
 };
 
-absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& w,
-                                      DecodeMode mode, const GenerateBenchOptions& o,
-                                      const std::string& model, BenchProgress& progress) {
-  const std::string name = absl::StrCat(model, " ", DecodeModeName(mode));
+// One engine to time: a model's weights and a decode mode.
+struct Contender {
+  const ModelConfig* config;
+  const LlamaWeights* weights;
+  DecodeMode mode;
+  std::string model;  // "converted" | "source"
+};
+
+// One round of one engine: its prefill and its timed steps.
+struct Sample {
+  double prefill_seconds = 0;
+  std::vector<double> step_ms;
+  int64_t cache_bytes = 0;
+  std::string cache_layout;
+};
+
+absl::StatusOr<Sample> Time(const Contender& e, const GenerateBenchOptions& o,
+                            const std::string& name, BenchProgress& progress) {
+  const ModelConfig& c = *e.config;
   EngineOptions eo;
   eo.capacity = o.context + o.tokens;
   eo.cache_dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   eo.factored_layout = o.cache_layout == "rows"    ? FactoredCacheLayout::kRows
                        : o.cache_layout == "tiles" ? FactoredCacheLayout::kTiles
                                                    : FactoredCacheLayout::kAuto;
-  ASSIGN_OR_RETURN(auto engine, CreateDecodeEngine(c, w, mode, eo));
+  ASSIGN_OR_RETURN(auto engine, CreateDecodeEngine(c, *e.weights, e.mode, eo));
   at::NoGradGuard no_grad;
   // Fill the cache with a fixed token pattern in one prefill, then time greedy steps.
   std::vector<int64_t> pattern(o.context);
@@ -73,7 +92,7 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
   auto seconds_since = [](Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
   };
-  GenerateBenchRow row;
+  Sample sample;
   progress.Tell(absl::StrCat(name, ": prefill of ", o.context, " tokens"));
   const auto p0 = Clock::now();
   at::Tensor next;
@@ -81,9 +100,7 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
     const Bf16ProductsScope bf16(o.bf16_products);
     next = engine->Prefill(at::tensor(pattern, at::kLong)).argmax(-1);
   }
-  row.prefill_seconds = seconds_since(p0);
-  row.prefill_tokens_per_second = o.context / row.prefill_seconds;
-  std::vector<double> steps;
+  sample.prefill_seconds = seconds_since(p0);
   progress.Tell(absl::StrCat(name, ": ", o.tokens, " timed decode steps"));
   auto told = Clock::now();
   for (int64_t i = 0; i < o.tokens; ++i) {
@@ -93,15 +110,47 @@ absl::StatusOr<GenerateBenchRow> Time(const ModelConfig& c, const LlamaWeights& 
     }
     const auto s0 = Clock::now();
     next = engine->Step(next).argmax(-1);
-    steps.push_back(seconds_since(s0) * 1e3);
+    sample.step_ms.push_back(seconds_since(s0) * 1e3);
   }
-  SetDecodeSteps(std::move(steps), &row);
-  row.model = model;
-  row.engine = DecodeModeName(mode);
-  row.context = o.context;
-  row.cache_bytes = engine->MeasureCache().used_bytes;
-  row.cache_layout = engine->cache_layout();
-  return row;
+  sample.cache_bytes = engine->MeasureCache().used_bytes;
+  sample.cache_layout = engine->cache_layout();
+  return sample;
+}
+
+// Times every contender o.rounds times, one at a time, forward in even rounds
+// and backward in odd ones; a row per contender pools its rounds.
+absl::StatusOr<std::vector<GenerateBenchRow>> TimeRounds(
+    const std::vector<Contender>& contenders, const GenerateBenchOptions& o,
+    BenchProgress& progress) {
+  const auto n = static_cast<int64_t>(contenders.size());
+  std::vector<std::vector<double>> steps(n);
+  std::vector<double> prefill_seconds(n, 0.0);
+  std::vector<GenerateBenchRow> rows(n);
+  for (int64_t round = 0; round < o.rounds; ++round) {
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t i = round % 2 == 0 ? k : n - 1 - k;
+      const Contender& e = contenders[i];
+      std::string name = absl::StrCat(e.model, " ", DecodeModeName(e.mode));
+      if (o.rounds > 1)
+        absl::StrAppend(&name, " (round ", round + 1, " of ", o.rounds, ")");
+      ASSIGN_OR_RETURN(Sample s, Time(e, o, name, progress));
+      prefill_seconds[i] += s.prefill_seconds;
+      rows[i].round_step_ms_median.push_back(Median(s.step_ms));
+      steps[i].insert(steps[i].end(), s.step_ms.begin(), s.step_ms.end());
+      rows[i].cache_bytes = s.cache_bytes;
+      rows[i].cache_layout = s.cache_layout;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    GenerateBenchRow& row = rows[i];
+    row.model = contenders[i].model;
+    row.engine = DecodeModeName(contenders[i].mode);
+    row.context = o.context;
+    row.prefill_seconds = prefill_seconds[i] / o.rounds;
+    row.prefill_tokens_per_second = o.context / row.prefill_seconds;
+    SetDecodeSteps(std::move(steps[i]), &row);
+  }
+  return rows;
 }
 
 absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o) {
@@ -112,25 +161,22 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
                                                     : o.mode));
   const bool factored = ckpt->config().kv.layout != KvLayout::kDense &&
                         mode != DecodeMode::kExpanded;
-  BenchProgress progress{o, 0, 1 + 2 * (1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1))};
+  const int64_t engines = 1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1);
+  BenchProgress progress{o, 0, 1 + 2 * engines * o.rounds};
   progress.Tell("loading the weights");
   ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
-  std::vector<GenerateBenchRow> rows;
-  ASSIGN_OR_RETURN(auto expanded,
-                   Time(ckpt->config(), w, DecodeMode::kExpanded, o, "converted", progress));
-  rows.push_back(expanded);
-  if (factored) {
-    ASSIGN_OR_RETURN(auto row, Time(ckpt->config(), w, mode, o, "converted", progress));
-    rows.push_back(row);
-  }
+  std::vector<Contender> contenders = {
+      {&ckpt->config(), &w, DecodeMode::kExpanded, "converted"}};
+  if (factored) contenders.push_back({&ckpt->config(), &w, mode, "converted"});
+  std::shared_ptr<const Checkpoint> src;
+  LlamaWeights sw;
   if (!o.source.empty()) {
-    ASSIGN_OR_RETURN(std::shared_ptr<const Checkpoint> src, Checkpoint::Open(o.source));
-    ASSIGN_OR_RETURN(LlamaWeights sw, LoadLlamaWeights(src, StoredDtype()));
-    ASSIGN_OR_RETURN(auto row,
-                     Time(src->config(), sw, DecodeMode::kExpanded, o, "source", progress));
-    rows.push_back(row);
+    ASSIGN_OR_RETURN(src, Checkpoint::Open(o.source));
+    ASSIGN_OR_RETURN(sw, LoadLlamaWeights(src, StoredDtype()));
+    contenders.push_back(
+        {&src->config(), &sw, DecodeMode::kExpanded, "source"});
   }
-  return rows;
+  return TimeRounds(contenders, o, progress);
 }
 
 }  // namespace

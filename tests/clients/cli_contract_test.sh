@@ -236,6 +236,24 @@ expect 0 --json -- bench decode --heads 2 --head-dim 8 --rank 2 --batch 1 --cont
 expect 2 --stderr "must be cpu or cuda" -- bench decode --device tpu --context 32
 expect 0 --json -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --json
 expect 2 --stderr "unknown decode mode" -- bench generate --checkpoint "$work/free" --mode bogus --context 16 --tokens 2
+expect 2 --stderr "--rounds must lie in \[1, 100\] \(got 0\)" -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --rounds 0
+# Rounds against the source: every row pools rounds x tokens steps, and each
+# converted row carries one same-round ratio to the source per round.
+expect 0 --json -- bench generate --checkpoint "$work/free" --source "$model" --context 16 --tokens 2 --rounds 2 --json
+python3 - "$work/out" <<'PY' || { failures=$((failures + 1)); echo "FAIL: bench generate --rounds 2: rows do not pool two rounds" >&2; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["rounds"] == 2, j["rounds"]
+for r in j["rows"]:
+    assert r["decode_tokens"] == 4, r
+    assert len(r["round_step_ms_median"]) == 2, r
+    if r["model"] == "converted":
+        ratios = r["round_step_ratio_to_source"]
+        src = next(x for x in j["rows"] if x["model"] == "source")
+        assert ratios == [a / b for a, b in zip(r["round_step_ms_median"], src["round_step_ms_median"])], r
+    else:
+        assert "round_step_ratio_to_source" not in r, r
+PY
 expect 0 --json -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --rank 2 --iters 1 --json
 expect 2 --stderr "unknown variant 'foo'" -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --variant foo
 expect 2 -- bench tokenize --checkpoint "$model"
