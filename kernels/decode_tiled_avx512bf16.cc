@@ -343,29 +343,30 @@ inline __m512i KeepRow(bool half_row) {
   return _mm512_set1_epi32(half_row && T::kPerLane == 2 ? 0xffff : -1);
 }
 
-// acc[h][c0 + 16v + lane] += Σ_k x(k, v) · word_h(k) for NB heads from h0 and
-// NV vectors of 16 dims of the shared value: each value vector is loaded once
-// for all heads. Probability words are head-major ([h·rows_max + k]).
-template <class T, int NB, int NV, bool kMask>
-inline void SharedValues(int64_t h0, const char* tile, int64_t row_bytes,
-                         int64_t rows, bool half, int64_t c0, __mmask16 mlast,
-                         const WordTable& pw, float* acc, int64_t per_head,
-                         TilePrefetcher& pf) {
+// acc[h][16v + lane] += Σ_k x(k, v) · word_h(k) for NB heads from h0 and NV
+// vectors of 16 dims of one value block (row k at base + k·row_bytes), each
+// vector loaded once for all NB heads; pace() is called once a row.
+// Probability words are head-major ([h·rows_max + k]).
+template <class T, int NB, int NV, bool kMask, class Pace>
+inline void BlockValues(int64_t h0, const char* base, int64_t row_bytes,
+                        int64_t rows, bool half, __mmask16 mlast,
+                        const WordTable& pw, float* acc, int64_t per_head,
+                        Pace&& pace) {
   __m512 a[NB][NV];
 #pragma GCC unroll 12
   for (int h = 0; h < NB; ++h) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       a[h][v] = _mm512_maskz_loadu_ps(kMask && v == NV - 1 ? mlast : 0xffff,
-                                      acc + (h0 + h) * per_head + c0 + 16 * v);
+                                      acc + (h0 + h) * per_head + 16 * v);
     }
   }
   const uint32_t *hi = pw.Hi(h0), *lo = pw.Lo(h0);
   constexpr int64_t stride = kCacheTile / T::kPerLane;  // = pw.per_head
   for (int64_t k = 0; k < rows; ++k) {
-    const char* at = tile + k * row_bytes + c0 * 4;
+    const char* at = base + k * row_bytes;
     const __m512i keep = KeepRow<T>(half && k == rows - 1);
-    pf.Issue(LinesFor(NB * NV * T::kDp));
+    pace();
     __m512i x[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
@@ -383,10 +384,22 @@ inline void SharedValues(int64_t h0, const char* tile, int64_t row_bytes,
   for (int h = 0; h < NB; ++h) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      _mm512_mask_storeu_ps(acc + (h0 + h) * per_head + c0 + 16 * v,
+      _mm512_mask_storeu_ps(acc + (h0 + h) * per_head + 16 * v,
                             kMask && v == NV - 1 ? mlast : 0xffff, a[h][v]);
     }
   }
+}
+
+// The shared value's columns [c0, c0 + 16·NV) for NB heads from h0, with a
+// few prefetch lines a row.
+template <class T, int NB, int NV, bool kMask>
+inline void SharedValues(int64_t h0, const char* tile, int64_t row_bytes,
+                         int64_t rows, bool half, int64_t c0, __mmask16 mlast,
+                         const WordTable& pw, float* acc, int64_t per_head,
+                         TilePrefetcher& pf) {
+  BlockValues<T, NB, NV, kMask>(
+      h0, tile + c0 * 4, row_bytes, rows, half, mlast, pw, acc + c0, per_head,
+      [&pf] { pf.Issue(LinesFor(NB * NV * T::kDp)); });
 }
 
 // The same for each head's own latent values (byte offset voff[h] of the zV
@@ -435,39 +448,9 @@ inline void GroupHeadValues(int64_t H, const char* tile, int64_t row_bytes,
                             int64_t c0, __mmask16 mlast, const WordTable& pw,
                             float* acc, int64_t per_head, TilePrefetcher& pf) {
   for (int64_t h0 = 0; h0 < H; h0 += G) {
-    __m512 a[G][NV];
-#pragma GCC unroll 4
-    for (int q = 0; q < G; ++q) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        a[q][v] =
-            _mm512_maskz_loadu_ps(kMask && v == NV - 1 ? mlast : 0xffff,
-                                  acc + (h0 + q) * per_head + c0 + 16 * v);
-      }
-    }
-    const char* base = tile + voff[h0] + c0 * 4;
-    for (int64_t k = 0; k < rows; ++k) {
-      const char* at = base + k * row_bytes;
-      const __m512i keep = KeepRow<T>(half && k == rows - 1);
-      pf.Pace();
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        const __m512i x =
-            LoadValues<kMask>(at + 64 * v, v == NV - 1 ? mlast : 0xffff, keep);
-#pragma GCC unroll 4
-        for (int q = 0; q < G; ++q) {
-          T::Mac(a[q][v], x, pw.Hi(h0 + q) + k, pw.Lo(h0 + q) + k);
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int q = 0; q < G; ++q) {
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        _mm512_mask_storeu_ps(acc + (h0 + q) * per_head + c0 + 16 * v,
-                              kMask && v == NV - 1 ? mlast : 0xffff, a[q][v]);
-      }
-    }
+    BlockValues<T, G, NV, kMask>(h0, tile + voff[h0] + c0 * 4, row_bytes, rows,
+                                 half, mlast, pw, acc + c0, per_head,
+                                 [&pf] { pf.Pace(); });
   }
 }
 
