@@ -291,6 +291,11 @@ inline void LatentKeyScores(int64_t H, const char* tile, const int64_t* zoff,
 // H / H_kv, heads h0..h0+G-1 sharing zoff): each latent key vector is loaded
 // once for the group instead of once per head, two words at a time into
 // independent accumulators (hi and lo into one, as there are G·2 chains).
+// Fewer than 4 words go into one chain, as LatentKeyScores does: splitting
+// two products over two chains rounds each alone and then their sum, one
+// rounding more than an FMA chain, and at r = 2 (stories260K) that extra
+// rounding of every latent score took the plane engine's layer-1 error from
+// within its bound to 1.01x of it (verify_test's NaiveByName case).
 template <class T, int G>
 inline void GroupLatentKeyScores(int64_t H, const char* tile,
                                  const int64_t* zoff, int64_t words,
@@ -300,8 +305,9 @@ inline void GroupLatentKeyScores(int64_t H, const char* tile,
     __m512 a[G][2];
 #pragma GCC unroll 4
     for (int q = 0; q < G; ++q) a[q][0] = a[q][1] = _mm512_setzero_ps();
+    const int64_t paired = words >= 4 ? words & ~int64_t{1} : 0;
     int64_t w = 0;
-    for (; w + 2 <= words; w += 2) {
+    for (; w < paired; w += 2) {
 #pragma GCC unroll 2
       for (int j = 0; j < 2; ++j) {
         const __m512i x = _mm512_loadu_si512(base + (w + j) * 64);
@@ -311,7 +317,7 @@ inline void GroupLatentKeyScores(int64_t H, const char* tile,
         }
       }
     }
-    if (w < words) {
+    for (; w < words; ++w) {
       const __m512i x = _mm512_loadu_si512(base + w * 64);
 #pragma GCC unroll 4
       for (int q = 0; q < G; ++q) {
