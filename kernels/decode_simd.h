@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -21,6 +22,12 @@
 #endif
 
 #include "kernels/decode_params.h"
+
+// For the small helpers GCC left as calls in the kernels' hot loops (VSumMany
+// took its accumulators through memory; VLoadN was a call per masked load).
+#ifndef LRKV_KERNEL_INLINE
+#define LRKV_KERNEL_INLINE inline __attribute__((always_inline))
+#endif
 
 namespace lrkv::kernels::LRKV_KERNEL_NS {
 namespace {
@@ -54,22 +61,28 @@ inline void VStore(float* p, Vf v) { _mm512_storeu_ps(p, v); }
 inline __mmask16 Mask(int64_t n) {
   return static_cast<__mmask16>((1u << n) - 1);
 }
-inline Vf VLoadN(const float* p, int64_t n) {
+LRKV_KERNEL_INLINE Vf VLoadN(const float* p, int64_t n) {
   return _mm512_maskz_loadu_ps(Mask(n), p);
 }
-inline Vf VLoadN(const uint16_t* p, int64_t n) {
+LRKV_KERNEL_INLINE Vf VLoadN(const uint16_t* p, int64_t n) {
   const __m256i h = _mm256_maskz_loadu_epi16(Mask(n), p);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 inline void VStoreN(float* p, Vf v, int64_t n) {
   _mm512_mask_storeu_ps(p, Mask(n), v);
 }
+// x with its first k lanes zeroed.
+inline Vf VZeroFirst(Vf x, int64_t k) {
+  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~Mask(k)), x);
+}
+// Masked loads cost a plain load here: runs end in one.
+constexpr bool kPlainTails = false;
 inline Vf VFma(Vf a, Vf b, Vf c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vf VAdd(Vf a, Vf b) { return _mm512_add_ps(a, b); }
 inline float VSum(Vf v) { return _mm512_reduce_add_ps(v); }
 // out[k] = Σ lanes of v[k] for 16 vectors at once: a transpose-and-add tree (45
 // shuffles/adds instead of 16 separate reductions of ~8 each).
-inline void VSumMany(const Vf* v, float* out) {
+LRKV_KERNEL_INLINE void VSumMany(const Vf* v, float* out) {
   Vf u[8], w[4], z[2];
   for (int k = 0; k < 8; ++k) {
     u[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
@@ -93,6 +106,8 @@ inline void VSumMany(const Vf* v, float* out) {
 }
 // The pieces of VExp that differ between ISAs.
 inline Vf VMul(Vf a, Vf b) { return _mm512_mul_ps(a, b); }
+// max(a, b) per lane; b where a is NaN.
+inline Vf VMax(Vf a, Vf b) { return _mm512_max_ps(a, b); }
 inline Vf VClamp(Vf x, float lo, float hi) {
   return _mm512_min_ps(_mm512_max_ps(x, VSet(lo)), VSet(hi));
 }
@@ -121,6 +136,45 @@ inline Vf VLoad(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 inline void VStore(float* p, Vf v) { _mm256_storeu_ps(p, v); }
+// The first n < 8 lanes by vmaskmov, which reads no masked-off element (no
+// fault past the end). Without these the latent runs of r = 47 (Qwen3-0.6B's
+// rank at budget 0.5) ended in 7 scalar multiply-adds per row and head.
+#define LRKV_KERNEL_MASKED_TAIL 1
+inline __m256i LaneMask(int64_t n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+LRKV_KERNEL_INLINE Vf VLoadN(const float* p, int64_t n) {
+  return _mm256_maskload_ps(p, LaneMask(n));
+}
+// bf16 has no 16-bit masked load: the 32-bit words holding the n elements are
+// read from the 4-byte aligned address at or before p (an aligned word never
+// crosses a page, so the element before p or after the n-th that shares a word
+// with one of them is safe to read), shifted into place and cleared.
+LRKV_KERNEL_INLINE Vf VLoadN(const uint16_t* p, int64_t n) {
+  const int64_t odd =
+      static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) >> 1) & 1;
+  const int* base = reinterpret_cast<const int*>(p - odd);
+  const __m128i words =
+      _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>((n + odd + 1) / 2)),
+                      _mm_setr_epi32(0, 1, 2, 3));
+  __m128i h = _mm_maskload_epi32(base, words);
+  if (odd != 0) h = _mm_srli_si128(h, 2);
+  h = _mm_and_si128(h, _mm_cmpgt_epi16(_mm_set1_epi16(static_cast<short>(n)),
+                                       _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+inline void VStoreN(float* p, Vf v, int64_t n) {
+  _mm256_maskstore_ps(p, LaneMask(n), v);
+}
+inline Vf VZeroFirst(Vf x, int64_t k) {
+  return _mm256_andnot_ps(_mm256_castsi256_ps(LaneMask(k)), x);
+}
+// A bf16 masked load is ~8 instructions here: a run of n >= kW elements that
+// is not a whole number of vectors ends instead in a plain vector at
+// [n - kW, n), overlapping the one before (its first lanes dropped: queries
+// zeroed there, sums not stored).
+constexpr bool kPlainTails = true;
 inline Vf VFma(Vf a, Vf b, Vf c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vf VAdd(Vf a, Vf b) { return _mm256_add_ps(a, b); }
 inline float VSum(Vf v) {
@@ -130,7 +184,7 @@ inline float VSum(Vf v) {
   return _mm_cvtss_f32(s);
 }
 // out[k] = Σ lanes of v[k] for 8 vectors at once (transpose-and-add tree).
-inline void VSumMany(const Vf* v, float* out) {
+LRKV_KERNEL_INLINE void VSumMany(const Vf* v, float* out) {
   Vf u[4], w[2];
   for (int k = 0; k < 4; ++k) {
     u[k] = _mm256_add_ps(_mm256_unpacklo_ps(v[2 * k], v[2 * k + 1]),
@@ -147,6 +201,7 @@ inline void VSumMany(const Vf* v, float* out) {
                                  _mm256_permute2f128_ps(w[0], w[1], 0x31)));
 }
 inline Vf VMul(Vf a, Vf b) { return _mm256_mul_ps(a, b); }
+inline Vf VMax(Vf a, Vf b) { return _mm256_max_ps(a, b); }
 inline Vf VClamp(Vf x, float lo, float hi) {
   return _mm256_min_ps(_mm256_max_ps(x, VSet(lo)), VSet(hi));
 }
@@ -218,12 +273,29 @@ inline float RaiseMax(HeadState* st, float m) {
   return corr;
 }
 
+// max(m, s[0:count]), whole vectors at a time where they fit (a scalar loop
+// was a chain of count dependent maxima per head and tile). A NaN score is
+// passed over, as std::max(m, s) does.
+inline float MaxOf(const float* s, int64_t count, float m) {
+  int64_t t = 0;
+#ifdef LRKV_KERNEL_SIMD
+  if (count >= kW) {
+    Vf mv = VSet(m);
+    for (; t + kW <= count; t += kW) mv = VMax(VLoad(s + t), mv);
+    alignas(64) float lanes[kW];
+    VStore(lanes, mv);
+    for (int64_t l = 0; l < kW; ++l) m = std::max(m, lanes[l]);
+  }
+#endif
+  for (; t < count; ++t) m = std::max(m, s[t]);
+  return m;
+}
+
 // Folds a tile's scores s[0:count] into a head's state; rescales its
 // accumulators (acc[0:n], acc2[0:n2]) and leaves the tile's weights in p.
 inline void SoftmaxTile(HeadState* st, const float* s, int64_t count, float* p,
                         float* acc, int64_t n, float* acc2, int64_t n2) {
-  float m = st->m;
-  for (int64_t t = 0; t < count; ++t) m = std::max(m, s[t]);
+  const float m = MaxOf(s, count, st->m);
   const float corr = RaiseMax(st, m);
   st->l += ExpShifted(s, count, m, p);
   if (corr != 1.0f) {

@@ -185,10 +185,17 @@ void RaiseRows(Cache& c, int64_t width, int64_t cap, float rise) {
     c.bf16[i] = FloatToBFloat16(c.f32[i]);
   }
 }
+// The last four take the row kernel's one-pass shared-and-latent key dots,
+// its 8-head softmax and its row-by-row latent values on AVX2 (heads in whole
+// blocks of 8, 1-8 query heads per KV head, r >= 8): Qwen3-0.6B's shape at
+// budget 0.5 (r = 47 ends in a partial vector) with QK-norm scales,
+// Llama-3.2-1B's (r = 24, whole vectors) in chunks, one KV head, and r = 9.
 constexpr FactoredShape kFactoredShapes[] = {
     {1, 4, 4, 64, 16, 1, false},      {2, 8, 4, 8, 2, 37, true},
     {1, 12, 12, 128, 51, 600, false}, {3, 6, 2, 32, 0, 100, true},
-    {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false}};
+    {1, 4, 2, 16, 16, 1030, true},    {4, 12, 12, 128, 51, 17, false},
+    {1, 16, 8, 128, 47, 601, true},   {2, 32, 8, 64, 24, 1030, false},
+    {1, 8, 1, 32, 9, 77, true},       {3, 16, 16, 16, 8, 35, false}};
 
 // Random QK-norm scales and queries for a shape, and the factored parameters
 // that read them (segments and outputs are the caller's).
