@@ -304,22 +304,29 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     auto ql = std::make_shared<std::vector<float>>(
         Filled(B * H * std::max<int64_t>(r, 1), 0.01f));
     keep.insert(keep.end(), {out, out_l, q, ql});
-    auto add_mha = [&](const std::string& name, int64_t n_kv) {
+    auto add_mha = [&](const std::string& name, int64_t n_kv,
+                       bool position_major) {
       auto k = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 1);
       auto v = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 2);
       keep.insert(keep.end(), {k, v});
       MhaDecodeParams p = BenchMhaParams(o, L, n_kv);
+      p.position_major = position_major;
       p.k = k->data();
       p.v = v->data();
       p.q = q->data();
       p.out = out->data();
       auto var = std::make_unique<Variant>();
       static_cast<TimedVariant&>(*var) = BenchMhaRow(name, o, L, n_kv);
+      if (position_major) var->config += " position-major";
       var->step = [p] { (void)MhaDecode(p); };
       variants.push_back(std::move(var));
     };
-    add_mha("mha", H);
-    if (gqa < H) add_mha("gqa", gqa);
+    add_mha("mha", H, false);
+    if (gqa < H) add_mha("gqa", gqa, false);
+    // The GQA source an LRKV conversion of --kv-heads came from, in the
+    // decode engines' position-major cache (the kernel `bench generate` times
+    // for the source).
+    if (hkv < H) add_mha("source", hkv, true);
     {  // MLA, absorbed (no RoPE), equal cache: the latent is read as key and
        // value.
       auto c = std::make_shared<Buffer>(B * L * dc, o.dtype, 3);
