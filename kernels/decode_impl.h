@@ -208,26 +208,21 @@ inline void SharedAndLatentDots(const PackedQueries& pq, int64_t block,
   for (int h = 0; h < NH; ++h) out[h] = sums[h];
 }
 
-// SharedAndLatentDots for group sizes it is instantiated for; false otherwise.
+// SharedAndLatentDots for g, which `merged` in Factored restricts to 1, 2, 4
+// or 8.
 template <typename E>
-inline bool SharedAndLatentBlock(int64_t g, const PackedQueries& pq,
+inline void SharedAndLatentBlock(int64_t g, const PackedQueries& pq,
                                  int64_t block, const E* x, int64_t n,
                                  const E* zrow, int64_t r, float* out) {
   switch (g) {
     case 1:
-      SharedAndLatentDots<1>(pq, block, x, n, zrow, r, out);
-      return true;
+      return SharedAndLatentDots<1>(pq, block, x, n, zrow, r, out);
     case 2:
-      SharedAndLatentDots<2>(pq, block, x, n, zrow, r, out);
-      return true;
+      return SharedAndLatentDots<2>(pq, block, x, n, zrow, r, out);
     case 4:
-      SharedAndLatentDots<4>(pq, block, x, n, zrow, r, out);
-      return true;
-    case 8:
-      SharedAndLatentDots<8>(pq, block, x, n, zrow, r, out);
-      return true;
+      return SharedAndLatentDots<4>(pq, block, x, n, zrow, r, out);
     default:
-      return false;
+      return SharedAndLatentDots<8>(pq, block, x, n, zrow, r, out);
   }
 }
 
@@ -313,17 +308,60 @@ inline void DotRows(const float* q, const E* const* rows, int64_t count,
   for (; i < count; ++i) MultiDot(q, 1, rows[i], n, out + i);
 }
 
+#ifdef LRKV_KERNEL_MASKED_TAIL
+// AccumulateRows for a run shorter than 8 vectors (a latent run, r < 8·kW):
+// every vector of the run, the last one masked, in its own register across
+// the tile's rows. One vector at a time was a chain of `count` dependent
+// multiply-adds per vector.
+template <typename E>
+inline void AccumulateShortRun(float* acc, const float* p, const E* const* rows,
+                               int64_t count, int64_t n) {
+  const int64_t full = n / kW, m = n - full * kW;
+  // With plain tails the last vector starts at n - kW and is stored first, so
+  // that the one before it rewrites the lanes they share.
+  const bool plain = kPlainTails && m > 0 && full > 0;
+  const int64_t last = plain ? n - kW : full * kW;
+  Vf a[8];
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) {
+    if (v < full) {
+      a[v] = VLoad(acc + v * kW);
+    } else if (v == full && m > 0) {
+      a[v] = plain ? VLoad(acc + last) : VLoadN(acc + last, m);
+    }
+  }
+  for (int64_t t = 0; t < count; ++t) {
+    const Vf pv = VSet(p[t]);
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; ++v) {
+      if (v < full) {
+        a[v] = VFma(pv, VLoad(rows[t] + v * kW), a[v]);
+      } else if (v == full && m > 0) {
+        a[v] =
+            VFma(pv, plain ? VLoad(rows[t] + last) : VLoadN(rows[t] + last, m),
+                 a[v]);
+      }
+    }
+  }
+  if (m > 0 && full < 8) {
+    if (plain) {
+      VStore(acc + last, a[full]);
+    } else {
+      VStoreN(acc + last, a[full], m);
+    }
+  }
+#pragma GCC unroll 8
+  for (int v = 0; v < 8; ++v) {
+    if (v < full) VStore(acc + v * kW, a[v]);
+  }
+}
+#endif
+
 // acc[0:n] += Σ_t p[t] · rows[t][0:n] for the `count` rows of a tile. Blocks
 // of eight vectors are walked row by row, so that each row is read in order:
 // walking one vector of every row at a time touched the tile's lines column by
 // column, and the MHA step (paper shape, L = 8192, 2 threads, timed
 // alternately) took 1.15-1.35x as long with bf16 rows (1.03x with fp32).
-#ifdef LRKV_KERNEL_MASKED_TAIL
-template <typename E>
-inline void AccumulateShortRun(float* acc, const float* p, const E* const* rows,
-                               int64_t count, int64_t n);
-#endif
-
 template <typename E>
 inline void AccumulateRows(float* acc, const float* p, const E* const* rows,
                            int64_t count, int64_t n) {
@@ -381,55 +419,6 @@ inline void PrefetchRow(const E* row, int64_t n) {
     __builtin_prefetch(at + byte, 0, 3);
 }
 
-#ifdef LRKV_KERNEL_MASKED_TAIL
-// AccumulateRows for a run shorter than 8 vectors (a latent run, r < 8·kW):
-// every vector of the run, the last one masked, in its own register across
-// the tile's rows. One vector at a time was a chain of `count` dependent
-// multiply-adds per vector.
-template <typename E>
-inline void AccumulateShortRun(float* acc, const float* p, const E* const* rows,
-                               int64_t count, int64_t n) {
-  const int64_t full = n / kW, m = n - full * kW;
-  // With plain tails the last vector starts at n - kW and is stored first, so
-  // that the one before it rewrites the lanes they share.
-  const bool plain = kPlainTails && m > 0 && full > 0;
-  const int64_t last = plain ? n - kW : full * kW;
-  Vf a[8];
-#pragma GCC unroll 8
-  for (int v = 0; v < 8; ++v) {
-    if (v < full) {
-      a[v] = VLoad(acc + v * kW);
-    } else if (v == full && m > 0) {
-      a[v] = plain ? VLoad(acc + last) : VLoadN(acc + last, m);
-    }
-  }
-  for (int64_t t = 0; t < count; ++t) {
-    const Vf pv = VSet(p[t]);
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v) {
-      if (v < full) {
-        a[v] = VFma(pv, VLoad(rows[t] + v * kW), a[v]);
-      } else if (v == full && m > 0) {
-        a[v] =
-            VFma(pv, plain ? VLoad(rows[t] + last) : VLoadN(rows[t] + last, m),
-                 a[v]);
-      }
-    }
-  }
-  if (m > 0 && full < 8) {
-    if (plain) {
-      VStore(acc + last, a[full]);
-    } else {
-      VStoreN(acc + last, a[full], m);
-    }
-  }
-#pragma GCC unroll 8
-  for (int v = 0; v < 8; ++v) {
-    if (v < full) VStore(acc + v * kW, a[v]);
-  }
-}
-#endif
-
 #ifdef LRKV_KERNEL_SIMD
 // acc_h[n:n+r] += Σ_t w_h[t] · z_t,kv(h) for every head h (accumulators
 // `per_head` apart, weights w[h·kTile + t]) over the `count` rows of a tile
@@ -464,7 +453,6 @@ inline void AccumulateLatentRows(float* acc, int64_t per_head, int64_t n,
         for (int i = 0; i < 4; ++i) {
           x[i] = VLoad(z[i] + off + at);
           if (tail) x[i] = VZeroFirst(x[i], overlap);
-          if (i >= nr) x[i] = VZero();
         }
         for (int64_t h = h0; h < h0 + g; ++h) {
           float* a = acc + h * per_head + n + at;
