@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__F16C__) || defined(__AVX512F__)
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 #if defined(__AVX512F__) && defined(__AVX512BW__)
@@ -131,6 +131,128 @@ void Block(const W* w, int64_t o, int64_t n, const WeightMatVecParams& p,
   }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// A decode step of several sequences (verify steps 4-10 engines at once) by
+// hand: GCC's vectorisation of a many-accumulator `omp simd` reduction spilled
+// the accumulators to the stack, and Dot4 per x row re-widens each weight
+// element once per row (three instructions to its one multiply-add in
+// float64). Vector types of an fp32 or float64 x.
+struct F32Lanes {
+  using T = float;
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static V Zero() { return _mm256_setzero_ps(); }
+  static V Load(const float* x) { return _mm256_loadu_ps(x); }
+  static V Widen(const uint16_t* w) {  // bf16 -> fp32: the high half
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(w))),
+        16));
+  }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float Sum(V v) {
+    __m128 s =
+        _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
+};
+struct F64Lanes {
+  using T = double;
+  using V = __m256d;
+  static constexpr int kLanes = 4;
+  static V Zero() { return _mm256_setzero_pd(); }
+  static V Load(const double* x) { return _mm256_loadu_pd(x); }
+  static V Widen(const uint16_t* w) {
+    return _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(
+        _mm_cvtepu16_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w))),
+        16)));
+  }
+  static V Widen(const float* w) { return _mm256_cvtps_pd(_mm_loadu_ps(w)); }
+  static V Fma(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+  static double Sum(V v) {
+    __m128d s =
+        _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+  }
+};
+
+// Rows w0, w1 of W against B x rows (x[b * cols ...]): 2·B accumulators, each
+// weight vector widened once for the B rows. y0[b * y_stride] and the element
+// after it receive the two outputs of x row b.
+template <typename L, int B, typename W>
+void TwoRows(const W* w0, const W* w1, const typename L::T* x, int64_t cols,
+             typename L::T* y0, int64_t y_stride) {
+  using T = typename L::T;
+  typename L::V a0[B], a1[B];
+  for (int b = 0; b < B; ++b) a0[b] = a1[b] = L::Zero();
+  int64_t i = 0;
+  for (; i + L::kLanes <= cols; i += L::kLanes) {
+    const auto u = L::Widen(w0 + i), v = L::Widen(w1 + i);
+    for (int b = 0; b < B; ++b) {
+      const auto xb = L::Load(x + b * cols + i);
+      a0[b] = L::Fma(u, xb, a0[b]);
+      a1[b] = L::Fma(v, xb, a1[b]);
+    }
+  }
+  for (int b = 0; b < B; ++b) {
+    T s0 = L::Sum(a0[b]), s1 = L::Sum(a1[b]);
+    for (int64_t k = i; k < cols; ++k) {
+      s0 += static_cast<T>(Widened(w0[k])) * x[b * cols + k];
+      s1 += static_cast<T>(Widened(w1[k])) * x[b * cols + k];
+    }
+    y0[b * y_stride] = s0;
+    y0[b * y_stride + 1] = s1;
+  }
+}
+
+// Rows o..o+3 of W times every x row, two weight rows and up to four x rows at
+// a time (8 accumulators, 11 of the 16 vector registers).
+template <typename L, typename W>
+void BatchBlock(const W* w, int64_t o, const WeightMatVecParams& p,
+                const typename L::T* x, typename L::T* y) {
+  for (int64_t j = 0; j < kRowBlock; j += 2) {
+    const W *w0 = w + j * p.cols, *w1 = w0 + p.cols;
+    for (int64_t b = 0; b < p.batch; b += 4) {
+      const typename L::T* xb = x + b * p.cols;
+      typename L::T* yb = y + b * p.rows + o + j;
+      switch (std::min<int64_t>(4, p.batch - b)) {
+        case 4:
+          TwoRows<L, 4>(w0, w1, xb, p.cols, yb, p.rows);
+          break;
+        case 3:
+          TwoRows<L, 3>(w0, w1, xb, p.cols, yb, p.rows);
+          break;
+        case 2:
+          TwoRows<L, 2>(w0, w1, xb, p.cols, yb, p.rows);
+          break;
+        default:
+          TwoRows<L, 1>(w0, w1, xb, p.cols, yb, p.rows);
+      }
+    }
+  }
+}
+
+// Whether BatchBlock serves x rows of T against p's weights.
+template <typename T>
+bool Batched(const WeightMatVecParams& p) {
+  return p.batch >= 2 &&
+         (p.dtype == WeightDType::kBF16 ||
+          (p.dtype == WeightDType::kF32 && std::is_same_v<T, double>));
+}
+
+template <typename T>
+void RunBatchBlock(const WeightMatVecParams& p, int64_t o, const T* x, T* y) {
+  using L = std::conditional_t<std::is_same_v<T, double>, F64Lanes, F32Lanes>;
+  if (p.dtype == WeightDType::kBF16) {
+    BatchBlock<L>(static_cast<const uint16_t*>(p.w) + o * p.cols, o, p, x, y);
+  } else if constexpr (std::is_same_v<T, double>) {
+    BatchBlock<L>(static_cast<const float*>(p.w) + o * p.cols, o, p, x, y);
+  }
+}
+#endif
+
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 // bf16 weights against fp32 activations, by hand: a 32-bit lane holding the
 // bf16 pair (w[2i], w[2i+1]) is w[2i+1] as fp32 once its low half is cleared
@@ -237,6 +359,12 @@ void Run(const WeightMatVecParams& p, const T* x, T* y) {
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t o = blk * kRowBlock, n = std::min(kRowBlock, p.rows - o);
+#if defined(__AVX2__) && defined(__FMA__)
+      if (n == kRowBlock && Batched<T>(p)) {
+        RunBatchBlock(p, o, x, y);
+        continue;
+      }
+#endif
       switch (p.dtype) {
         case WeightDType::kBF16:
           Block(static_cast<const uint16_t*>(p.w) + o * p.cols, o, n, p, x, y);

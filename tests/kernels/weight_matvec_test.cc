@@ -1,17 +1,19 @@
-// WeightMatVec against its float64 reference for bf16, f16 and fp32 weights, fp32 and
-// fp64 activations, every ISA build this CPU runs, odd shapes and batches. The
-// tolerance is the textbook bound of a dot product summed in any order, n·u·Σ|w x|
-// (u: the unit roundoff of the accumulation dtype), plus the final rounding: it holds
-// on every CPU and is far below what a wrong weight or a dropped term costs.
+// WeightMatVec against its float64 reference for bf16, f16 and fp32 weights,
+// fp32 and fp64 activations, every ISA build this CPU runs, odd shapes and
+// batches. The tolerance is the textbook bound of a dot product summed in any
+// order, n·u·Σ|w x| (u: the unit roundoff of the accumulation dtype), plus the
+// final rounding: it holds on every CPU and is far below what a wrong weight or
+// a dropped term costs.
+#include "kernels/weight_matvec.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "base/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
-#include "kernels/weight_matvec.h"
-#include "base/dtype.h"
 
 namespace lrkv::kernels {
 namespace {
@@ -27,9 +29,11 @@ Matrix RandomMatrix(WeightDType dtype, int64_t n, uint32_t seed) {
   std::normal_distribution<float> normal(0, 1);
   Matrix m;
   for (int64_t i = 0; i < n; ++i) {
-    // Mixed magnitudes (and f16 subnormals) so that widening is tested, not just rounding.
+    // Mixed magnitudes (and f16 subnormals) so that widening is tested, not
+    // just rounding.
     float v = normal(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
-    if (dtype == WeightDType::kF16 && i % 97 == 0) v = 3e-6f;  // subnormal in f16
+    if (dtype == WeightDType::kF16 && i % 97 == 0)
+      v = 3e-6f;  // subnormal in f16
     if (dtype == WeightDType::kBF16) {
       m.half.push_back(FloatToBFloat16(v));
       m.value.push_back(BFloat16ToFloat(m.half.back()));
@@ -54,23 +58,30 @@ TEST_P(WeightMatVecTest, MatchesTheReferenceWithinTheSummationBound) {
   struct Shape {
     int64_t rows, cols, batch;
   };
-  for (WeightDType dtype : {WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32}) {
+  for (WeightDType dtype :
+       {WeightDType::kBF16, WeightDType::kF16, WeightDType::kF32}) {
     for (const Shape s : {Shape{1, 1, 1}, Shape{37, 53, 3}, Shape{300, 1000, 1},
-                          Shape{513, 640, 9}, Shape{70, 97, 15}}) {
+                          Shape{513, 640, 9}, Shape{70, 97, 15},
+                          Shape{64, 1030, 2}, Shape{33, 8, 6}}) {
       for (bool f64 : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "dtype " << static_cast<int>(dtype) << " shape "
-                                          << s.rows << "x" << s.cols << " batch " << s.batch
-                                          << (f64 ? " fp64" : " fp32"));
+        SCOPED_TRACE(::testing::Message()
+                     << "dtype " << static_cast<int>(dtype) << " shape "
+                     << s.rows << "x" << s.cols << " batch " << s.batch
+                     << (f64 ? " fp64" : " fp32"));
         const Matrix w = RandomMatrix(dtype, s.rows * s.cols, 7 + s.cols);
         std::mt19937 rng(11);
         std::normal_distribution<double> normal(0, 1);
-        std::vector<float> x(s.batch * s.cols), y(s.batch * s.rows), yref(s.batch * s.rows);
+        std::vector<float> x(s.batch * s.cols), y(s.batch * s.rows),
+            yref(s.batch * s.rows);
         std::vector<double> x64(s.batch * s.cols), y64(s.batch * s.rows),
             y64ref(s.batch * s.rows);
-        for (size_t i = 0; i < x.size(); ++i) x64[i] = x[i] = static_cast<float>(normal(rng));
+        for (size_t i = 0; i < x.size(); ++i)
+          x64[i] = x[i] = static_cast<float>(normal(rng));
         WeightMatVecParams p;
         p.dtype = dtype;
-        p.w = dtype == WeightDType::kF32 ? static_cast<const void*>(w.f32.data()) : w.half.data();
+        p.w = dtype == WeightDType::kF32
+                  ? static_cast<const void*>(w.f32.data())
+                  : w.half.data();
         p.rows = s.rows;
         p.cols = s.cols;
         p.batch = s.batch;
@@ -96,9 +107,12 @@ TEST_P(WeightMatVecTest, MatchesTheReferenceWithinTheSummationBound) {
               exact += t;
             }
             const double got = f64 ? y64[b * s.rows + o] : y[b * s.rows + o];
-            const double bound = (s.cols + 1) * u * abs_sum + u * std::abs(exact);
-            ASSERT_LE(std::abs(got - exact), bound) << "row " << o << " batch " << b;
-            const double want = f64 ? y64ref[b * s.rows + o] : yref[b * s.rows + o];
+            const double bound =
+                (s.cols + 1) * u * abs_sum + u * std::abs(exact);
+            ASSERT_LE(std::abs(got - exact), bound)
+                << "row " << o << " batch " << b;
+            const double want =
+                f64 ? y64ref[b * s.rows + o] : yref[b * s.rows + o];
             ASSERT_LE(std::abs(want - exact), bound) << "reference, row " << o;
           }
         }
@@ -175,13 +189,15 @@ TEST_P(WeightMatVecTest, BadParametersAreRejected) {
   p.w = w.data();
   p.rows = p.cols = 4;
   p.batch = 1;
-  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);  // no x/y
+  EXPECT_EQ(WeightMatVec(p).code(),
+            absl::StatusCode::kInvalidArgument);  // no x/y
   p.x = x.data();
   p.y = y.data();
   EXPECT_TRUE(WeightMatVec(p).ok());
   p.y64 = y64.data();
   p.x64 = x64.data();
-  EXPECT_EQ(WeightMatVec(p).code(), absl::StatusCode::kInvalidArgument);  // both
+  EXPECT_EQ(WeightMatVec(p).code(),
+            absl::StatusCode::kInvalidArgument);  // both
   p.x64 = nullptr;
   p.y64 = nullptr;
   p.cols = 0;
@@ -214,7 +230,9 @@ std::vector<const char*> Isas() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, WeightMatVecTest, ::testing::ValuesIn(Isas()),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& info) {
+                           return std::string(info.param);
+                         });
 
 }  // namespace
 }  // namespace lrkv::kernels
