@@ -120,30 +120,40 @@ absl::StatusOr<std::unique_ptr<ReferenceEngines>> ReferenceEngines::Create(
 }
 
 absl::StatusOr<const ReferenceEngines::StepOutputs*> ReferenceEngines::At(
-    int64_t step, int32_t token) {
+    int64_t step, int32_t token, Companions* with) {
+  Companions none;
+  if (with == nullptr) with = &none;
   if (step < static_cast<int64_t>(steps_.size())) {
     if (steps_[step].token != token) {
       return absl::FailedPreconditionError(
           absl::StrCat("reference step ", step, " ran token ",
                        steps_[step].token, ", asked for ", token));
     }
+    with->fp32_logits = DecodeEngine::StepTogether(with->fp32, token);
+    with->f64_logits = DecodeEngine::StepTogether(with->f64, token);
     return &steps_[step];
   }
   if (step != static_cast<int64_t>(steps_.size())) {
     return absl::FailedPreconditionError("reference steps are run in order");
   }
-  const auto t = at::full({1}, token, at::kLong);
+  // One pass over the weights per compute dtype: the truth with the float64
+  // companions, the plain engines with the fp32 ones.
+  std::vector<DecodeEngine*> f64 = {truth_.get()};
+  f64.insert(f64.end(), with->f64.begin(), with->f64.end());
+  std::vector<DecodeEngine*> fp32 = {plain_.get(), reordered_.get()};
+  fp32.insert(fp32.end(), with->fp32.begin(), with->fp32.end());
+  const auto f64_logits = DecodeEngine::StepTogether(f64, token);
+  const auto fp32_logits = DecodeEngine::StepTogether(fp32, token);
   StepOutputs s;
   s.token = token;
-  s.truth_logits = truth_->Step(t);
+  s.truth_logits = f64_logits[0];
   s.truth = truth_->attention_outputs();
-  // One pass over the weights for both fp32 engines.
-  const auto fp32 =
-      DecodeEngine::StepTogether({plain_.get(), reordered_.get()}, token);
-  s.plain_logits = fp32[0];
+  s.plain_logits = fp32_logits[0];
   s.plain = plain_->attention_outputs();
-  s.reordered_logits = fp32[1];
+  s.reordered_logits = fp32_logits[1];
   s.reordered = reordered_->attention_outputs();
+  with->f64_logits.assign(f64_logits.begin() + 1, f64_logits.end());
+  with->fp32_logits.assign(fp32_logits.begin() + 2, fp32_logits.end());
   steps_.push_back(std::move(s));
   return &steps_.back();
 }
@@ -157,13 +167,16 @@ struct Greedy {
   double margin;
 };
 
-// The engines one check runs beside the shared references.
-struct CheckEngines {
-  ReferenceEngines* refs;
-  DecodeEngine* candidate;
-  // The candidate's algorithm in fp32 ATen arithmetic, and in float64.
-  DecodeEngine* rounded;
-  DecodeEngine* exact64;
+// One mode's check: its engines, run beside the shared references, and what
+// it has measured so far.
+struct ModeCheck {
+  EquivalenceResult r;
+  // The candidate; its algorithm in fp32 ATen arithmetic, and in float64.
+  // Unset where the mode does not apply.
+  std::unique_ptr<DecodeEngine> candidate, rounded, exact64;
+  std::vector<Site> sites;  // layers, then the logits
+  std::vector<Greedy> greedy;
+  bool running() const { return candidate != nullptr && !r.non_finite; }
 };
 
 void NoteNonFinite(int64_t step, int64_t layer, EquivalenceResult* r) {
@@ -174,66 +187,93 @@ void NoteNonFinite(int64_t step, int64_t layer, EquivalenceResult* r) {
   r->first_bad_error = std::numeric_limits<double>::quiet_NaN();
 }
 
-// Decodes the prompt and then f64's greedy tokens (teacher-forced) on every
-// engine, accumulating each site's errors and each generated token's agreement.
-absl::Status DecodeAndCompare(const CheckEngines& e,
-                              const EquivalenceOptions& o,
-                              std::vector<Site>* sites,
-                              std::vector<Greedy>* greedy,
-                              EquivalenceResult* r) {
-  const size_t layers = sites->size() - 1;
-  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
-  int32_t next = o.prompt[0];
-  for (int64_t step = 0; step < total && !r->non_finite; ++step) {
-    RETURN_IF_ERROR(CheckStop(o.should_stop, "verification"));
-    if (step < static_cast<int64_t>(o.prompt.size())) next = o.prompt[step];
-    const auto token = at::full({1}, next, at::kLong);
-    ASSIGN_OR_RETURN(const ReferenceEngines::StepOutputs* ref,
-                     e.refs->At(step, next));
-    // The candidate and its fp32 twin in one pass over the weights.
-    const auto fp32 =
-        DecodeEngine::StepTogether({e.candidate, e.rounded}, next);
-    const auto& cand_logits = fp32[0];
-    const auto& rounded_logits = fp32[1];
-    const auto exact_logits = e.exact64->Step(token);
-    for (size_t layer = 0; layer <= layers; ++layer) {
-      const bool logits = layer == layers;
-      const at::Tensor& c =
-          logits ? cand_logits : e.candidate->attention_outputs()[layer];
-      const at::Tensor& p = logits ? ref->plain_logits : ref->plain[layer];
-      const at::Tensor& p2 =
-          logits ? ref->reordered_logits : ref->reordered[layer];
-      const at::Tensor& t = logits ? ref->truth_logits : ref->truth[layer];
-      const at::Tensor& r32 =
-          logits ? rounded_logits : e.rounded->attention_outputs()[layer];
-      const at::Tensor& e64 =
-          logits ? exact_logits : e.exact64->attention_outputs()[layer];
-      const int64_t site = logits ? -1 : static_cast<int64_t>(layer);
-      if (!AllFinite(c) || !AllFinite(p) || !AllFinite(t)) {
-        NoteNonFinite(step, site, r);
-        break;
-      }
-      const at::Tensor c64 = c.to(at::kDouble);  // converted once for both
-      Accumulate(&(*sites)[layer], c64, p, p2, t, r32, e64);
-      Worst(logits ? &r->worst_logits : &r->worst_layer, Compare(c64, t));
+// The f64 engine's greedy token at a step.
+int32_t TruthNext(const ReferenceEngines::StepOutputs& ref) {
+  return static_cast<int32_t>(
+      std::get<1>(ref.truth_logits.topk(2, -1))[0][0].item<int64_t>());
+}
+
+// The logits one step gave a check's three engines.
+struct StepLogits {
+  at::Tensor candidate, rounded, exact64;
+};
+
+// Accumulates one step of a check against the references' step: each site's
+// errors, and (past the prompt) whether its greedy token agreed with f64's.
+void CompareStep(const ReferenceEngines::StepOutputs& ref,
+                 const StepLogits& logits, int64_t step,
+                 const EquivalenceOptions& o, ModeCheck* m) {
+  EquivalenceResult* r = &m->r;
+  const size_t layers = m->sites.size() - 1;
+  for (size_t layer = 0; layer <= layers; ++layer) {
+    const bool at_logits = layer == layers;
+    auto pick = [&](const at::Tensor& l,
+                    const std::vector<at::Tensor>& outs) -> const at::Tensor& {
+      return at_logits ? l : outs[layer];
+    };
+    const at::Tensor& c =
+        pick(logits.candidate, m->candidate->attention_outputs());
+    const at::Tensor& p = pick(ref.plain_logits, ref.plain);
+    const at::Tensor& t = pick(ref.truth_logits, ref.truth);
+    const int64_t site = at_logits ? -1 : static_cast<int64_t>(layer);
+    if (!AllFinite(c) || !AllFinite(p) || !AllFinite(t)) {
+      NoteNonFinite(step, site, r);
+      return;
     }
-    if (r->non_finite) break;
-    const auto top = ref->truth_logits.topk(2, -1);
-    const auto truth_next =
-        static_cast<int32_t>(std::get<1>(top)[0][0].item<int64_t>());
-    const auto cand_next =
-        static_cast<int32_t>(cand_logits.argmax(-1).item<int64_t>());
-    // Steps P-1 .. P+N-2 produce the N greedy tokens.
-    const int64_t generated = step + 1 - static_cast<int64_t>(o.prompt.size());
-    if (generated >= 0 && generated < o.decode_tokens) {
-      const auto values = std::get<0>(top);
-      greedy->push_back({cand_next == truth_next,
+    const at::Tensor c64 = c.to(at::kDouble);  // converted once for both
+    Accumulate(&m->sites[layer], c64, p,
+               pick(ref.reordered_logits, ref.reordered), t,
+               pick(logits.rounded, m->rounded->attention_outputs()),
+               pick(logits.exact64, m->exact64->attention_outputs()));
+    Worst(at_logits ? &r->worst_logits : &r->worst_layer, Compare(c64, t));
+  }
+  const auto top = ref.truth_logits.topk(2, -1);
+  const int32_t truth_next = TruthNext(ref);
+  const auto cand_next =
+      static_cast<int32_t>(logits.candidate.argmax(-1).item<int64_t>());
+  // Steps P-1 .. P+N-2 produce the N greedy tokens.
+  const int64_t generated = step + 1 - static_cast<int64_t>(o.prompt.size());
+  if (generated >= 0 && generated < o.decode_tokens) {
+    const auto values = std::get<0>(top);
+    m->greedy.push_back({cand_next == truth_next,
                          values.size(1) > 1
                              ? (values[0][0] - values[0][1]).item<double>()
                              : std::numeric_limits<double>::infinity()});
+  }
+  ++r->steps;
+}
+
+// Decodes the prompt and then f64's greedy tokens (teacher-forced) on every
+// check's engines in lockstep with the references: each step is one pass over
+// the weights per compute dtype for all of them (a step streams the weights;
+// checking four modes one after another streamed them ten times a token).
+absl::Status DecodeAndCompare(ReferenceEngines* refs,
+                              const EquivalenceOptions& o,
+                              std::vector<ModeCheck>* checks) {
+  const int64_t total = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
+  int32_t next = o.prompt[0];
+  for (int64_t step = 0; step < total; ++step) {
+    RETURN_IF_ERROR(CheckStop(o.should_stop, "verification"));
+    if (step < static_cast<int64_t>(o.prompt.size())) next = o.prompt[step];
+    ReferenceEngines::Companions with;
+    std::vector<ModeCheck*> running;
+    for (ModeCheck& m : *checks) {
+      if (!m.running()) continue;
+      running.push_back(&m);
+      with.fp32.insert(with.fp32.end(), {m.candidate.get(), m.rounded.get()});
+      with.f64.push_back(m.exact64.get());
     }
-    next = truth_next;  // teacher-forced on the f64 engine's greedy choice
-    ++r->steps;
+    if (running.empty()) break;
+    ASSIGN_OR_RETURN(const ReferenceEngines::StepOutputs* ref,
+                     refs->At(step, next, &with));
+    for (size_t i = 0; i < running.size(); ++i) {
+      CompareStep(*ref,
+                  {with.fp32_logits[2 * i], with.fp32_logits[2 * i + 1],
+                   with.f64_logits[i]},
+                  step, o, running[i]);
+    }
+    next = TruthNext(*ref);  // teacher-forced on the f64 engine's greedy choice
+    if (o.on_step) o.on_step(step + 1, total);
   }
   return absl::OkStatus();
 }
@@ -291,39 +331,17 @@ bool TokensAgree(const std::vector<Greedy>& greedy, double logits_bound,
   return ok;
 }
 
-}  // namespace
-
-absl::StatusOr<EquivalenceResult> CheckEquivalence(
-    const ModelConfig& config, const LlamaWeights& stored, DecodeMode mode,
-    const EquivalenceOptions& o) {
-  if (o.prompt.empty())
-    return absl::InvalidArgumentError("the prompt is empty");
-  if (o.decode_tokens < 0)
-    return absl::InvalidArgumentError("decode tokens must be >= 0");
-  const bool bf16 = o.cache_dtype == at::kBFloat16;
-  EquivalenceResult r;
+// A check of `mode` ready to run beside `refs`: its result's description, and
+// its engines (none, with the reason, where the mode does not apply).
+absl::StatusOr<ModeCheck> StartCheck(const ModelConfig& config,
+                                     ReferenceEngines* refs, DecodeMode mode,
+                                     const EquivalenceOptions& o,
+                                     const EngineOptions& eo) {
+  ModeCheck m;
+  EquivalenceResult& r = m.r;
   r.mode = DecodeModeName(mode);
-  r.dtype = bf16 ? "bf16" : "fp32";
+  r.dtype = o.cache_dtype == at::kBFloat16 ? "bf16" : "fp32";
   r.expected_equivalent = mode != DecodeMode::kNaive;
-  EngineOptions eo;
-  eo.cache_dtype = o.cache_dtype;
-  eo.capacity = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
-  eo.factored_layout = o.factored_layout;
-  at::NoGradGuard no_grad;
-  // The references convert the weights once per dtype (ForCompute: the K/V
-  // factors and norms, not the big matrices every engine streams as stored);
-  // the candidate and its twins use those conversions.
-  std::unique_ptr<ReferenceEngines> own_references;
-  ReferenceEngines* refs = o.references;
-  if (refs == nullptr) {
-    ASSIGN_OR_RETURN(own_references,
-                     ReferenceEngines::Create(config, stored, o.cache_dtype,
-                                              eo.capacity, o.factored_layout));
-    refs = own_references.get();
-  } else if (refs->cache_dtype() != o.cache_dtype) {
-    return absl::InvalidArgumentError(
-        "the shared reference engines run another cache dtype");
-  }
   const LlamaWeights& weights = refs->weights32();
   EngineOptions candidate_options = eo;
   candidate_options.fault = o.fault;
@@ -331,9 +349,10 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   if (!candidate.ok()) {
     r.applicable = false;
     r.reason = std::string(candidate.status().message());
-    return r;
+    return m;
   }
-  r.cache_layout = (*candidate)->cache_layout();
+  m.candidate = std::move(*candidate);
+  r.cache_layout = m.candidate->cache_layout();
   // The candidate's own algorithm twice, both through ATen on rows: in fp32
   // arithmetic with its cache in the candidate's dtype, and in float64 with a
   // float64 cache. Their distance is what rounding costs that algorithm (a
@@ -344,10 +363,9 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
   twin.factored_layout = FactoredCacheLayout::kRows;
   twin.kernels = false;
   twin.float64_sums = false;
-  ASSIGN_OR_RETURN(auto rounded,
-                   CreateDecodeEngine(config, weights, mode, twin));
+  ASSIGN_OR_RETURN(m.rounded, CreateDecodeEngine(config, weights, mode, twin));
   twin.cache_dtype = at::kDouble;
-  ASSIGN_OR_RETURN(auto exact64,
+  ASSIGN_OR_RETURN(m.exact64,
                    CreateDecodeEngine(config, refs->weights64(), mode, twin));
   r.reference = "expanded engine in float64 (weights, cache and arithmetic)";
   r.plain =
@@ -361,23 +379,74 @@ absl::StatusOr<EquivalenceResult> CheckEquivalence(
       " cache - the same in f64|) + atol (twice fp32 rounding of the f64 "
       "values); greedy "
       "tokens equal to f64's except ties within the max-error bound");
-  std::vector<Site> sites(weights.layers.size() +
-                          1);  // layers, then the logits
-  std::vector<Greedy> greedy;
-  const CheckEngines engines{refs, candidate->get(), rounded.get(),
-                             exact64.get()};
-  RETURN_IF_ERROR(DecodeAndCompare(engines, o, &sites, &greedy, &r));
-  r.decode_tokens = static_cast<int64_t>(greedy.size());
-  const bool within = !r.non_finite && SitesWithinBounds(sites, &r);
-  const bool tokens_agree = TokensAgree(greedy, sites.back().max_bound(), &r);
+  m.sites.resize(weights.layers.size() + 1);
+  return m;
+}
+
+// The verdict of a check that has run: sites within their bounds, greedy
+// tokens agreeing, every value finite; and the cache bytes at the end.
+void FinishCheck(const ReferenceEngines& refs, ModeCheck* m) {
+  EquivalenceResult& r = m->r;
+  r.decode_tokens = static_cast<int64_t>(m->greedy.size());
+  const bool within = !r.non_finite && SitesWithinBounds(m->sites, &r);
+  const bool tokens_agree =
+      TokensAgree(m->greedy, m->sites.back().max_bound(), &r);
   const bool tokens_ok = !r.non_finite && tokens_agree;
-  for (auto [m, bytes] :
-       {std::pair{(*candidate)->MeasureCache(), &r.candidate_cache},
-        {refs->PlainCache(), &r.reference_cache}}) {
-    *bytes = {m.used_bytes, m.allocated_bytes};
+  for (auto [meas, bytes] :
+       {std::pair{m->candidate->MeasureCache(), &r.candidate_cache},
+        {refs.PlainCache(), &r.reference_cache}}) {
+    *bytes = {meas.used_bytes, meas.allocated_bytes};
   }
   r.equivalent = within && tokens_ok;
-  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<EquivalenceResult>> CheckEquivalences(
+    const ModelConfig& config, const LlamaWeights& stored,
+    const std::vector<DecodeMode>& modes, const EquivalenceOptions& o) {
+  if (o.prompt.empty())
+    return absl::InvalidArgumentError("the prompt is empty");
+  if (o.decode_tokens < 0)
+    return absl::InvalidArgumentError("decode tokens must be >= 0");
+  EngineOptions eo;
+  eo.cache_dtype = o.cache_dtype;
+  eo.capacity = static_cast<int64_t>(o.prompt.size()) + o.decode_tokens;
+  eo.factored_layout = o.factored_layout;
+  at::NoGradGuard no_grad;
+  // The references convert the weights once per dtype (ForCompute: the K/V
+  // factors and norms, not the big matrices every engine streams as stored);
+  // the checks' engines use those conversions.
+  std::unique_ptr<ReferenceEngines> own_references;
+  ReferenceEngines* refs = o.references;
+  if (refs == nullptr) {
+    ASSIGN_OR_RETURN(own_references,
+                     ReferenceEngines::Create(config, stored, o.cache_dtype,
+                                              eo.capacity, o.factored_layout));
+    refs = own_references.get();
+  } else if (refs->cache_dtype() != o.cache_dtype) {
+    return absl::InvalidArgumentError(
+        "the shared reference engines run another cache dtype");
+  }
+  std::vector<ModeCheck> checks;
+  for (DecodeMode mode : modes) {
+    ASSIGN_OR_RETURN(ModeCheck m, StartCheck(config, refs, mode, o, eo));
+    checks.push_back(std::move(m));
+  }
+  RETURN_IF_ERROR(DecodeAndCompare(refs, o, &checks));
+  std::vector<EquivalenceResult> results;
+  for (ModeCheck& m : checks) {
+    if (m.candidate != nullptr) FinishCheck(*refs, &m);
+    results.push_back(std::move(m.r));
+  }
+  return results;
+}
+
+absl::StatusOr<EquivalenceResult> CheckEquivalence(
+    const ModelConfig& config, const LlamaWeights& stored, DecodeMode mode,
+    const EquivalenceOptions& o) {
+  ASSIGN_OR_RETURN(auto results, CheckEquivalences(config, stored, {mode}, o));
+  return std::move(results[0]);
 }
 
 }  // namespace lrkv

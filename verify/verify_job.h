@@ -46,9 +46,12 @@ struct VerifyJobOptions {
   /// Polled between decode steps and before the fidelity pass: the job stops
   /// with CancelledError once it returns true.
   StopCheck should_stop;
-  /// Told as each check (a mode and dtype, the cache, fidelity, head diversity)
-  /// starts.
+  /// Told as each check (every mode of a dtype, the cache, fidelity, head
+  /// diversity) starts.
   ProgressSink on_progress;
+  /// Told after each decode step of the mode checks: steps done of prompt +
+  /// decode tokens.
+  UnitProgress on_step;
 };
 
 // InvalidArgument naming the option when one is out of range (checked by

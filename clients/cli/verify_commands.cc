@@ -1,6 +1,7 @@
 // `lrkv verify`: factored vs expanded decoding, cache bytes, fidelity and head
 // diversity of a checkpoint, with JSON and JUnit outputs for CI gates. Exit 0
-// when every required check passes, 1 when one fails (2 for bad input, commands.h).
+// when every required check passes, 1 when one fails (2 for bad input,
+// commands.h).
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -32,15 +33,19 @@ int RunVerify(const VerifyArgs& a) {
   if (!job.ok()) return Fail(job.status());
   StageProgress progress("verify");
   job->on_progress = progress.Sink();
+  job->on_step = progress.Units();
   job->should_stop = InterruptCheck();
   auto report = RunVerifyJob(*job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());
-  if (int rc = EmitLocalReport(report->ToJson(), report->ToTable(), a.json_path); rc != kExitOk) {
+  if (int rc =
+          EmitLocalReport(report->ToJson(), report->ToTable(), a.json_path);
+      rc != kExitOk) {
     return rc;
   }
   if (!a.junit_path.empty()) {
-    if (auto st = WriteTextFile(a.junit_path, report->ToJUnit()); !st.ok()) return Fail(st);
+    if (auto st = WriteTextFile(a.junit_path, report->ToJUnit()); !st.ok())
+      return Fail(st);
   }
   return report->passed() ? kExitOk : kExitFailure;
 }
@@ -52,9 +57,11 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("verify",
                                  "Prove factored decoding equals expanded "
                                  "decoding; fidelity to the source");
-  cmd->add_option("--checkpoint", v->checkpoint, "Checkpoint to verify")->required();
+  cmd->add_option("--checkpoint", v->checkpoint, "Checkpoint to verify")
+      ->required();
   v->flags = AddSchemaFlags(cmd, VerifyOptionSchema());
-  cmd->add_option("--json-out", v->json_path, "Write the report as JSON to this file");
+  cmd->add_option("--json-out", v->json_path,
+                  "Write the report as JSON to this file");
   cmd->add_option("--junit", v->junit_path,
                   "Write JUnit XML (one testcase per check)");
   auto remote = RemoteJob::Attach(cmd, {"verify", v->flags});
