@@ -193,6 +193,52 @@ TEST(Equivalence, DroppedSigmaAndWrongPlaneFailByOrdersOfMagnitude) {
                     FactoredCacheLayout::kRows, DecodeFault::kWrongPlane));
 }
 
+// Modes checked together step in lockstep, their engines in the references'
+// passes over the weights: each mode's verdict is its own. A wrong plane in
+// the plane engine fails plane alone, the exact mode beside it still passes,
+// and every result (steps, tokens, error ratio) matches the mode checked by
+// itself: bit for bit on the AVX2 EPYC this was written on, up to the rounding
+// of differently grouped products where a kernel groups rows by batch size
+// (AVX-512's bf16 mat-vec).
+TEST(Equivalence, ModesCheckedTogetherKeepTheirOwnVerdicts) {
+  const Model plane =
+      Convert(RandomQkNorm(), KvVariant::kLrkv, 16, RopeMode::kPlane);
+  const std::vector<DecodeMode> modes = {
+      DecodeMode::kReconstruct, DecodeMode::kPlane, DecodeMode::kPartial,
+      DecodeMode::kNaive};
+  EquivalenceOptions o = Prompt(plane, at::kFloat);
+  o.fault = DecodeFault::kWrongPlane;
+  int64_t steps_seen = 0;
+  o.on_step = [&](int64_t done, int64_t total) {
+    EXPECT_EQ(done, ++steps_seen);
+    EXPECT_EQ(total, static_cast<int64_t>(o.prompt.size()) + o.decode_tokens);
+  };
+  auto together = CheckEquivalences(plane.config, plane.weights, modes, o);
+  ASSERT_TRUE(together.ok()) << together.status();
+  ASSERT_EQ(together->size(), modes.size());
+  EXPECT_EQ(steps_seen,
+            static_cast<int64_t>(o.prompt.size()) + o.decode_tokens);
+  o.on_step = nullptr;
+  for (size_t i = 0; i < modes.size(); ++i) {
+    SCOPED_TRACE(DecodeModeName(modes[i]));
+    const EquivalenceResult& r = (*together)[i];
+    auto alone = CheckEquivalence(plane.config, plane.weights, modes[i], o);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(r.mode, alone->mode);
+    EXPECT_EQ(r.applicable, alone->applicable);
+    EXPECT_EQ(r.equivalent, alone->equivalent);
+    EXPECT_EQ(r.steps, alone->steps);
+    EXPECT_EQ(r.tokens_agreed, alone->tokens_agreed);
+    if (r.applicable) {
+      EXPECT_NEAR(r.ratio, alone->ratio, 0.25 * alone->ratio) << r.ratio;
+    }
+  }
+  EXPECT_TRUE((*together)[0].equivalent);   // reconstruct: exact
+  EXPECT_FALSE((*together)[1].equivalent);  // plane, with the wrong plane
+  EXPECT_FALSE((*together)[2].applicable);  // partial: not this conversion
+  EXPECT_FALSE((*together)[3].equivalent);  // naive
+}
+
 // CI runs on whichever CPU it gets: the verdict of each case must not depend
 // on the kernel build (generic, AVX2, AVX-512 with the fused tiled kernel) or
 // the thread count, only the measured errors may.
