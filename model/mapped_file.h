@@ -5,7 +5,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -13,21 +12,12 @@
 
 namespace lrkv {
 
-// The file behind bytes of a live MappedFile: its descriptor (open while the
-// map lives) and the bytes' offset in it.
-struct MappedSource {
-  int fd = -1;
-  uint64_t offset = 0;
-};
-
-// Where `size` bytes at `data` come from, when they lie whole in one live
-// MappedFile (a writer may then copy them file to file, in the kernel).
-std::optional<MappedSource> FindMappedSource(const void* data, size_t size);
-
 class MappedFile {
  public:
-  // Maps `path` read-only. NotFound / InvalidArgument (a directory, say) on failure.
-  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  // Maps `path` read-only. NotFound / InvalidArgument (a directory, say) on
+  // failure.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(
+      const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -36,10 +26,9 @@ class MappedFile {
   const std::string& path() const { return path_; }
 
  private:
-  MappedFile(std::string path, int fd, const uint8_t* data, size_t size)
-      : path_(std::move(path)), fd_(fd), data_(data), size_(size) {}
+  MappedFile(std::string path, const uint8_t* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
   std::string path_;
-  int fd_;  // kept open for FindMappedSource
   const uint8_t* data_;
   size_t size_;
 };

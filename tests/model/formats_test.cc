@@ -1,5 +1,6 @@
 // Checkpoint formats and config parsing: safetensors writer/reader (single and
-// sharded), dtype conversions, GGUF metadata of the real stories260K model, HF configs.
+// sharded), dtype conversions, GGUF metadata of the real stories260K model, HF
+// configs.
 #include <unistd.h>
 
 #include <cmath>
@@ -30,8 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-TensorView View(const std::string& name, DType dtype, std::vector<int64_t> shape,
-                const std::vector<uint8_t>& bytes) {
+TensorView View(const std::string& name, DType dtype,
+                std::vector<int64_t> shape, const std::vector<uint8_t>& bytes) {
   TensorView v;
   v.name = name;
   v.dtype = dtype;
@@ -53,14 +54,16 @@ void WriteText(const fs::path& p, const std::string& s) {
 }
 
 // Every tensor of `in` is in `reader` with its dtype, shape and bytes.
-void ExpectReadBack(const SafetensorsReader& reader, const std::vector<TensorView>& in) {
+void ExpectReadBack(const SafetensorsReader& reader,
+                    const std::vector<TensorView>& in) {
   for (const auto& t : in) {
     const TensorView* got = reader.Find(t.name);
     ASSERT_NE(got, nullptr) << t.name;
     EXPECT_EQ(got->dtype, t.dtype);
     EXPECT_EQ(got->shape, t.shape);
     ASSERT_EQ(got->nbytes, t.nbytes);
-    if (t.nbytes > 0) EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0) << t.name;
+    if (t.nbytes > 0)
+      EXPECT_EQ(std::memcmp(got->data, t.data, t.nbytes), 0) << t.name;
   }
 }
 
@@ -71,7 +74,9 @@ TEST(Safetensors, WriteThenReadIsBitExact) {
   const std::vector<TensorView> in = {View("a", DType::kF32, {3, 5}, a),
                                       View("b", DType::kBF16, {7}, b),
                                       View("empty", DType::kF16, {0, 4}, c)};
-  ASSERT_TRUE(WriteSafetensors((dir / "x.safetensors").string(), in, {{"k", "v"}}).ok());
+  ASSERT_TRUE(
+      WriteSafetensors((dir / "x.safetensors").string(), in, {{"k", "v"}})
+          .ok());
   // The header is padded so that the data starts on a 64-byte line (the
   // reference writer pads to 8; any multiple of 8 reads there too).
   std::ifstream f(dir / "x.safetensors", std::ios::binary);
@@ -88,9 +93,9 @@ TEST(Safetensors, WriteThenReadIsBitExact) {
 TEST(Safetensors, WriterRejectsDuplicateAndMismatchedTensors) {
   const fs::path dir = testing::FreshTempDir("st_writer_bad");
   const auto a = RandomBytes(8, 1);
-  auto dup = WriteSafetensors((dir / "d.safetensors").string(),
-                              {View("a", DType::kF32, {2}, a), View("a", DType::kF32, {2}, a)},
-                              {});
+  auto dup = WriteSafetensors(
+      (dir / "d.safetensors").string(),
+      {View("a", DType::kF32, {2}, a), View("a", DType::kF32, {2}, a)}, {});
   EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
   auto bad = WriteSafetensors((dir / "b.safetensors").string(),
                               {View("a", DType::kF32, {3}, a)}, {});
@@ -101,12 +106,14 @@ TEST(Safetensors, WriterRejectsDuplicateAndMismatchedTensors) {
 TEST(Safetensors, ShardedCheckpointThroughIndex) {
   const fs::path dir = testing::FreshTempDir("st_sharded");
   const auto a = RandomBytes(16, 4), b = RandomBytes(8, 5);
-  ASSERT_TRUE(WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(),
-                               {View("a", DType::kF32, {4}, a)}, {})
-                  .ok());
-  ASSERT_TRUE(WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(),
-                               {View("b", DType::kF16, {4}, b)}, {})
-                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors((dir / "model-00001-of-00002.safetensors").string(),
+                       {View("a", DType::kF32, {4}, a)}, {})
+          .ok());
+  ASSERT_TRUE(
+      WriteSafetensors((dir / "model-00002-of-00002.safetensors").string(),
+                       {View("b", DType::kF16, {4}, b)}, {})
+          .ok());
   WriteText(dir / "model.safetensors.index.json",
             R"({"metadata": {"total_size": 24}, "weight_map": {
                 "a": "model-00001-of-00002.safetensors",
@@ -118,23 +125,24 @@ TEST(Safetensors, ShardedCheckpointThroughIndex) {
   EXPECT_EQ(std::memcmp((*reader)->Find("b")->data, b.data(), 8), 0);
 }
 
-// The streaming writer splits where Hugging Face's rule does (a tensor that would push
-// a non-empty shard past the limit opens the next one; one larger than the limit gets a
-// shard of its own), names the shards model-0000i-of-0000N, and the index maps every
-// tensor; the reader then sees exactly the bytes written.
+// The streaming writer splits where Hugging Face's rule does (a tensor that
+// would push a non-empty shard past the limit opens the next one; one larger
+// than the limit gets a shard of its own), names the shards
+// model-0000i-of-0000N, and the index maps every tensor; the reader then sees
+// exactly the bytes written.
 TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
   const fs::path dir = testing::FreshTempDir("st_stream");
-  const auto a = RandomBytes(40, 1), b = RandomBytes(40, 2), c = RandomBytes(120, 3),
-             d = RandomBytes(8, 4);
-  const std::vector<TensorView> in = {View("a", DType::kF32, {10}, a),
-                                      View("b", DType::kBF16, {20}, b),
-                                      View("big", DType::kF16, {60}, c),
-                                      View("d", DType::kF32, {2}, d)};
+  const auto a = RandomBytes(40, 1), b = RandomBytes(40, 2),
+             c = RandomBytes(120, 3), d = RandomBytes(8, 4);
+  const std::vector<TensorView> in = {
+      View("a", DType::kF32, {10}, a), View("b", DType::kBF16, {20}, b),
+      View("big", DType::kF16, {60}, c), View("d", DType::kF32, {2}, d)};
   std::vector<TensorSpec> specs;
   for (const auto& t : in) specs.push_back({t.name, t.dtype, t.shape});
   SafetensorsShardOptions options;
   options.max_shard_bytes = 100;  // a+b = 80 fit; big (120) alone; d after it
-  auto writer = SafetensorsCheckpointWriter::Create(dir.string(), specs, options);
+  auto writer =
+      SafetensorsCheckpointWriter::Create(dir.string(), specs, options);
   ASSERT_TRUE(writer.ok()) << writer.status();
   EXPECT_THAT((*writer)->shard_files(),
               ::testing::ElementsAre("model-00001-of-00003.safetensors",
@@ -143,8 +151,10 @@ TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
   // Out of order or wrongly sized writes are refused.
   EXPECT_EQ((*writer)->Write("b", b.data(), b.size()).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*writer)->Write("a", a.data(), 8).code(), absl::StatusCode::kInvalidArgument);
-  for (const auto& t : in) ASSERT_TRUE((*writer)->Write(t.name, t.data, t.nbytes).ok()) << t.name;
+  EXPECT_EQ((*writer)->Write("a", a.data(), 8).code(),
+            absl::StatusCode::kInvalidArgument);
+  for (const auto& t : in)
+    ASSERT_TRUE((*writer)->Write(t.name, t.data, t.nbytes).ok()) << t.name;
   ASSERT_TRUE((*writer)->Finish().ok());
   std::ifstream index_file(dir / kSafetensorsIndexFileName);
   const auto index = nlohmann::json::parse(index_file);
@@ -158,17 +168,18 @@ TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
   const fs::path one = testing::FreshTempDir("st_stream_one");
   auto single = SafetensorsCheckpointWriter::Create(one.string(), specs);
   ASSERT_TRUE(single.ok());
-  EXPECT_THAT((*single)->shard_files(), ::testing::ElementsAre("model.safetensors"));
-  for (const auto& t : in) ASSERT_TRUE((*single)->Write(t.name, t.data, t.nbytes).ok());
+  EXPECT_THAT((*single)->shard_files(),
+              ::testing::ElementsAre("model.safetensors"));
+  for (const auto& t : in)
+    ASSERT_TRUE((*single)->Write(t.name, t.data, t.nbytes).ok());
   ASSERT_TRUE((*single)->Finish().ok());
   EXPECT_FALSE(fs::exists(one / kSafetensorsIndexFileName));
   EXPECT_TRUE(SafetensorsReader::Open(one.string()).ok());
 }
 
-// Bytes that lie in a live map (a source checkpoint's tensors) are copied file
-// to file by the kernel; what follows them lands after them, not over them, and
-// a map that is gone is no longer a source.
-TEST(Safetensors, TensorsFromAMappedSourceAreCopiedAndWhatFollowsLandsAfter) {
+// Tensors written from a live map (a source checkpoint's) read back whole, and
+// what follows them lands after them, not over them.
+TEST(Safetensors, TensorsFromAMappedSourceAreWrittenAndWhatFollowsLandsAfter) {
   const fs::path src = testing::FreshTempDir("st_mapped_src");
   const auto a = RandomBytes(4000, 5), b = RandomBytes(64, 6);
   {
@@ -180,7 +191,6 @@ TEST(Safetensors, TensorsFromAMappedSourceAreCopiedAndWhatFollowsLandsAfter) {
     ASSERT_TRUE((*w)->Finish().ok());
   }
   const fs::path dir = testing::FreshTempDir("st_mapped_dst");
-  const void* mapped_a = nullptr;
   {
     auto source = SafetensorsReader::Open(src.string());
     ASSERT_TRUE(source.ok()) << source.status();
@@ -188,15 +198,6 @@ TEST(Safetensors, TensorsFromAMappedSourceAreCopiedAndWhatFollowsLandsAfter) {
     const TensorView* mb = (*source)->Find("b");
     ASSERT_NE(ma, nullptr);
     ASSERT_NE(mb, nullptr);
-    mapped_a = ma->data;
-    const auto found = FindMappedSource(ma->data, ma->nbytes);
-    ASSERT_TRUE(found.has_value());
-    std::vector<uint8_t> at_offset(a.size());
-    ASSERT_EQ(::pread(found->fd, at_offset.data(), at_offset.size(),
-                      static_cast<off_t>(found->offset)),
-              static_cast<ssize_t>(a.size()));
-    EXPECT_EQ(at_offset, a);
-    EXPECT_FALSE(FindMappedSource(a.data(), a.size()).has_value());
     const auto c = RandomBytes(24, 7);
     const std::vector<TensorView> in = {View("b", DType::kF32, {16}, b),
                                         View("a", DType::kF32, {1000}, a),
@@ -214,38 +215,42 @@ TEST(Safetensors, TensorsFromAMappedSourceAreCopiedAndWhatFollowsLandsAfter) {
     ASSERT_TRUE(reader.ok()) << reader.status();
     ExpectReadBack(**reader, in);
   }
-  EXPECT_FALSE(FindMappedSource(mapped_a, a.size()).has_value());
 }
 
-// A writer abandoned part-way (a failed conversion) leaves its finished shards, no
-// index and no temporary file; finishing early is refused.
+// A writer abandoned part-way (a failed conversion) leaves its finished shards,
+// no index and no temporary file; finishing early is refused.
 TEST(Safetensors, AnUnfinishedWriterLeavesNoIndexAndNoTemporary) {
   const fs::path dir = testing::FreshTempDir("st_stream_partial");
   const auto a = RandomBytes(40, 1);
   {
     auto writer = SafetensorsCheckpointWriter::Create(
-        dir.string(), {{"a", DType::kF32, {10}}, {"b", DType::kF32, {10}}}, {/*max=*/40, {}});
+        dir.string(), {{"a", DType::kF32, {10}}, {"b", DType::kF32, {10}}},
+        {/*max=*/40, {}});
     ASSERT_TRUE(writer.ok());
     ASSERT_TRUE((*writer)->Write("a", a.data(), a.size()).ok());
-    EXPECT_EQ((*writer)->Finish().code(), absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE((*writer)->Write("b", a.data(), a.size()).ok());  // shard 2 open
+    EXPECT_EQ((*writer)->Finish().code(),
+              absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(
+        (*writer)->Write("b", a.data(), a.size()).ok());  // shard 2 open
   }
   std::vector<std::string> left;
-  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir))
+    left.push_back(e.path().filename().string());
   EXPECT_THAT(left, ::testing::ElementsAre("model-00001-of-00002.safetensors"));
-  EXPECT_EQ(SafetensorsCheckpointWriter::Create(dir.string(),
-                                                {{"a", DType::kF32, {1}}, {"a", DType::kF32, {1}}})
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      SafetensorsCheckpointWriter::Create(
+          dir.string(), {{"a", DType::kF32, {1}}, {"a", DType::kF32, {1}}})
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Safetensors, ShardedIndexErrorsNameTheProblem) {
   const fs::path dir = testing::FreshTempDir("st_sharded_bad");
   const auto a = RandomBytes(16, 4);
-  ASSERT_TRUE(
-      WriteSafetensors((dir / "s1.safetensors").string(), {View("a", DType::kF32, {4}, a)}, {})
-          .ok());
+  ASSERT_TRUE(WriteSafetensors((dir / "s1.safetensors").string(),
+                               {View("a", DType::kF32, {4}, a)}, {})
+                  .ok());
   const std::string index = (dir / "model.safetensors.index.json").string();
   struct Case {
     std::string json, phrase;
@@ -253,9 +258,11 @@ TEST(Safetensors, ShardedIndexErrorsNameTheProblem) {
       {R"({"weight_map": {"a": "../s1.safetensors"}})", "plain file name"},
       {R"({"weight_map": {"a": "s1.safetensors", "zz": "s1.safetensors"}})",
        "'zz' is missing"},
-      {R"({"weight_map": {"b": "s1.safetensors"}})", "not mapped to this shard"},
+      {R"({"weight_map": {"b": "s1.safetensors"}})",
+       "not mapped to this shard"},
       {R"({"nothing": 1})", "no weight_map"},
-      {R"({"weight_map": {"a": "s1.safetensors", "a": "s1.safetensors"}})", "duplicate"},
+      {R"({"weight_map": {"a": "s1.safetensors", "a": "s1.safetensors"}})",
+       "duplicate"},
   };
   for (const auto& c : cases) {
     WriteText(index, c.json);
@@ -310,13 +317,14 @@ TEST(DType, CountNonFiniteSeparatesNanFromInfInEveryDtype) {
 TEST(DType, BFloat16RoundsToNearestEven) {
   EXPECT_EQ(BFloat16ToFloat(0x3f80), 1.0f);
   EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
-  // 1 + 2^-8 lies exactly between two bf16 values: ties go to the even mantissa.
+  // 1 + 2^-8 lies exactly between two bf16 values: ties go to the even
+  // mantissa.
   EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
   EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
 }
 
-// GGUF metadata of a Qwen3 model as llama.cpp's converter writes it (keys under the
-// architecture's name, no output.weight when the embedding is tied).
+// GGUF metadata of a Qwen3 model as llama.cpp's converter writes it (keys under
+// the architecture's name, no output.weight when the embedding is tied).
 GgufContents Qwen3GgufMetadata() {
   GgufContents g;
   auto u = [&](const std::string& k, uint64_t v) { g.metadata[k].scalar = v; };
@@ -339,8 +347,8 @@ GgufContents Qwen3GgufMetadata() {
 }
 
 // llama.cpp writes Llama-3.1's RoPE scaling as a rope_freqs tensor of per-plane
-// divisors: read back as the llama3 parameters that reproduce it, and refused when the
-// divisors follow no llama3 curve.
+// divisors: read back as the llama3 parameters that reproduce it, and refused
+// when the divisors follow no llama3 curve.
 TEST(Gguf, RopeFreqsAreReadAsLlama3Scaling) {
   GgufContents g = Qwen3GgufMetadata();  // head_dim 128
   g.metadata["qwen3.rope.freq_base"].scalar = 500000.0;
@@ -351,7 +359,8 @@ TEST(Gguf, RopeFreqsAreReadAsLlama3Scaling) {
   std::vector<float> divisors;
   for (int i = 0; i < 64; ++i) {
     const double base = std::pow(500000.0, -2.0 * i / 128);
-    divisors.push_back(static_cast<float>(base / Llama3InverseFrequency(want, base)));
+    divisors.push_back(
+        static_cast<float>(base / Llama3InverseFrequency(want, base)));
   }
   TensorView freqs;
   freqs.name = "rope_freqs.weight";
@@ -368,12 +377,14 @@ TEST(Gguf, RopeFreqsAreReadAsLlama3Scaling) {
   divisors[20] *= 1.01f;  // one plane off the curve
   c = ConfigFromGguf(g);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("not Llama-3's RoPE scaling curve"), std::string::npos)
+  EXPECT_NE(c.status().message().find("not Llama-3's RoPE scaling curve"),
+            std::string::npos)
       << c.status();
   g.tensors.back().shape = {32};
   c = ConfigFromGguf(g);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("must be F32 [64]"), std::string::npos) << c.status();
+  EXPECT_NE(c.status().message().find("must be F32 [64]"), std::string::npos)
+      << c.status();
 }
 
 TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
@@ -391,7 +402,8 @@ TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
   GgufContents g = Qwen3GgufMetadata();
   g.metadata["qwen3.rope.scaling.type"].scalar = std::string("yarn");
   g.metadata["qwen3.rope.scaling.factor"].scalar = 4.0;
-  g.metadata["qwen3.rope.scaling.original_context_length"].scalar = uint64_t{32768};
+  g.metadata["qwen3.rope.scaling.original_context_length"].scalar =
+      uint64_t{32768};
   c = ConfigFromGguf(g);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kYarn);
@@ -399,7 +411,8 @@ TEST(Gguf, Qwen3MetadataGivesTheQwen3Config) {
   g.metadata["qwen3.rope.scaling.type"].scalar = std::string("longrope");
   c = ConfigFromGguf(g);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("qwen3.rope.scaling.type"), std::string::npos);
+  EXPECT_NE(c.status().message().find("qwen3.rope.scaling.type"),
+            std::string::npos);
   g = Qwen3GgufMetadata();
   g.metadata["general.architecture"].scalar = std::string("gemma3");
   c = ConfigFromGguf(g);
@@ -412,7 +425,8 @@ TEST(BlockQuant, Q8_0IsOneHalfScaleTimesInt8) {
   uint8_t b[kQ8_0BlockBytes];
   const uint16_t d = 0x3800;  // 0.5
   std::memcpy(b, &d, 2);
-  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i - 16));
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(i - 16));
   float y[32];
   ConvertToFloat32(DType::kQ8_0, b, 32, y);
   for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], 0.5f * (i - 16)) << i;
@@ -423,19 +437,22 @@ TEST(BlockQuant, Q4_KUnpacksSixBitScalesAndMins) {
   const uint16_t d = 0x3c00, dmin = 0x3800;  // 1.0, 0.5
   std::memcpy(b, &d, 2);
   std::memcpy(b + 2, &dmin, 2);
-  // Sub-block j has scale 40 + j and min 20 + j (both need 6 bits); the last four
-  // keep their low nibbles in bytes 8-11 and their top two bits in bytes 0-7.
+  // Sub-block j has scale 40 + j and min 20 + j (both need 6 bits); the last
+  // four keep their low nibbles in bytes 8-11 and their top two bits in bytes
+  // 0-7.
   for (int j = 0; j < 4; ++j) {
     const int sc_hi = 44 + j, m_hi = 24 + j;
     b[4 + j] = static_cast<uint8_t>((40 + j) | ((sc_hi >> 4) << 6));
     b[8 + j] = static_cast<uint8_t>((20 + j) | ((m_hi >> 4) << 6));
     b[12 + j] = static_cast<uint8_t>((sc_hi & 0xf) | ((m_hi & 0xf) << 4));
   }
-  for (int i = 0; i < 128; ++i) b[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
+  for (int i = 0; i < 128; ++i)
+    b[16 + i] = static_cast<uint8_t>((i % 16) | ((15 - i % 16) << 4));
   float y[256];
   ConvertToFloat32(DType::kQ4_K, b, 256, y);
   for (int v = 0; v < 256; ++v) {
-    const int group = v / 64, half = (v % 64) / 32, l = v % 32, j = 2 * group + half;
+    const int group = v / 64, half = (v % 64) / 32, l = v % 32,
+              j = 2 * group + half;
     const int q = half == 0 ? l % 16 : 15 - l % 16;
     EXPECT_EQ(y[v], static_cast<float>((40 + j) * q - 0.5 * (20 + j))) << v;
   }
@@ -443,25 +460,27 @@ TEST(BlockQuant, Q4_KUnpacksSixBitScalesAndMins) {
 
 TEST(BlockQuant, Q6_KJoinsLowNibblesAndHighBitPairs) {
   uint8_t b[kQ6_KBlockBytes] = {};
-  // Value v (of 256) holds q = v % 64 (stored with the +32 offset removed on decode),
-  // sub-block s = v / 16 has scale s - 8, d = 2.
+  // Value v (of 256) holds q = v % 64 (stored with the +32 offset removed on
+  // decode), sub-block s = v / 16 has scale s - 8, d = 2.
   auto q_of = [](int v) { return v % 64; };
   for (int h = 0; h < 2; ++h) {
     for (int l = 0; l < 32; ++l) {
-      const int q0 = q_of(128 * h + l), q1 = q_of(128 * h + 32 + l), q2 = q_of(128 * h + 64 + l),
-                q3 = q_of(128 * h + 96 + l);
+      const int q0 = q_of(128 * h + l), q1 = q_of(128 * h + 32 + l),
+                q2 = q_of(128 * h + 64 + l), q3 = q_of(128 * h + 96 + l);
       b[64 * h + l] = static_cast<uint8_t>((q0 & 0xf) | ((q2 & 0xf) << 4));
       b[64 * h + 32 + l] = static_cast<uint8_t>((q1 & 0xf) | ((q3 & 0xf) << 4));
-      b[128 + 32 * h + l] =
-          static_cast<uint8_t>((q0 >> 4) | ((q1 >> 4) << 2) | ((q2 >> 4) << 4) | ((q3 >> 4) << 6));
+      b[128 + 32 * h + l] = static_cast<uint8_t>(
+          (q0 >> 4) | ((q1 >> 4) << 2) | ((q2 >> 4) << 4) | ((q3 >> 4) << 6));
     }
   }
-  for (int s = 0; s < 16; ++s) b[192 + s] = static_cast<uint8_t>(static_cast<int8_t>(s - 8));
+  for (int s = 0; s < 16; ++s)
+    b[192 + s] = static_cast<uint8_t>(static_cast<int8_t>(s - 8));
   const uint16_t d = 0x4000;  // 2.0
   std::memcpy(b + 208, &d, 2);
   float y[256];
   ConvertToFloat32(DType::kQ6_K, b, 256, y);
-  for (int v = 0; v < 256; ++v) EXPECT_EQ(y[v], 2.0f * (v / 16 - 8) * (q_of(v) - 32)) << v;
+  for (int v = 0; v < 256; ++v)
+    EXPECT_EQ(y[v], 2.0f * (v / 16 - 8) * (q_of(v) - 32)) << v;
 }
 
 TEST(BlockQuant, GgufRowsMustBeWholeBlocksAndOtherQuantsAreRefusedByName) {
@@ -478,12 +497,15 @@ TEST(BlockQuant, GgufRowsMustBeWholeBlocksAndOtherQuantsAreRefusedByName) {
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ((*ok)->contents().tensors[0].dtype, DType::kQ4_K);
   EXPECT_EQ((*ok)->contents().tensors[0].nbytes, 2 * kQ4_KBlockBytes);
-  // A 64-wide row is a quarter of a Q4_K block: the writer and the parser refuse it.
+  // A 64-wide row is a quarter of a Q4_K block: the writer and the parser
+  // refuse it.
   GgufBuilder bad;
   std::vector<uint8_t> data(kQ4_KBlockBytes);
   bad.AddTensor({"w", DType::kQ4_K, {4, 64}, data.data(), data.size()});
-  EXPECT_EQ(bad.Write((testing::FreshTempDir("gguf_blocks2") / "m.gguf").string()).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      bad.Write((testing::FreshTempDir("gguf_blocks2") / "m.gguf").string())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GgufWriter, WhatItWritesParsesBackExactly) {
@@ -492,15 +514,23 @@ TEST(GgufWriter, WhatItWritesParsesBackExactly) {
   b.AddUint32("llama.block_count", 3);
   b.AddFloat32("llama.rope.freq_base", 500000.0f);
   b.AddBool("tokenizer.ggml.add_bos_token", true);
-  b.AddStrings("tokenizer.ggml.tokens", {"<s>", "a", "\xe2\x96\x81" "b"});
+  b.AddStrings("tokenizer.ggml.tokens", {"<s>", "a",
+                                         "\xe2\x96\x81"
+                                         "b"});
   b.AddFloat32s("tokenizer.ggml.scores", {0.0f, -1.5f, -2.0f});
   b.AddInt32s("tokenizer.ggml.token_type", {3, 1, 1});
   const std::vector<float> a = {1, 2, 3, 4, 5, 6};
   const std::vector<uint16_t> h = {0x3c00, 0xc000, 0x0001};
-  TensorView t1{"blk.0.attn_q.weight", DType::kF32, {2, 3},
-                reinterpret_cast<const uint8_t*>(a.data()), 24};
-  TensorView t2{"output_norm.weight", DType::kF16, {3},
-                reinterpret_cast<const uint8_t*>(h.data()), 6};
+  TensorView t1{"blk.0.attn_q.weight",
+                DType::kF32,
+                {2, 3},
+                reinterpret_cast<const uint8_t*>(a.data()),
+                24};
+  TensorView t2{"output_norm.weight",
+                DType::kF16,
+                {3},
+                reinterpret_cast<const uint8_t*>(h.data()),
+                6};
   b.AddTensor(t1);
   b.AddTensor(t2);
   const auto path = testing::FreshTempDir("gguf_writer") / "m.gguf";
@@ -525,7 +555,8 @@ TEST(GgufWriter, WhatItWritesParsesBackExactly) {
   GgufBuilder twice;
   twice.AddUint32("k", 1);
   twice.AddUint32("k", 2);
-  EXPECT_EQ(twice.Write(path.string()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(twice.Write(path.string()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Gguf, StoriesModelMetadataAndConfig) {
@@ -593,7 +624,8 @@ TEST(Config, RejectsUnsupportedSettingsNamingTheField) {
   struct Case {
     std::string json, phrase;
   } cases[] = {
-      {R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})", "'architectures'"},
+      {R"({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})",
+       "'architectures'"},
       {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
           "intermediate_size": 1, "num_hidden_layers": 1, "num_attention_heads": 4,
           "num_key_value_heads": 3, "vocab_size": 10})",
@@ -613,7 +645,8 @@ TEST(Config, RejectsUnsupportedSettingsNamingTheField) {
       {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
           "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10})",
        "'intermediate_size'"},
-      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": "64"})", "'hidden_size'"},
+      {R"({"architectures": ["LlamaForCausalLM"], "hidden_size": "64"})",
+       "'hidden_size'"},
       {"{not json", "not valid JSON"},
   };
   for (const auto& c : cases) {
@@ -627,7 +660,8 @@ TEST(Config, RejectsUnsupportedSettingsNamingTheField) {
 
 TEST(TextCorpus, SplitsOnSeparatorLinesAndStrips) {
   const auto docs = SplitDocuments(
-      "  first story\nline two\n<|endoftext|>\n\n<|endoftext|>\nsecond <|endoftext|> "
+      "  first story\nline two\n<|endoftext|>\n\n<|endoftext|>\nsecond "
+      "<|endoftext|> "
       "inline\n <|endoftext|> \n");
   ASSERT_EQ(docs.size(), 2u);
   EXPECT_EQ(docs[0], "first story\nline two");
