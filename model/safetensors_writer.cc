@@ -144,7 +144,15 @@ absl::Status SafetensorsCheckpointWriter::OpenShard(size_t shard) {
     return absl::PermissionDeniedError(
         absl::StrCat(tmp_path_, ": cannot create: ", std::strerror(errno)));
   }
-  std::setvbuf(file_, nullptr, _IOFBF, 1 << 22);
+  // Writes in whole 4 MiB blocks at 4 MiB offsets (glibc's stdio keeps that
+  // alignment for a buffer of that size; with a null buffer it ignores the size
+  // and uses 4 KB) put the file in the page cache as 2 MiB folios, which a map
+  // of it then reads through 2 MiB pages: a Qwen3-0.6B-shape conversion was
+  // 742 of 1,084 MiB so mapped when each tensor was its own write(), and its
+  // decode step ~4 % slower than the same bytes mapped whole.
+  constexpr size_t kWriteBlockBytes = size_t{4} << 20;
+  if (buffer_ == nullptr) buffer_ = std::make_unique<char[]>(kWriteBlockBytes);
+  std::setvbuf(file_, buffer_.get(), _IOFBF, kWriteBlockBytes);
   open_shard_ = shard;
   if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
     return IoError(tmp_path_, "write failed");
