@@ -3,18 +3,26 @@
 
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "base/dtype.h"
+#include "base/status_macros.h"
+#include "model/block_file.h"
 #include "model/gguf.h"
 
 namespace lrkv {
 namespace {
 
 constexpr uint64_t kAlignment = 32;
-enum : uint32_t { kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9 };
+enum : uint32_t {
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9
+};
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -66,7 +74,8 @@ void GgufBuilder::AddBool(const std::string& key, bool value) {
   metadata_.emplace_back(key, std::move(v));
 }
 
-void GgufBuilder::AddStrings(const std::string& key, const std::vector<std::string>& values) {
+void GgufBuilder::AddStrings(const std::string& key,
+                             const std::vector<std::string>& values) {
   std::string v;
   Put<uint32_t>(&v, kArray);
   Put<uint32_t>(&v, kString);
@@ -75,21 +84,26 @@ void GgufBuilder::AddStrings(const std::string& key, const std::vector<std::stri
   metadata_.emplace_back(key, std::move(v));
 }
 
-void GgufBuilder::AddFloat32s(const std::string& key, const std::vector<float>& values) {
+void GgufBuilder::AddFloat32s(const std::string& key,
+                              const std::vector<float>& values) {
   metadata_.emplace_back(key, NumberArray(kF32, values));
 }
 
-void GgufBuilder::AddInt32s(const std::string& key, const std::vector<int32_t>& values) {
+void GgufBuilder::AddInt32s(const std::string& key,
+                            const std::vector<int32_t>& values) {
   metadata_.emplace_back(key, NumberArray(kI32, values));
 }
 
-void GgufBuilder::AddTensor(const TensorView& tensor) { tensors_.push_back(tensor); }
+void GgufBuilder::AddTensor(const TensorView& tensor) {
+  tensors_.push_back(tensor);
+}
 
 absl::Status GgufBuilder::Write(const std::string& path) const {
   std::set<std::string> keys, names;
   for (const auto& [k, v] : metadata_) {
     if (!keys.insert(k).second) {
-      return absl::InvalidArgumentError(absl::StrCat("GGUF metadata key '", k, "' given twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GGUF metadata key '", k, "' given twice"));
     }
   }
   std::string header;
@@ -106,15 +120,17 @@ absl::Status GgufBuilder::Write(const std::string& path) const {
   for (const TensorView& t : tensors_) {
     const std::optional<uint32_t> type = GgmlTypeOfDType(t.dtype);
     if (!type) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has dtype ",
-                                                     DTypeName(t.dtype),
-                                                     ", which GGUF files of lrkv do not hold"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "' has dtype ", DTypeName(t.dtype),
+                       ", which GGUF files of lrkv do not hold"));
     }
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' given twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "' given twice"));
     }
     if (t.shape.empty() || t.shape.size() > 4 ||
-        TensorBytes(t.dtype, static_cast<uint64_t>(t.numel()), t.shape.back()) != t.nbytes) {
+        TensorBytes(t.dtype, static_cast<uint64_t>(t.numel()),
+                    t.shape.back()) != t.nbytes) {
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", t.name, "': shape and byte size disagree"));
     }
@@ -128,26 +144,26 @@ absl::Status GgufBuilder::Write(const std::string& path) const {
     offsets.push_back(offset);
     offset = (offset + t.nbytes + kAlignment - 1) / kAlignment * kAlignment;
   }
-  header.resize((header.size() + kAlignment - 1) / kAlignment * kAlignment, '\0');
+  header.resize((header.size() + kAlignment - 1) / kAlignment * kAlignment,
+                '\0');
 
   const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create"));
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  uint64_t written = 0;
+  ASSIGN_OR_RETURN(auto out, BlockFile::Create(tmp));
+  absl::Status written = out->Write(header.data(), header.size());
+  uint64_t end = 0;
   const std::string zeros(kAlignment, '\0');
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    out.write(zeros.data(), static_cast<std::streamsize>(offsets[i] - written));
-    out.write(reinterpret_cast<const char*>(tensors_[i].data),
-              static_cast<std::streamsize>(tensors_[i].nbytes));
-    written = offsets[i] + tensors_[i].nbytes;
+  for (size_t i = 0; i < tensors_.size() && written.ok(); ++i) {
+    written = out->Write(zeros.data(), offsets[i] - end);
+    if (written.ok())
+      written = out->Write(tensors_[i].data, tensors_[i].nbytes);
+    end = offsets[i] + tensors_[i].nbytes;
   }
-  out.flush();
-  if (!out) {
+  if (written.ok()) written = out->Close();
+  if (!written.ok()) {
+    out.reset();
     std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(tmp, ": write failed"));
+    return written;
   }
-  out.close();
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     return absl::InternalError(absl::StrCat(path, ": rename failed"));

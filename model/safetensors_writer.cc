@@ -1,7 +1,6 @@
 // Streaming, sharded safetensors writer (see safetensors_writer.h).
 #include "model/safetensors_writer.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,16 +29,6 @@ absl::Status Invalid(const std::string& msg) {
 absl::Status IoError(const std::string& path, const char* what) {
   return absl::InternalError(
       absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
-}
-
-// Maps the pages of [data, data + nbytes) in one call where they are a file's
-// map not yet touched (a source's untouched tensors): write() from them would
-// otherwise fault them in a few at a time. Advice only; failures are ignored.
-void PopulateForReading(const void* data, uint64_t nbytes) {
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(data) & ~(page - 1);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + nbytes;
-  ::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_READ);
 }
 
 }  // namespace
@@ -126,7 +115,7 @@ SafetensorsCheckpointWriter::Create(const std::string& dir,
 
 SafetensorsCheckpointWriter::~SafetensorsCheckpointWriter() {
   if (file_ != nullptr) {
-    std::fclose(file_);
+    file_.reset();
     std::remove(tmp_path_.c_str());
   }
 }
@@ -139,36 +128,18 @@ absl::Status SafetensorsCheckpointWriter::OpenShard(size_t shard) {
   ASSIGN_OR_RETURN(std::string header,
                    SafetensorsHeader(in_shard, options_.metadata));
   tmp_path_ = (fs::path(dir_) / (shard_files_[shard] + ".tmp")).string();
-  file_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (file_ == nullptr) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(tmp_path_, ": cannot create: ", std::strerror(errno)));
-  }
-  // Writes in whole 4 MiB blocks at 4 MiB offsets (glibc's stdio keeps that
-  // alignment for a buffer of that size; with a null buffer it ignores the size
-  // and uses 4 KB) put the file in the page cache as 2 MiB folios, which a map
-  // of it then reads through 2 MiB pages: a Qwen3-0.6B-shape conversion was
-  // 742 of 1,084 MiB so mapped when each tensor was its own write(), and its
-  // decode step ~4 % slower than the same bytes mapped whole.
-  constexpr size_t kWriteBlockBytes = size_t{4} << 20;
-  if (buffer_ == nullptr) buffer_ = std::make_unique<char[]>(kWriteBlockBytes);
-  std::setvbuf(file_, buffer_.get(), _IOFBF, kWriteBlockBytes);
+  ASSIGN_OR_RETURN(file_, BlockFile::Create(tmp_path_));
   open_shard_ = shard;
-  if (std::fwrite(header.data(), 1, header.size(), file_) != header.size()) {
-    return IoError(tmp_path_, "write failed");
-  }
-  return absl::OkStatus();
+  return file_->Write(header.data(), header.size());
 }
 
 absl::Status SafetensorsCheckpointWriter::CloseShard() {
   if (file_ == nullptr) return absl::OkStatus();
-  const bool ok = std::fflush(file_) == 0;
-  const int close_rc = std::fclose(file_);
-  file_ = nullptr;
-  if (!ok || close_rc != 0) {
-    const absl::Status st = IoError(tmp_path_, "write failed");
+  absl::Status closed = file_->Close();
+  file_.reset();
+  if (!closed.ok()) {
     std::remove(tmp_path_.c_str());
-    return st;
+    return closed;
   }
   const std::string path =
       (fs::path(dir_) / shard_files_[open_shard_]).string();
@@ -201,17 +172,7 @@ absl::Status SafetensorsCheckpointWriter::Write(const std::string& name,
     RETURN_IF_ERROR(CloseShard());
     RETURN_IF_ERROR(OpenShard(shard_of_[next_]));
   }
-  // Through write(), also for a source's untouched tensors still in its map:
-  // copy_file_range (7688562) saved ~1 s of a 0.6B conversion's writing, but
-  // the file it wrote, still in the page cache, decoded 8-15 % slower than
-  // the same bytes written by write() (Llama-3.2-1B shape, AVX2 EPYC, kernel
-  // 6.18 on ext4: `bench generate --context 32` of a `dd` copy of the
-  // converted file against the converted file, alternated twice), and a user
-  // benchmarks the model just converted.
-  if (nbytes > 0) PopulateForReading(data, nbytes);
-  if (nbytes > 0 && std::fwrite(data, 1, nbytes, file_) != nbytes) {
-    return IoError(tmp_path_, "write failed");
-  }
+  RETURN_IF_ERROR(file_->Write(data, nbytes));
   ++next_;
   return absl::OkStatus();
 }

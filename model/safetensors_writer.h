@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/dtype.h"
+#include "model/block_file.h"
 #include "model/tensor_view.h"
 
 namespace lrkv {
@@ -77,10 +78,7 @@ class SafetensorsCheckpointWriter {
   std::vector<std::string> shard_files_;
   size_t next_ = 0;  // next spec to write
   size_t open_shard_ = SIZE_MAX;
-  std::FILE* file_ = nullptr;
-  // file_'s stdio buffer: glibc writes a full buffer, or a whole number of
-  // buffers, at once, so every write() starts at a multiple of its size.
-  std::unique_ptr<char[]> buffer_;
+  std::unique_ptr<BlockFile> file_;  // the open shard's
   std::string tmp_path_;
 };
 

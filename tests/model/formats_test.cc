@@ -14,6 +14,7 @@
 #include "base/dtype.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/block_file.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/gguf.h"
@@ -179,6 +180,36 @@ TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
 
 // Tensors written from a live map (a source checkpoint's) read back whole, and
 // what follows them lands after them, not over them.
+// Pieces around the block size (empty, one byte, a block less and more one)
+// land in order: the buffer's whole-block writes neither drop nor repeat a
+// byte.
+TEST(BlockFile, PiecesAcrossBlockBoundariesLandInOrder) {
+  const fs::path path = testing::FreshTempDir("block_file") / "f.bin";
+  constexpr size_t kBlock = BlockFile::kBlockBytes;
+  const std::vector<size_t> sizes = {0,          1, kBlock - 1, 3,
+                                     kBlock + 5, 0, 2 * kBlock, 7};
+  std::mt19937 rng(3);
+  std::vector<uint8_t> expected;
+  auto file = BlockFile::Create(path.string());
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (size_t n : sizes) {
+    std::vector<uint8_t> piece(n);
+    for (auto& b : piece) b = static_cast<uint8_t>(rng());
+    ASSERT_TRUE((*file)->Write(piece.data(), n).ok());
+    expected.insert(expected.end(), piece.begin(), piece.end());
+  }
+  ASSERT_TRUE((*file)->Close().ok());
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected);
+
+  const auto missing =
+      BlockFile::Create((path.parent_path() / "no" / "f.bin").string());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(missing.status().message(), HasSubstr("cannot create"));
+}
+
 TEST(Safetensors, TensorsFromAMappedSourceAreWrittenAndWhatFollowsLandsAfter) {
   const fs::path src = testing::FreshTempDir("st_mapped_src");
   const auto a = RandomBytes(4000, 5), b = RandomBytes(64, 6);
