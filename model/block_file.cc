@@ -48,6 +48,10 @@ BlockFile::~BlockFile() {
 }
 
 absl::Status BlockFile::Write(const void* data, uint64_t nbytes) {
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": written after Close()"));
+  }
   if (nbytes == 0) return absl::OkStatus();
   PopulateForReading(data, nbytes);
   if (std::fwrite(data, 1, nbytes, file_) != nbytes) {
@@ -57,6 +61,9 @@ absl::Status BlockFile::Write(const void* data, uint64_t nbytes) {
 }
 
 absl::Status BlockFile::Close() {
+  if (file_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(path_, ": closed twice"));
+  }
   const bool flushed = std::fflush(file_) == 0;
   const int rc = std::fclose(file_);
   file_ = nullptr;

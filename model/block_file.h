@@ -37,9 +37,11 @@ class BlockFile {
   BlockFile(const BlockFile&) = delete;
   BlockFile& operator=(const BlockFile&) = delete;
 
-  // Appends `nbytes` at `data`. Internal, naming the file, on failure.
+  // Appends `nbytes` at `data`. Internal, naming the file, on failure;
+  // FailedPrecondition after Close().
   absl::Status Write(const void* data, uint64_t nbytes);
-  // Flushes and closes. Internal, naming the file, on failure.
+  // Flushes and closes. Internal, naming the file, on failure;
+  // FailedPrecondition when already closed.
   absl::Status Close();
 
   const std::string& path() const { return path_; }

@@ -199,6 +199,9 @@ TEST(BlockFile, PiecesAcrossBlockBoundariesLandInOrder) {
     expected.insert(expected.end(), piece.begin(), piece.end());
   }
   ASSERT_TRUE((*file)->Close().ok());
+  EXPECT_EQ((*file)->Close().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*file)->Write(sizes.data(), 1).code(),
+            absl::StatusCode::kFailedPrecondition);
   std::ifstream in(path, std::ios::binary);
   const std::vector<uint8_t> got((std::istreambuf_iterator<char>(in)), {});
   ASSERT_EQ(got.size(), expected.size());
