@@ -32,43 +32,54 @@ void PopulateForReading(const void* data, uint64_t nbytes) {
 
 absl::StatusOr<std::unique_ptr<BlockFile>> BlockFile::Create(
     const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
+  const std::string tmp = path + ".tmp";
+  std::FILE* file = std::fopen(tmp.c_str(), "wb");
   if (file == nullptr) {
     return absl::PermissionDeniedError(
-        absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
+        absl::StrCat(tmp, ": cannot create: ", std::strerror(errno)));
   }
-  auto buffer = std::make_unique<char[]>(kBlockBytes);
+  // Not make_unique: it would zero 4 MiB for every small file.
+  std::unique_ptr<char[]> buffer(new char[kBlockBytes]);
   std::setvbuf(file, buffer.get(), _IOFBF, kBlockBytes);
   return std::unique_ptr<BlockFile>(
       new BlockFile(path, file, std::move(buffer)));
 }
 
 BlockFile::~BlockFile() {
-  if (file_ != nullptr) std::fclose(file_);
+  if (file_ == nullptr) return;
+  std::fclose(file_);
+  std::remove(TmpPath().c_str());
 }
 
 absl::Status BlockFile::Write(const void* data, uint64_t nbytes) {
   if (file_ == nullptr) {
     return absl::FailedPreconditionError(
-        absl::StrCat(path_, ": written after Close()"));
+        absl::StrCat(path_, ": written after Commit()"));
   }
   if (nbytes == 0) return absl::OkStatus();
   PopulateForReading(data, nbytes);
   if (std::fwrite(data, 1, nbytes, file_) != nbytes) {
-    return IoError(path_, "write failed");
+    return IoError(TmpPath(), "write failed");
   }
   return absl::OkStatus();
 }
 
-absl::Status BlockFile::Close() {
+absl::Status BlockFile::Commit() {
   if (file_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(path_, ": closed twice"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": committed twice"));
   }
   const bool flushed = std::fflush(file_) == 0;
   const int rc = std::fclose(file_);
   file_ = nullptr;
-  if (!flushed || rc != 0) return IoError(path_, "write failed");
-  return absl::OkStatus();
+  absl::Status st;
+  if (!flushed || rc != 0) {
+    st = IoError(TmpPath(), "write failed");
+  } else if (std::rename(TmpPath().c_str(), path_.c_str()) != 0) {
+    st = IoError(path_, "rename failed");
+  }
+  if (!st.ok()) std::remove(TmpPath().c_str());
+  return st;
 }
 
 }  // namespace lrkv

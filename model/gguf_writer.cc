@@ -147,28 +147,16 @@ absl::Status GgufBuilder::Write(const std::string& path) const {
   header.resize((header.size() + kAlignment - 1) / kAlignment * kAlignment,
                 '\0');
 
-  const std::string tmp = path + ".tmp";
-  ASSIGN_OR_RETURN(auto out, BlockFile::Create(tmp));
-  absl::Status written = out->Write(header.data(), header.size());
+  ASSIGN_OR_RETURN(auto out, BlockFile::Create(path));
+  RETURN_IF_ERROR(out->Write(header.data(), header.size()));
   uint64_t end = 0;
   const std::string zeros(kAlignment, '\0');
-  for (size_t i = 0; i < tensors_.size() && written.ok(); ++i) {
-    written = out->Write(zeros.data(), offsets[i] - end);
-    if (written.ok())
-      written = out->Write(tensors_[i].data, tensors_[i].nbytes);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    RETURN_IF_ERROR(out->Write(zeros.data(), offsets[i] - end));
+    RETURN_IF_ERROR(out->Write(tensors_[i].data, tensors_[i].nbytes));
     end = offsets[i] + tensors_[i].nbytes;
   }
-  if (written.ok()) written = out->Close();
-  if (!written.ok()) {
-    out.reset();
-    std::remove(tmp.c_str());
-    return written;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": rename failed"));
-  }
-  return absl::OkStatus();
+  return out->Commit();
 }
 
 }  // namespace lrkv

@@ -6,9 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -16,6 +14,7 @@
 #include "model/safetensors_writer.h"
 #include "base/status_macros.h"
 #include "base/utf8.h"
+#include "model/block_file.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv {
@@ -291,22 +290,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create"));
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return absl::InternalError(absl::StrCat(tmp, ": write failed"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": rename failed"));
-  }
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto out, BlockFile::Create(path));
+  RETURN_IF_ERROR(out->Write(contents.data(), contents.size()));
+  return out->Commit();
 }
 
 absl::Status WriteDirectoryAtomically(
@@ -338,21 +324,10 @@ absl::Status WriteSafetensors(const std::string& path,
   }
   ASSIGN_OR_RETURN(const std::string header, SafetensorsHeader(specs, metadata));
   // Streamed from the views: a model is never copied into one buffer to be written.
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return absl::PermissionDeniedError(absl::StrCat(tmp, ": cannot create"));
-  std::setvbuf(f, nullptr, _IOFBF, 1 << 22);
-  bool ok = std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  for (const auto& t : tensors) {
-    ok = ok && (t.nbytes == 0 || std::fwrite(t.data, 1, t.nbytes, f) == t.nbytes);
-  }
-  ok = std::fflush(f) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat(path, ": write failed"));
-  }
-  return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto out, BlockFile::Create(path));
+  RETURN_IF_ERROR(out->Write(header.data(), header.size()));
+  for (const auto& t : tensors) RETURN_IF_ERROR(out->Write(t.data, t.nbytes));
+  return out->Commit();
 }
 
 }  // namespace lrkv

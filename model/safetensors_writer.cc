@@ -26,11 +26,6 @@ absl::Status Invalid(const std::string& msg) {
   return absl::InvalidArgumentError(msg);
 }
 
-absl::Status IoError(const std::string& path, const char* what) {
-  return absl::InternalError(
-      absl::StrCat(path, ": ", what, ": ", std::strerror(errno)));
-}
-
 }  // namespace
 
 uint64_t TensorSpec::nbytes() const {
@@ -113,13 +108,6 @@ SafetensorsCheckpointWriter::Create(const std::string& dir,
   return w;
 }
 
-SafetensorsCheckpointWriter::~SafetensorsCheckpointWriter() {
-  if (file_ != nullptr) {
-    file_.reset();
-    std::remove(tmp_path_.c_str());
-  }
-}
-
 absl::Status SafetensorsCheckpointWriter::OpenShard(size_t shard) {
   std::vector<TensorSpec> in_shard;
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -127,28 +115,17 @@ absl::Status SafetensorsCheckpointWriter::OpenShard(size_t shard) {
   }
   ASSIGN_OR_RETURN(std::string header,
                    SafetensorsHeader(in_shard, options_.metadata));
-  tmp_path_ = (fs::path(dir_) / (shard_files_[shard] + ".tmp")).string();
-  ASSIGN_OR_RETURN(file_, BlockFile::Create(tmp_path_));
+  ASSIGN_OR_RETURN(file_, BlockFile::Create(
+                              (fs::path(dir_) / shard_files_[shard]).string()));
   open_shard_ = shard;
   return file_->Write(header.data(), header.size());
 }
 
 absl::Status SafetensorsCheckpointWriter::CloseShard() {
   if (file_ == nullptr) return absl::OkStatus();
-  absl::Status closed = file_->Close();
+  const absl::Status committed = file_->Commit();
   file_.reset();
-  if (!closed.ok()) {
-    std::remove(tmp_path_.c_str());
-    return closed;
-  }
-  const std::string path =
-      (fs::path(dir_) / shard_files_[open_shard_]).string();
-  if (std::rename(tmp_path_.c_str(), path.c_str()) != 0) {
-    const absl::Status st = IoError(path, "rename failed");
-    std::remove(tmp_path_.c_str());
-    return st;
-  }
-  return absl::OkStatus();
+  return committed;
 }
 
 absl::Status SafetensorsCheckpointWriter::Write(const std::string& name,

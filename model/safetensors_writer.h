@@ -53,7 +53,8 @@ class SafetensorsCheckpointWriter {
   static absl::StatusOr<std::unique_ptr<SafetensorsCheckpointWriter>> Create(
       const std::string& dir, std::vector<TensorSpec> specs,
       SafetensorsShardOptions options = {});
-  ~SafetensorsCheckpointWriter();
+  // An unfinished shard's temporary file is removed.
+  ~SafetensorsCheckpointWriter() = default;
 
   // The next tensor's bytes; `name` must be the next spec's and `nbytes` its
   // size.
@@ -79,7 +80,6 @@ class SafetensorsCheckpointWriter {
   size_t next_ = 0;  // next spec to write
   size_t open_shard_ = SIZE_MAX;
   std::unique_ptr<BlockFile> file_;  // the open shard's
-  std::string tmp_path_;
 };
 
 // The safetensors header (length prefix, JSON, padding to 8 bytes) of a file

@@ -178,8 +178,6 @@ TEST(Safetensors, StreamingWriterShardsAndTheReaderReadsThemBack) {
   EXPECT_TRUE(SafetensorsReader::Open(one.string()).ok());
 }
 
-// Tensors written from a live map (a source checkpoint's) read back whole, and
-// what follows them lands after them, not over them.
 // Pieces around the block size (empty, one byte, a block less and more one)
 // land in order: the buffer's whole-block writes neither drop nor repeat a
 // byte.
@@ -198,8 +196,10 @@ TEST(BlockFile, PiecesAcrossBlockBoundariesLandInOrder) {
     ASSERT_TRUE((*file)->Write(piece.data(), n).ok());
     expected.insert(expected.end(), piece.begin(), piece.end());
   }
-  ASSERT_TRUE((*file)->Close().ok());
-  EXPECT_EQ((*file)->Close().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(fs::exists(path));  // only <path>.tmp until Commit()
+  ASSERT_TRUE((*file)->Commit().ok());
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+  EXPECT_EQ((*file)->Commit().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*file)->Write(sizes.data(), 1).code(),
             absl::StatusCode::kFailedPrecondition);
   std::ifstream in(path, std::ios::binary);
@@ -211,8 +211,20 @@ TEST(BlockFile, PiecesAcrossBlockBoundariesLandInOrder) {
       BlockFile::Create((path.parent_path() / "no" / "f.bin").string());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(missing.status().message(), HasSubstr("cannot create"));
+
+  // Dropped without a Commit(): nothing is left, neither file nor temporary.
+  const fs::path dropped = path.parent_path() / "dropped.bin";
+  {
+    auto d = BlockFile::Create(dropped.string());
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE((*d)->Write(sizes.data(), 8).ok());
+  }
+  EXPECT_FALSE(fs::exists(dropped));
+  EXPECT_FALSE(fs::exists(dropped.string() + ".tmp"));
 }
 
+// Tensors written from a live map (a source checkpoint's) read back whole, and
+// what follows them lands after them, not over them.
 TEST(Safetensors, TensorsFromAMappedSourceAreWrittenAndWhatFollowsLandsAfter) {
   const fs::path src = testing::FreshTempDir("st_mapped_src");
   const auto a = RandomBytes(4000, 5), b = RandomBytes(64, 6);
