@@ -1,7 +1,6 @@
 // GGUF v3 writer (see gguf_writer.h).
 #include "model/gguf_writer.h"
 
-#include <cstdio>
 #include <cstring>
 #include <set>
 

@@ -1,18 +1,12 @@
 // Streaming, sharded safetensors writer (see safetensors_writer.h).
 #include "model/safetensors_writer.h"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "model/mapped_file.h"
 #include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 
