@@ -1,54 +1,61 @@
 // libFuzzer target: the bytes a client sends `lrkv serve`, as they arrive on a
 // socket. Each input is written to a fresh connection to an in-process
-// cpp-httplib server with lrkv serve's settings (body limit, timeouts) whose
-// routes parse the OpenAI request bodies (serve/openai_request.h) and answer
-// with the error mapping (serve/http_errors.h): malformed request lines and
-// headers, huge headers, invalid UTF-8 and deep JSON must get an answer or a
-// closed connection, never a crash.
+// HttpServer (serve/http/) with lrkv serve's limits, whose handler parses the
+// OpenAI request bodies (serve/openai_request.h) and answers with the error
+// mapping (serve/http_errors.h): malformed request lines and headers, huge or
+// many headers, chunked and compressed bodies, pipelined requests, invalid
+// UTF-8 and deep JSON must get an answer or a closed connection, never a crash.
 #include <arpa/inet.h>
-#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <thread>
 
+#include "serve/http/http_server.h"
 #include "serve/http_errors.h"
 #include "serve/openai_request.h"
 
 namespace {
 
-void Answer(const absl::Status& status, httplib::Response& res) {
-  res.status = lrkv::HttpStatusOf(status);
-  if (!status.ok())
-    res.set_content(lrkv::OpenAiErrorBody(status), "application/json");
+void Answer(const absl::Status& status, lrkv::HttpExchange& ex) {
+  ex.Respond({lrkv::HttpStatusOf(status), "application/json", {}},
+             status.ok() ? "{}" : lrkv::OpenAiErrorBody(status));
 }
 
 // The server, started once and kept for the process (reachable, not a leak).
-httplib::Server* g_server = nullptr;
+lrkv::HttpServer* g_server = nullptr;
 
 int ServerPort() {
   static const int port = [] {
-    g_server = new httplib::Server();
-    httplib::Server* server = g_server;
-    server->set_payload_max_length(size_t{1} << 20);
-    server->set_read_timeout(0, 200000);
-    server->Post("/v1/completions",
-                 [](const httplib::Request& req, httplib::Response& res) {
-                   Answer(lrkv::ParseCompletionRequest(req.body).status(), res);
-                 });
-    server->Post("/v1/chat/completions",
-                 [](const httplib::Request& req, httplib::Response& res) {
-                   Answer(lrkv::ParseChatRequest(req.body).status(), res);
-                 });
-    server->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("{}", "application/json");
+    lrkv::HttpServerOptions o;
+    o.port = 0;
+    o.workers = 4;
+    o.limits.max_body_bytes = size_t{1} << 20;
+    o.limits.request_timeout = std::chrono::milliseconds(200);
+    o.limits.idle_timeout = std::chrono::milliseconds(200);
+    o.error_body = [](int status, const std::string& message) {
+      return lrkv::OpenAiErrorBody(status, message);
+    };
+    auto server = lrkv::HttpServer::Create(o, [](lrkv::HttpExchange& ex) {
+      const lrkv::HttpRequest& req = ex.request();
+      if (req.path == "/v1/completions") {
+        Answer(lrkv::ParseCompletionRequest(req.body).status(), ex);
+      } else if (req.path == "/v1/chat/completions") {
+        Answer(lrkv::ParseChatRequest(req.body).status(), ex);
+      } else {
+        ex.Respond({200, "application/json", {}}, "{}");
+      }
     });
-    const int bound = server->bind_to_any_port("127.0.0.1");
-    std::thread([server] { server->listen_after_bind(); }).detach();
-    return bound;
+    if (!server.ok()) abort();
+    g_server = server->release();
+    auto bound = g_server->Bind();
+    if (!bound.ok()) abort();
+    std::thread([] { g_server->Run(); }).detach();
+    return *bound;
   }();
   return port;
 }

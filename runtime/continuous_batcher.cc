@@ -27,6 +27,8 @@ const char* FinishReasonName(FinishReason reason) {
       return "cancelled";
     case FinishReason::kFailed:
       return "error";
+    case FinishReason::kShutdown:
+      return "shutdown";
   }
   return "";
 }
@@ -186,8 +188,48 @@ int64_t ContinuousBatcher::SequencesThatFit(int64_t tokens) const {
 BatcherStats ContinuousBatcher::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   BatcherStats s = stats_;
-  s.queued = static_cast<int64_t>(queue_.size());
+  s.queued = 0;
+  for (const auto& q : queue_) {
+    if (q->handle->cancelled_) {
+      ++s.cancelled;  // counted when purged; reported from now
+    } else {
+      ++s.queued;
+    }
+  }
   return s;
+}
+
+void ContinuousBatcher::PurgeCancelledLocked() {
+  auto cancelled = [](const std::unique_ptr<Queued>& q) {
+    return q->handle->cancelled_.load();
+  };
+  for (auto& q : queue_) {
+    if (cancelled(q)) {
+      q->handle->Publish({{}, {}, FinishReason::kCancelled, {}});
+      ++stats_.cancelled;
+    }
+  }
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(), cancelled),
+               queue_.end());
+}
+
+void ContinuousBatcher::Drain(std::chrono::steady_clock::time_point deadline) {
+  std::deque<std::unique_ptr<Queued>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    drain_deadline_ = deadline;
+    queued.swap(queue_);
+  }
+  for (auto& q : queued) {
+    q->handle->Publish({{}, {}, FinishReason::kShutdown, {}});
+  }
+  cv_.notify_all();
+}
+
+bool ContinuousBatcher::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty() && stats_.running == 0;
 }
 
 absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
@@ -228,7 +270,10 @@ absl::StatusOr<std::shared_ptr<Sequence>> ContinuousBatcher::Submit(
   auto handle = q->handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return absl::UnavailableError("the server is shutting down");
+    if (stopping_ || draining_) {
+      return absl::UnavailableError("the server is shutting down");
+    }
+    PurgeCancelledLocked();
     if (QueueFullLocked(q->bytes)) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the server is full: ", stats_.running,
@@ -332,6 +377,7 @@ void ContinuousBatcher::AdmitLocked() {
     queue_.pop_front();
     if (q->handle->cancelled_) {
       q->handle->Publish({{}, {}, FinishReason::kCancelled, {}});
+      ++stats_.cancelled;
       continue;
     }
     const int64_t positions =
@@ -368,8 +414,19 @@ void ContinuousBatcher::Loop() {
 }
 
 void ContinuousBatcher::Step() {
+  bool past_drain;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    past_drain =
+        draining_ && std::chrono::steady_clock::now() >= drain_deadline_;
+  }
   for (auto& r : running_) {
-    if (r->handle->cancelled_ && !r->done) Finish(*r, FinishReason::kCancelled);
+    if (r->done) continue;
+    if (r->handle->cancelled_) {
+      Finish(*r, FinishReason::kCancelled);
+    } else if (past_drain) {
+      Finish(*r, FinishReason::kShutdown);
+    }
   }
   std::vector<DecodeEngine::BatchEntry> entries;
   std::vector<Running*> owners;
@@ -488,6 +545,7 @@ void ContinuousBatcher::Finish(Running& r, FinishReason reason,
     std::lock_guard<std::mutex> lock(mu_);
     stats_.kv_bytes_in_use -= r.bytes;
     --stats_.running;
+    if (reason == FinishReason::kCancelled) ++stats_.cancelled;
   }
   r.handle->Publish({{}, {}, reason, std::move(error)});
   cv_.notify_all();

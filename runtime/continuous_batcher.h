@@ -98,8 +98,15 @@ struct GeneratedToken {
   std::vector<std::pair<int32_t, double>> top;  // top_logprobs alternatives
 };
 
-enum class FinishReason { kNone, kLength, kEos, kCancelled, kFailed };
-// "length", "stop", "cancelled", "error" ("" for kNone).
+enum class FinishReason {
+  kNone,
+  kLength,
+  kEos,
+  kCancelled,
+  kFailed,
+  kShutdown
+};
+// "length", "stop", "cancelled", "error", "shutdown" ("" for kNone).
 const char* FinishReasonName(FinishReason reason);
 
 // What a sequence produced since the previous Take.
@@ -117,7 +124,8 @@ class Sequence {
   // What was produced since the last call, waiting up to `timeout` for
   // something new.
   SequenceUpdate Take(std::chrono::milliseconds timeout);
-  // Asks the batcher to stop and free the sequence at its next step.
+  // Asks the batcher to stop and free the sequence at its next step; a queued
+  // one no longer counts against the queue from now.
   void Cancel() { cancelled_ = true; }
   bool finished() const;
 
@@ -134,13 +142,14 @@ class Sequence {
 
 struct BatcherStats {
   int64_t running = 0;  // sequences decoding (a finished one not, at once)
-  int64_t queued = 0;
+  int64_t queued = 0;   // waiting for admission (a cancelled one not, at once)
   int64_t kv_bytes_in_use = 0;  // allocated by the running sequences' caches
   int64_t kv_bytes_budget = 0;  // BatcherOptions::kv_memory
   int64_t peak_running = 0;
   int64_t submitted = 0;         // requests accepted by Submit, all time
   int64_t prompt_tokens = 0;     // prefilled, all time
   int64_t generated_tokens = 0;  // sampled, all time
+  int64_t cancelled = 0;  // sequences cancelled (running or queued), all time
 };
 
 class ContinuousBatcher {
@@ -154,8 +163,15 @@ class ContinuousBatcher {
   // Queues a request. InvalidArgument when it can never run here (empty prompt,
   // ids outside the vocabulary, longer than the context, a cache larger than
   // the KV memory), ResourceExhausted when the queue is full, Unavailable once
-  // shutting down.
+  // draining or shutting down.
   absl::StatusOr<std::shared_ptr<Sequence>> Submit(SequenceRequest request);
+
+  // Stops admitting: Submit answers Unavailable from now and every queued
+  // request ends with kShutdown; the running sequences go on until `deadline`,
+  // then end with kShutdown at the next step.
+  void Drain(std::chrono::steady_clock::time_point deadline);
+  // Whether no sequence runs or waits.
+  bool Idle() const;
 
   // Bytes the cache of one sequence of `tokens` positions allocates.
   int64_t CacheBytes(int64_t tokens) const;
@@ -192,8 +208,10 @@ class ContinuousBatcher {
   // Whether a new request of `bytes` is refused: it would not start at the next
   // step, and max_queue requests already wait.
   bool QueueFullLocked(int64_t bytes) const;
-  // Frees cancelled sequences; one step of every running one; publishes the
-  // results.
+  // Drops the cancelled requests from the queue (their slots free at once).
+  void PurgeCancelledLocked();
+  // Frees cancelled sequences (and, past the drain deadline, every one); one
+  // step of every running one; publishes the results.
   void Step();
   // Samples after `logits` [1, V] (or [n, V] for a scored chunk), publishes,
   // finishes.
@@ -211,6 +229,8 @@ class ContinuousBatcher {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Queued>> queue_;
   bool stopping_ = false;
+  bool draining_ = false;
+  std::chrono::steady_clock::time_point drain_deadline_;
   BatcherStats stats_;
   std::vector<std::unique_ptr<Running>>
       running_;  // batching thread, admitted under mu_

@@ -11,7 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libgloo-dev
   python3-grpcio python3-protobuf openssl chromium bible-kjv bible-kjv-text
   clang libclang-rt-14-dev
-  libonig-dev libutf8proc-dev libyaml-cpp-dev libcpp-httplib-dev
+  libonig-dev libutf8proc-dev libyaml-cpp-dev libboost-dev zlib1g-dev libbrotli-dev
 )
 # Node.js runs the test references (tests/js: Hugging Face tokenizers in JS,
 # llama.cpp); a machine that already has a node keeps it.

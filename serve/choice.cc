@@ -44,6 +44,7 @@ ChoiceDelta Choice::Poll(std::chrono::milliseconds timeout) {
       return delta;
     case FinishReason::kLength:
     case FinishReason::kEos:
+    case FinishReason::kShutdown:
       delta.text += text_.Finish();
       delta.finish_reason = FinishReasonName(update.finish);
       break;

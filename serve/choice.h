@@ -30,8 +30,8 @@ struct ChoiceDelta {
   std::vector<TokenLogprob> logprobs;
   /// Prompt tokens 1..n-1, scored (SequenceRequest::prompt_logprobs).
   std::vector<TokenLogprob> prompt_logprobs;
-  /// "stop" (end of sequence or a stop sequence), "length", or "" while
-  /// running.
+  /// "stop" (end of sequence or a stop sequence), "length", "shutdown" (the
+  /// server ended it while shutting down), or "" while running.
   std::string finish_reason;
   absl::Status error;  // the sequence failed (or was cancelled by the server)
 };
@@ -48,6 +48,8 @@ class Choice {
   // What the sequence produced next, waiting up to `timeout` for it.
   ChoiceDelta Poll(std::chrono::milliseconds timeout);
   bool finished() const { return finished_; }
+  // The batcher's handle (to cancel it from another thread).
+  const std::shared_ptr<Sequence>& sequence() const { return sequence_; }
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t completion_tokens() const { return completion_tokens_; }
 

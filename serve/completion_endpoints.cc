@@ -19,10 +19,10 @@ using nlohmann::json;
 // How long one wait for a choice's next tokens lasts before the connection is
 // checked.
 constexpr auto kPoll = std::chrono::milliseconds(500);
-// A stream that sent nothing for this long sends an SSE comment: a client gone
-// is found by the failed write, and its sequence freed, even while it waits in
-// the queue.
+// A stream that sent nothing for this long sends an SSE comment (so do
+// proxies' idle timers; a client gone is also found by the failed write).
 constexpr auto kKeepAlive = std::chrono::seconds(2);
+constexpr char kKeepAliveComment[] = ": keep-alive\n\n";
 
 std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -90,6 +90,18 @@ json FinishOf(const ChoiceDelta& d) {
   return d.finish_reason.empty() ? json(nullptr) : json(d.finish_reason);
 }
 
+// Cancels every choice's sequence when the client leaves (on the server's I/O
+// thread, at once: a queued one frees its slot, a running one ends at the next
+// step).
+void CancelWhenGone(HttpExchange& ex,
+                    const std::vector<std::unique_ptr<Choice>>& choices) {
+  std::vector<std::shared_ptr<Sequence>> sequences;
+  for (const auto& c : choices) sequences.push_back(c->sequence());
+  ex.OnClientGone([sequences] {
+    for (const auto& s : sequences) s->Cancel();
+  });
+}
+
 // A stream in progress: its choices, polled in turn; `chunk` turns a choice's
 // delta into the chunk's choice object (null: nothing to send).
 struct StreamState {
@@ -98,26 +110,22 @@ struct StreamState {
   json head;  // id, object, created, model
   bool include_usage = false;
   size_t next = 0;
-  bool done = false;
   std::chrono::steady_clock::time_point last_write =
       std::chrono::steady_clock::now();
 };
 
-bool WriteEvent(httplib::DataSink& sink, const std::string& data) {
-  const std::string event = absl::StrCat("data: ", data, "\n\n");
-  return sink.write(event.data(), event.size());
+bool WriteEvent(HttpExchange& ex, const std::string& data) {
+  return ex.Write(absl::StrCat("data: ", data, "\n\n"));
 }
 
-bool EndStream(StreamState& s, httplib::DataSink& sink) {
-  s.done = true;
-  if (!WriteEvent(sink, "[DONE]")) return false;
-  sink.done();
-  return true;
+bool EndStream(HttpExchange& ex) {
+  if (!WriteEvent(ex, "[DONE]")) return false;
+  ex.EndStream();
+  return false;
 }
 
-// One round of the stream's content provider: false drops the connection.
-bool PumpStream(StreamState& s, httplib::DataSink& sink) {
-  if (s.done) return false;
+// One round of the stream: false when it is over (ended, or the client gone).
+bool PumpStream(StreamState& s, HttpExchange& ex) {
   size_t i = 0;
   while (i < s.choices.size() &&
          s.choices[(s.next + i) % s.choices.size()]->finished())
@@ -127,68 +135,93 @@ bool PumpStream(StreamState& s, httplib::DataSink& sink) {
       json usage = s.head;
       usage["choices"] = json::array();
       usage["usage"] = Usage(s.choices);
-      if (!WriteEvent(sink, Dump(usage))) return false;
+      if (!WriteEvent(ex, Dump(usage))) return false;
     }
-    return EndStream(s, sink);
+    return EndStream(ex);
   }
   const size_t index = (s.next + i) % s.choices.size();
   s.next = index + 1;
   const auto wait =
       s.choices.size() > 1 ? std::chrono::milliseconds(20) : kPoll;
   const ChoiceDelta d = s.choices[index]->Poll(wait);
+  if (ex.client_gone()) return false;
   const auto now = std::chrono::steady_clock::now();
   if (!d.error.ok()) {
-    WriteEvent(sink, OpenAiErrorBody(d.error));
-    return EndStream(s, sink);
+    WriteEvent(ex, OpenAiErrorBody(d.error));
+    return EndStream(ex);
   }
   json choice = s.chunk(index, d);
   if (!choice.is_null()) {
     json chunk = s.head;
     chunk["choices"] = json::array({choice});
     s.last_write = now;
-    return WriteEvent(sink, Dump(chunk));
+    return WriteEvent(ex, Dump(chunk));
   }
   if (now - s.last_write > kKeepAlive) {
     s.last_write = now;
-    return sink.write(": keep-alive\n\n", 14);
+    return ex.Write(kKeepAliveComment);
   }
   return true;
 }
 
-std::shared_ptr<StreamState> NewStream(std::vector<std::unique_ptr<Choice>> choices,
-                                       json head, bool include_usage) {
-  auto state = std::make_shared<StreamState>();
-  state->choices = std::move(choices);
-  state->head = std::move(head);
-  state->include_usage = include_usage;
-  return state;
+// Streams the choices as server-sent events until they end or the client
+// leaves (the choices go with the state: a sequence still running is
+// cancelled).
+int Stream(HttpExchange& ex, StreamState state) {
+  CancelWhenGone(ex, state.choices);
+  ex.BeginStream({200, "text/event-stream", {{"Cache-Control", "no-cache"}}},
+                 kKeepAliveComment);
+  while (PumpStream(state, ex)) {
+  }
+  return 200;
 }
 
-void StartStream(httplib::Response& res, std::shared_ptr<StreamState> state) {
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [state](size_t, httplib::DataSink& sink) {
-        return PumpStream(*state, sink);
-      },
-      // Done or dropped: the choices go, and with them (cancelled) their
-      // sequences.
-      [state](bool) { state->choices.clear(); });
+// Waits for every choice to end, handing each delta to `take`. Cancelled (and
+// nothing answered) when the client left; Unavailable when the server ended a
+// choice while shutting down; a choice's own error.
+absl::Status Collect(
+    HttpExchange& ex, const std::vector<std::unique_ptr<Choice>>& choices,
+    const std::function<void(size_t, const ChoiceDelta&)>& take) {
+  CancelWhenGone(ex, choices);
+  for (size_t i = 0; i < choices.size(); ++i) {
+    Choice& c = *choices[i];
+    while (!c.finished()) {
+      const ChoiceDelta d = c.Poll(kPoll);
+      if (ex.client_gone()) return absl::CancelledError("the client left");
+      if (!d.error.ok()) return d.error;
+      if (d.finish_reason == FinishReasonName(FinishReason::kShutdown)) {
+        return absl::UnavailableError(
+            "the server shut down before this completion was finished; try "
+            "again");
+      }
+      take(i, d);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-void SetError(httplib::Response& res, const absl::Status& status) {
-  res.status = HttpStatusOf(status);
-  if (res.status == 429) res.set_header("Retry-After", "1");
-  res.set_content(OpenAiErrorBody(status), "application/json");
+int RespondJson(HttpExchange& ex, int http_status, std::string body) {
+  ex.Respond({http_status, "application/json", {}}, std::move(body));
+  return http_status;
 }
 
-nlohmann::json CompletionEndpoints::Head(const char* id_prefix, const char* object) {
-  return {{"id", absl::StrFormat("%s-%016x", id_prefix, next_id_.fetch_add(1) + 1)},
-          {"object", object},
-          {"created", static_cast<int64_t>(std::time(nullptr))},
-          {"model", model_id_}};
+int RespondError(HttpExchange& ex, const absl::Status& status) {
+  HttpResponseHead head{HttpStatusOf(status), "application/json", {}};
+  if (head.status == 429 || head.status == 503)
+    head.headers.emplace_back("Retry-After", "1");
+  ex.Respond(std::move(head), OpenAiErrorBody(status));
+  return HttpStatusOf(status);
+}
+
+nlohmann::json CompletionEndpoints::Head(const char* id_prefix,
+                                         const char* object) {
+  return {
+      {"id", absl::StrFormat("%s-%016x", id_prefix, next_id_.fetch_add(1) + 1)},
+      {"object", object},
+      {"created", static_cast<int64_t>(std::time(nullptr))},
+      {"model", model_id_}};
 }
 
 std::vector<int32_t> CompletionEndpoints::PromptIds(
@@ -233,16 +266,15 @@ CompletionEndpoints::Submit(const std::vector<std::vector<int32_t>>& prompts,
   return choices;
 }
 
-void CompletionEndpoints::Completions(const httplib::Request& req,
-                                      httplib::Response& res) {
-  auto request = ParseCompletionRequest(req.body);
-  if (!request.ok()) return SetError(res, request.status());
+int CompletionEndpoints::Completions(HttpExchange& ex) {
+  auto request = ParseCompletionRequest(ex.request().body);
+  if (!request.ok()) return RespondError(ex, request.status());
   const CompletionRequest& r = *request;
   std::vector<std::vector<int32_t>> prompts;
   for (const CompletionPrompt& p : r.prompts) prompts.push_back(PromptIds(p));
   const bool score = r.echo && r.params.logprobs;
   auto choices = Submit(prompts, r.params, score);
-  if (!choices.ok()) return SetError(res, choices.status());
+  if (!choices.ok()) return RespondError(ex, choices.status());
   // The text and logprobs a choice starts with: its prompt, when echoed.
   auto echo_text = [&](size_t i) {
     return r.prompts[i].is_ids ? tokenizer_.Decode(r.prompts[i].ids)
@@ -253,10 +285,13 @@ void CompletionEndpoints::Completions(const httplib::Request& req,
   };
   const json head = Head("cmpl", "text_completion");
   if (r.params.stream) {
-    auto state = NewStream(std::move(*choices), head, r.params.include_usage);
+    StreamState state;
+    state.choices = std::move(*choices);
+    state.head = head;
+    state.include_usage = r.params.include_usage;
     auto echoed = std::make_shared<std::vector<bool>>(prompts.size(), !r.echo);
-    state->chunk = [=, logprobs = r.params.logprobs](
-                       size_t i, const ChoiceDelta& d) -> json {
+    state.chunk = [=, logprobs = r.params.logprobs](
+                      size_t i, const ChoiceDelta& d) -> json {
       std::string text;
       CompletionLogprobs lp;
       if (!(*echoed)[i]) {
@@ -274,55 +309,62 @@ void CompletionEndpoints::Completions(const httplib::Request& req,
               {"logprobs", logprobs ? lp.ToJson() : json(nullptr)},
               {"finish_reason", FinishOf(d)}};
     };
-    return StartStream(res, std::move(state));
+    return Stream(ex, std::move(state));
   }
+  std::vector<std::string> texts(choices->size());
+  std::vector<CompletionLogprobs> lps(choices->size());
+  std::vector<json> finish(choices->size());
+  for (size_t i = 0; i < choices->size(); ++i) {
+    if (r.echo) texts[i] = echo_text(i);
+    if (score) lps[i].Add(first_token(i), false);
+  }
+  const absl::Status collected =
+      Collect(ex, *choices, [&](size_t i, const ChoiceDelta& d) {
+        for (const TokenLogprob& t : d.prompt_logprobs) lps[i].Add(t);
+        texts[i] += d.text;
+        for (const TokenLogprob& t : d.logprobs) lps[i].Add(t);
+        finish[i] = FinishOf(d);
+      });
+  if (ex.client_gone()) return 0;
+  if (!collected.ok()) return RespondError(ex, collected);
   json out = head;
   out["choices"] = json::array();
   for (size_t i = 0; i < choices->size(); ++i) {
-    Choice& c = *(*choices)[i];
-    std::string text = r.echo ? echo_text(i) : "";
-    CompletionLogprobs lp;
-    if (score) lp.Add(first_token(i), false);
-    ChoiceDelta d;
-    while (!c.finished()) {
-      d = c.Poll(kPoll);
-      if (!d.error.ok()) return SetError(res, d.error);
-      for (const TokenLogprob& t : d.prompt_logprobs) lp.Add(t);
-      text += d.text;
-      for (const TokenLogprob& t : d.logprobs) lp.Add(t);
-    }
     out["choices"].push_back(
         {{"index", i},
-         {"text", text},
-         {"logprobs", r.params.logprobs ? lp.ToJson() : json(nullptr)},
-         {"finish_reason", FinishOf(d)}});
+         {"text", texts[i]},
+         {"logprobs", r.params.logprobs ? lps[i].ToJson() : json(nullptr)},
+         {"finish_reason", finish[i]}});
   }
   out["usage"] = Usage(*choices);
-  res.set_content(Dump(out), "application/json");
+  return RespondJson(ex, 200, Dump(out));
 }
 
-void CompletionEndpoints::ChatCompletions(const httplib::Request& req,
-                                          httplib::Response& res) {
-  auto request = ParseChatRequest(req.body);
-  if (!request.ok()) return SetError(res, request.status());
+int CompletionEndpoints::ChatCompletions(HttpExchange& ex) {
+  auto request = ParseChatRequest(ex.request().body);
+  if (!request.ok()) return RespondError(ex, request.status());
   const ChatRequest& r = *request;
   if (template_ == nullptr) {
-    return SetError(
-        res, absl::FailedPreconditionError(
-                 "this checkpoint has no chat template; use /v1/completions"));
+    return RespondError(
+        ex, absl::FailedPreconditionError(
+                "this checkpoint has no chat template; use /v1/completions"));
   }
   auto text = template_->Render(r.messages, /*add_generation_prompt=*/true);
   if (!text.ok())
-    return SetError(res, absl::InvalidArgumentError(text.status().message()));
+    return RespondError(ex,
+                        absl::InvalidArgumentError(text.status().message()));
   auto choices = Submit({tokenizer_.Encode(*text)}, r.params, false);
-  if (!choices.ok()) return SetError(res, choices.status());
-  const json head =
-      Head("chatcmpl", r.params.stream ? "chat.completion.chunk" : "chat.completion");
+  if (!choices.ok()) return RespondError(ex, choices.status());
+  const json head = Head("chatcmpl", r.params.stream ? "chat.completion.chunk"
+                                                     : "chat.completion");
   if (r.params.stream) {
-    auto state = NewStream(std::move(*choices), head, r.params.include_usage);
+    StreamState state;
+    state.choices = std::move(*choices);
+    state.head = head;
+    state.include_usage = r.params.include_usage;
     auto started = std::make_shared<bool>(false);
-    state->chunk = [started, logprobs = r.params.logprobs](
-                       size_t i, const ChoiceDelta& d) -> json {
+    state.chunk = [started, logprobs = r.params.logprobs](
+                      size_t i, const ChoiceDelta& d) -> json {
       json delta = json::object();
       if (!*started) {
         *started = true;
@@ -337,27 +379,28 @@ void CompletionEndpoints::ChatCompletions(const httplib::Request& req,
                                : json(nullptr)},
               {"finish_reason", FinishOf(d)}};
     };
-    return StartStream(res, std::move(state));
+    return Stream(ex, std::move(state));
   }
-  Choice& c = *(*choices)[0];
   std::string content;
   std::vector<TokenLogprob> logprobs;
-  ChoiceDelta d;
-  while (!c.finished()) {
-    d = c.Poll(kPoll);
-    if (!d.error.ok()) return SetError(res, d.error);
-    content += d.text;
-    logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-  }
+  json finish;
+  const absl::Status collected =
+      Collect(ex, *choices, [&](size_t, const ChoiceDelta& d) {
+        content += d.text;
+        logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        finish = FinishOf(d);
+      });
+  if (ex.client_gone()) return 0;
+  if (!collected.ok()) return RespondError(ex, collected);
   json out = head;
   out["choices"] =
       json::array({{{"index", 0},
                     {"message", {{"role", "assistant"}, {"content", content}}},
                     {"logprobs", r.params.logprobs ? ChatLogprobs(logprobs)
                                                    : json(nullptr)},
-                    {"finish_reason", FinishOf(d)}}});
+                    {"finish_reason", finish}}});
   out["usage"] = Usage(*choices);
-  res.set_content(Dump(out), "application/json");
+  return RespondJson(ex, 200, Dump(out));
 }
 
 }  // namespace lrkv

@@ -8,11 +8,6 @@ namespace {
 // The OpenAI API's error type for an HTTP status.
 const char* ErrorType(int http) {
   switch (http) {
-    case 400:
-    case 404:
-    case 405:
-    case 413:
-      return "invalid_request_error";
     case 401:
       return "authentication_error";
     case 403:
@@ -20,7 +15,8 @@ const char* ErrorType(int http) {
     case 429:
       return "rate_limit_error";
     default:
-      return "server_error";
+      return http >= 400 && http < 500 ? "invalid_request_error"
+                                       : "server_error";
   }
 }
 
@@ -30,8 +26,16 @@ const char* ErrorCode(int http) {
       return "invalid_api_key";
     case 404:
       return "not_found";
+    case 408:
+      return "request_timeout";
+    case 411:
+      return "length_required";
     case 413:
       return "request_too_large";
+    case 415:
+      return "unsupported_content_encoding";
+    case 431:
+      return "request_header_fields_too_large";
     case 429:
       return "server_busy";
     default:

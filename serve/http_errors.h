@@ -17,7 +17,8 @@ int HttpStatusOf(const absl::Status& status);
 std::string OpenAiErrorBody(const absl::Status& status);
 
 // An error body for a status made here rather than from a Status (the server's
-// own 404 for an unknown path, 413, 405).
+// own 404 for an unknown path, 405, and the HTTP layer's refusals: 408, 411,
+// 413, 415, 431, 501, 503).
 std::string OpenAiErrorBody(int http_status, const std::string& message);
 
 }  // namespace lrkv

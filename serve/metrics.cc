@@ -42,7 +42,8 @@ void Metric(std::string& out, const char* name, const char* type,
 
 }  // namespace
 
-std::string ServerMetrics::Render(const BatcherStats& b) const {
+std::string ServerMetrics::Render(const BatcherStats& b,
+                                  const HttpServerStats& h) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   Metric(out, "lrkv_requests_total", "counter",
@@ -57,6 +58,10 @@ std::string ServerMetrics::Render(const BatcherStats& b) const {
   Metric(out, "lrkv_generated_tokens_total", "counter", "Tokens sampled.");
   absl::StrAppend(&out, "lrkv_generated_tokens_total ", b.generated_tokens,
                   "\n");
+  Metric(out, "lrkv_cancelled_sequences_total", "counter",
+         "Sequences cancelled (their client left, or a stop sequence ended "
+         "them), running or queued.");
+  absl::StrAppend(&out, "lrkv_cancelled_sequences_total ", b.cancelled, "\n");
   Metric(out, "lrkv_queue_length", "gauge", "Requests waiting for admission.");
   absl::StrAppend(&out, "lrkv_queue_length ", b.queued, "\n");
   Metric(out, "lrkv_running_sequences", "gauge",
@@ -77,6 +82,25 @@ std::string ServerMetrics::Render(const BatcherStats& b) const {
   Metric(out, "lrkv_batch_tokens", "gauge",
          "Tokens through the model in the last step.");
   absl::StrAppend(&out, "lrkv_batch_tokens ", last_batch_rows_, "\n");
+  Metric(out, "lrkv_http_connections_open", "gauge",
+         "Client connections open.");
+  absl::StrAppend(&out, "lrkv_http_connections_open ", h.open_connections,
+                  "\n");
+  Metric(out, "lrkv_http_connections_total", "counter",
+         "Client connections accepted.");
+  absl::StrAppend(&out, "lrkv_http_connections_total ", h.accepted, "\n");
+  Metric(out, "lrkv_http_refused_total", "counter",
+         "Requests and connections the HTTP layer refused, by reason.");
+  for (const auto& [reason, n] :
+       {std::pair{"header", h.refused_header},
+        std::pair{"body", h.refused_body}, std::pair{"timeout", h.timed_out},
+        std::pair{"connections", h.over_capacity}}) {
+    absl::StrAppend(&out, "lrkv_http_refused_total{reason=\"", reason, "\"} ",
+                    n, "\n");
+  }
+  Metric(out, "lrkv_http_clients_gone_total", "counter",
+         "Clients that left while their request was handled.");
+  absl::StrAppend(&out, "lrkv_http_clients_gone_total ", h.clients_gone, "\n");
   Metric(out, "lrkv_step_seconds", "histogram", "Time of one batched step.");
   int64_t cumulative = 0;
   for (size_t i = 0; i <= kStepBuckets.size(); ++i) {

@@ -1,7 +1,7 @@
 // The counters of `lrkv serve`, rendered as Prometheus text at GET /metrics:
-// requests by endpoint and status, tokens in and out, the queue, KV bytes in
-// use against the budget, the batch of the last step and a histogram of step
-// times.
+// requests by endpoint and status, tokens in and out, cancelled sequences, the
+// queue, KV bytes in use against the budget, connections and the HTTP layer's
+// refusals, the batch of the last step and a histogram of step times.
 #ifndef LRKV_SERVE_METRICS_H_
 #define LRKV_SERVE_METRICS_H_
 
@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "runtime/continuous_batcher.h"
+#include "serve/http/http_server.h"
 
 namespace lrkv {
 
@@ -28,8 +29,10 @@ class ServerMetrics {
   // The mean time of the decode-only steps (one token per sequence, no prefill)
   // of `batch` sequences; 0 when there was none.
   double MeanDecodeStepSeconds(int64_t batch) const;
-  // The Prometheus text exposition of everything, with the batcher's gauges.
-  std::string Render(const BatcherStats& batcher) const;
+  // The Prometheus text exposition of everything, with the batcher's and the
+  // HTTP layer's gauges and counters.
+  std::string Render(const BatcherStats& batcher,
+                     const HttpServerStats& http) const;
 
  private:
   mutable std::mutex mu_;

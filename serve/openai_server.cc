@@ -1,11 +1,12 @@
 #include "serve/openai_server.h"
 
-#include <httplib.h>
-
+#include <chrono>
 #include <ctime>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/constant_time.h"
 #include "base/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "runtime/transformer.h"
@@ -14,6 +15,22 @@
 #include "serve/metrics.h"
 
 namespace lrkv {
+
+namespace {
+
+// The route a path is counted under in /metrics (a label per model id or per
+// garbage path would grow without end).
+std::string RouteOf(const std::string& path) {
+  static const char* const kRoutes[] = {"/health", "/metrics", "/v1/models",
+                                        "/v1/completions",
+                                        "/v1/chat/completions"};
+  for (const char* r : kRoutes) {
+    if (path == r) return r;
+  }
+  return absl::StartsWith(path, "/v1/models/") ? "/v1/models/{id}" : "other";
+}
+
+}  // namespace
 
 absl::Status ServeOptions::Validate() const {
   if (port < 0 || port > 65535) {
@@ -26,6 +43,9 @@ absl::Status ServeOptions::Validate() const {
   }
   if (model_id.empty())
     return absl::InvalidArgumentError("the model id must not be empty");
+  if (shutdown_timeout.count() < 0)
+    return absl::InvalidArgumentError("the shutdown timeout must be >= 0");
+  RETURN_IF_ERROR(http.Validate());
   return batcher.Validate();
 }
 
@@ -35,7 +55,7 @@ OpenAiServer::OpenAiServer(const LanguageModel& model, ServeOptions options)
       metrics_(std::make_unique<ServerMetrics>()) {}
 
 OpenAiServer::~OpenAiServer() {
-  Stop();
+  // Handlers return (their clients gone) before the batcher they wait on goes.
   http_.reset();
   endpoints_.reset();
   batcher_.reset();
@@ -67,124 +87,104 @@ absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Create(
   s->endpoints_ = std::make_unique<CompletionEndpoints>(
       model.tokenizer(), *s->batcher_, s->template_ ? &*s->template_ : nullptr,
       o.model_id);
-  if (!o.tls_cert.empty()) {
-    auto https = std::make_unique<httplib::SSLServer>(o.tls_cert.c_str(),
-                                                      o.tls_key.c_str());
-    if (!https->is_valid()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the certificate ", o.tls_cert, " or key ", o.tls_key,
-                       " does not load"));
-    }
-    s->http_ = std::move(https);
-  } else {
-    s->http_ = std::make_unique<httplib::Server>();
-  }
-  s->Route();
+  HttpServerOptions http;
+  http.host = o.host;
+  http.port = o.port;
+  http.tls_cert = o.tls_cert;
+  http.tls_key = o.tls_key;
+  http.limits = o.http;
+  // A streamed response holds its worker: enough for every running and queued
+  // sequence, and a few for /health and /metrics.
+  http.workers = o.batcher.max_seqs + o.batcher.max_queue + 8;
+  http.error_body = [](int status, const std::string& message) {
+    return OpenAiErrorBody(status, message);
+  };
+  http.error_content_type = "application/json";
+  http.on_refusal = [metrics](int status) {
+    metrics->CountRequest("other", status);
+  };
+  OpenAiServer* self = s.get();
+  ASSIGN_OR_RETURN(
+      s->http_, HttpServer::Create(std::move(http), [self](HttpExchange& ex) {
+        const int status = self->Handle(ex);
+        if (status != 0) {
+          self->metrics_->CountRequest(RouteOf(ex.request().path), status);
+        }
+      }));
   return s;
 }
 
-void OpenAiServer::Route() {
-  httplib::Server& h = *http_;
-  // A streaming response holds its worker thread: enough for every running and
-  // queued sequence, and a few for /health and /metrics.
-  const auto threads = static_cast<size_t>(options_.batcher.max_seqs +
-                                           options_.batcher.max_queue + 8);
-  h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  h.set_payload_max_length(options_.max_body_bytes);
-  h.set_pre_routing_handler([this](const httplib::Request& req,
-                                   httplib::Response& res) {
-    if (options_.api_key.empty() || !absl::StartsWith(req.path, "/v1/")) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (req.get_header_value("Authorization") ==
-        absl::StrCat("Bearer ", options_.api_key)) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    SetError(res, absl::UnauthenticatedError("Incorrect API key provided."));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  h.set_logger([this](const httplib::Request& req,
-                      const httplib::Response& res) {
-    // The routes by name (a path per model id or garbage would grow the labels
-    // without end).
-    static const char* const kRoutes[] = {"/health", "/metrics", "/v1/models",
-                                          "/v1/completions",
-                                          "/v1/chat/completions"};
-    std::string route =
-        absl::StartsWith(req.path, "/v1/models/") ? "/v1/models/{id}" : "other";
-    for (const char* r : kRoutes) {
-      if (req.path == r) route = r;
-    }
-    metrics_->CountRequest(route, res.status);
-  });
-  h.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string what =
-        res.status == 413 ? "the request body is too large"
-        : res.status == 404
-            ? absl::StrCat("no route ", req.method, " ", req.path)
-            : absl::StrCat("HTTP ", res.status);
-    res.set_content(OpenAiErrorBody(res.status, what), "application/json");
-  });
-  h.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-        SetError(res, absl::InternalError("the server failed on this request"));
-      });
-  h.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
-  });
-  h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_->Render(batcher_->Stats()),
-                    "text/plain; version=0.0.4");
-  });
+int OpenAiServer::Handle(HttpExchange& ex) {
+  const HttpRequest& req = ex.request();
+  if (!options_.api_key.empty() && absl::StartsWith(req.path, "/v1/") &&
+      !ConstantTimeEquals(req.Header("Authorization"),
+                          absl::StrCat("Bearer ", options_.api_key))) {
+    return RespondError(
+        ex, absl::UnauthenticatedError("Incorrect API key provided."));
+  }
+  const bool get = req.method == "GET", post = req.method == "POST";
+  if (req.path == "/health" && get) {
+    return RespondJson(ex, 200, R"({"status":"ok"})");
+  }
+  if (req.path == "/metrics" && get) {
+    ex.Respond({200, "text/plain; version=0.0.4", {}},
+               metrics_->Render(batcher_->Stats(), http_->Stats()));
+    return 200;
+  }
   const nlohmann::json model = {
       {"id", options_.model_id},
       {"object", "model"},
       {"created", static_cast<int64_t>(std::time(nullptr))},
       {"owned_by", "lrkv"}};
-  h.Get("/v1/models", [model](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        nlohmann::json{{"object", "list"}, {"data", {model}}}.dump(),
-        "application/json");
-  });
-  h.Get("/v1/models/(.+)", [this, model](const httplib::Request& req,
-                                         httplib::Response& res) {
-    if (req.matches[1] != options_.model_id) {
-      return SetError(
-          res, absl::NotFoundError(absl::StrCat(
-                   "The model '", req.matches[1].str(), "' does not exist")));
+  if (req.path == "/v1/models" && get) {
+    return RespondJson(
+        ex, 200, nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
+  }
+  if (absl::StartsWith(req.path, "/v1/models/") && get) {
+    const std::string id = req.path.substr(std::string("/v1/models/").size());
+    if (id != options_.model_id) {
+      return RespondError(ex, absl::NotFoundError(absl::StrCat(
+                                  "The model '", id, "' does not exist")));
     }
-    res.set_content(model.dump(), "application/json");
-  });
-  h.Post("/v1/completions",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           endpoints_->Completions(req, res);
-         });
-  h.Post("/v1/chat/completions",
-         [this](const httplib::Request& req, httplib::Response& res) {
-           endpoints_->ChatCompletions(req, res);
-         });
+    return RespondJson(
+        ex, 200,
+        model.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (req.path == "/v1/completions" && post) return endpoints_->Completions(ex);
+  if (req.path == "/v1/chat/completions" && post)
+    return endpoints_->ChatCompletions(ex);
+  const bool known = RouteOf(req.path) != "other";
+  const int status = known ? 405 : 404;
+  ex.Respond(
+      {status, "application/json", {}},
+      OpenAiErrorBody(
+          status,
+          known ? absl::StrCat(req.method, " is not allowed on ", req.path)
+                : absl::StrCat("no route ", req.method, " ", req.path)));
+  return status;
 }
 
-absl::StatusOr<int> OpenAiServer::Bind() {
-  if (options_.port == 0) {
-    const int port = http_->bind_to_any_port(options_.host);
-    if (port < 0)
-      return absl::UnavailableError(
-          absl::StrCat("cannot bind ", options_.host));
-    return port;
-  }
-  if (!http_->bind_to_port(options_.host, options_.port)) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot bind ", options_.host, ":", options_.port, " (in use?)"));
-  }
-  return options_.port;
-}
+absl::StatusOr<int> OpenAiServer::Bind() { return http_->Bind(); }
 
-void OpenAiServer::Run() { http_->listen_after_bind(); }
+void OpenAiServer::Run() { http_->Run(); }
 
 void OpenAiServer::Stop() {
-  if (http_) http_->stop();
+  if (http_) http_->Stop();
+}
+
+void OpenAiServer::Shutdown() {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + options_.shutdown_timeout;
+  http_->BeginShutdown();
+  batcher_->Drain(deadline);
+  // The sequences end by the deadline (at the next step past it); their last
+  // chunks and 503s are written within a second after it, or abandoned.
+  const auto flushed = deadline + std::chrono::seconds(1);
+  while (Clock::now() < flushed &&
+         (!batcher_->Idle() || http_->ActiveExchanges() > 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  http_->Stop();
 }
 
 }  // namespace lrkv

@@ -1,6 +1,5 @@
 #include "serve/serve_bench.h"
 
-#include <httplib.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "runtime/language_model.h"
+#include "serve/http/http_client.h"
 #include "serve/metrics.h"
 #include "serve/openai_server.h"
 
@@ -65,12 +65,10 @@ StreamResult Stream(int port, const std::vector<int32_t>& prompt,
                     int64_t max_tokens, int abandon_after,
                     const std::atomic<bool>* stop) {
   StreamResult r;
-  httplib::Client client("127.0.0.1", port);
-  client.set_read_timeout(600);
-  httplib::Request req;
+  HttpClientRequest req;
   req.method = "POST";
-  req.path = "/v1/completions";
-  req.set_header("Content-Type", "application/json");
+  req.target = "/v1/completions";
+  req.headers = {{"Content-Type", "application/json"}};
   req.body = json{{"model", "bench"},
                   {"prompt", prompt},
                   {"max_tokens", max_tokens},
@@ -83,8 +81,8 @@ StreamResult Stream(int port, const std::vector<int32_t>& prompt,
   auto last = t0;
   std::string buffer;
   int events = 0;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buffer.append(data, n);
+  auto on_body = [&](std::string_view data) {
+    buffer.append(data);
     for (size_t end; (end = buffer.find("\n\n")) != std::string::npos;
          buffer.erase(0, end + 2)) {
       const std::string event = buffer.substr(0, end);
@@ -103,18 +101,14 @@ StreamResult Stream(int port, const std::vector<int32_t>& prompt,
       last = now;
       ++events;
     }
-    if ((abandon_after >= 0 && events >= abandon_after) ||
-        (stop != nullptr && *stop)) {
-      r.abandoned = true;
-      return false;
-    }
-    return true;
+    return !((abandon_after >= 0 && events >= abandon_after) ||
+             (stop != nullptr && *stop));
   };
-  httplib::Response res;
-  httplib::Error error;
-  const bool answered = client.send(req, res, error);
+  auto res =
+      HttpFetch("127.0.0.1", port, req, std::chrono::seconds(600), on_body);
+  r.abandoned = res.ok() && res->abandoned;
   r.status =
-      answered && !r.abandoned ? res.status : 0;  // 0: dropped, or no answer
+      res.ok() && !r.abandoned ? res->status : 0;  // 0: dropped, or no answer
   return r;
 }
 

@@ -1,9 +1,15 @@
 // `lrkv serve`: the OpenAI-compatible HTTP server over one checkpoint (serve/).
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,13 +43,60 @@ struct ServeArgs {
   std::string mode = "auto";
   std::string products = "bf16";
   std::string chat_template_file;
+  // The HTTP edge (serve/http/http_server.h).
+  std::string max_body = "1MiB";
+  std::string max_header = "16KiB";
+  size_t max_headers = 100;
+  double request_timeout = 10, idle_timeout = 30, write_timeout = 30;
+  int64_t max_connections = 256;
+  double shutdown_timeout = 5;
 };
 
-OpenAiServer* g_server = nullptr;
-
-void StopOnSignal(int) {
-  if (g_server != nullptr) g_server->Stop();
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
+
+// SIGINT and SIGTERM, blocked in every thread (the mask is inherited, so this
+// runs before any thread starts) and taken by a thread of their own: the first
+// drains the server (OpenAiServer::Shutdown), a second stops it at once.
+class SignalStopper {
+ public:
+  SignalStopper() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+  }
+  ~SignalStopper() { Join(); }
+  // Ends the watch; returns once a drain under way has returned.
+  void Join() {
+    done_ = true;
+    if (waiter_.joinable()) waiter_.join();
+    if (drainer_.joinable()) drainer_.join();
+  }
+  void Watch(OpenAiServer* server) {
+    waiter_ = std::thread([this, server] {
+      const timespec tick{0, 100 * 1000 * 1000};
+      while (!done_) {
+        const int sig = sigtimedwait(&set_, nullptr, &tick);
+        if (sig < 0) continue;
+        if (!drainer_.joinable()) {
+          std::fprintf(stderr,
+                       "lrkv serve: %s: draining (again to stop at once)\n",
+                       strsignal(sig));
+          drainer_ = std::thread([server] { server->Shutdown(); });
+        } else {
+          server->Stop();
+        }
+      }
+    });
+  }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> done_{false};
+  std::thread waiter_, drainer_;
+};
 
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      const char* what) {
@@ -79,6 +132,16 @@ absl::StatusOr<ServeOptions> OptionsOf(const ServeArgs& a,
   o.tls_cert = a.tls_cert;
   o.tls_key = a.tls_key;
   ASSIGN_OR_RETURN(o.api_key, ApiKey(a.api_key_file));
+  ASSIGN_OR_RETURN(uint64_t body, ParseByteSize(a.max_body));
+  ASSIGN_OR_RETURN(uint64_t header, ParseByteSize(a.max_header));
+  o.http.max_body_bytes = body;
+  o.http.max_header_bytes = header;
+  o.http.max_headers = a.max_headers;
+  o.http.request_timeout = Millis(a.request_timeout);
+  o.http.idle_timeout = Millis(a.idle_timeout);
+  o.http.write_timeout = Millis(a.write_timeout);
+  o.http.max_connections = a.max_connections;
+  o.shutdown_timeout = Millis(a.shutdown_timeout);
   o.model_id = a.model_id.empty()
                    ? std::filesystem::path(a.checkpoint).filename().string()
                    : a.model_id;
@@ -129,6 +192,7 @@ void PrintCapacity(const ServeArgs& a, const LanguageModel& model,
 }
 
 int RunServe(const ServeArgs& a) {
+  SignalStopper signals;
   ConfigureThreads(a.threads);
   LanguageModelOptions mo;
   mo.bf16_activations = a.products == "bf16";
@@ -145,11 +209,9 @@ int RunServe(const ServeArgs& a) {
                options->model_id.c_str(),
                options->tls_cert.empty() ? "http" : "https",
                options->host.c_str(), *port, ThreadCount());
-  g_server = server->get();
-  std::signal(SIGINT, StopOnSignal);
-  std::signal(SIGTERM, StopOnSignal);
+  signals.Watch(server->get());
   (*server)->Run();
-  g_server = nullptr;
+  signals.Join();
   std::fprintf(stderr, "lrkv serve: stopped\n");
   return kExitOk;
 }
@@ -297,6 +359,43 @@ void AddServeCommands(CLI::App& app, int* exit_code) {
   cmd->add_option(
       "--chat-template", a->chat_template_file,
       "Jinja chat template file (default: the checkpoint tokenizer's)");
+  cmd->add_option(
+         "--max-body", a->max_body,
+         "Largest request body, however framed (413 beyond; 1MiB, 64KB)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--max-header", a->max_header,
+         "Largest request line and header section together (431 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--max-headers", a->max_headers,
+                  "Most header fields in a request (431 beyond)")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option(
+         "--request-timeout", a->request_timeout,
+         "Seconds a request may take to arrive whole from its first byte "
+         "(408 beyond)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option(
+         "--idle-timeout", a->idle_timeout,
+         "Seconds a kept-alive connection may wait for its next request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", a->write_timeout,
+                  "Seconds a client may leave a response write untaken before "
+                  "its connection is dropped")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-connections", a->max_connections,
+                  "Connections open at once (503 and closed beyond)")
+      ->check(kPositive)
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
+                  "On SIGTERM, seconds the running sequences may go on before "
+                  "they are ended (finish_reason \"shutdown\")")
+      ->check(kNotNegative)
+      ->capture_default_str();
   AddProductsOption(cmd, &a->products);
   cmd->callback([a, exit_code] { *exit_code = RunServe(*a); });
 }

@@ -1,12 +1,11 @@
 // `lrkv serve` (serve/): the server run in-process on a free port. The official
 // openai npm client against a Qwen3-architecture checkpoint with Qwen3's real
 // tokenizer and chat template (chat, completions, streaming, stop, seeds,
-// abort, 401/404/400/429); the HTTP edges with cpp-httplib's client on
+// abort, 401/404/400/429); the HTTP edges with serve/http's client on
 // stories260K (SSE framing, 413, 429 with Retry-After, a client gone
 // mid-stream, metrics); the startup refusals; the text stream and the request
 // parser on their own.
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include <chrono>
 #include <filesystem>
@@ -20,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/language_model.h"
 #include "runtime/llama_weights.h"
+#include "serve/http/http_client.h"
 #include "serve/openai_server.h"
 #include "serve/text_stream.h"
 #include "tests/model_test_util.h"
@@ -127,8 +127,21 @@ std::unique_ptr<LanguageModel> Stories() {
   return m.ok() ? std::move(*m) : nullptr;
 }
 
-json Body(const httplib::Result& r) {
+json Body(const absl::StatusOr<HttpClientResponse>& r) {
   return json::parse(r->body, nullptr, false);
+}
+
+// One request to the server on 127.0.0.1:port.
+absl::StatusOr<HttpClientResponse> Fetch(
+    int port, const std::string& method, const std::string& target,
+    const std::string& body = "",
+    const std::function<bool(std::string_view)>& on_body = {}) {
+  HttpClientRequest r;
+  r.method = method;
+  r.target = target;
+  r.body = body;
+  if (!body.empty()) r.headers = {{"Content-Type", "application/json"}};
+  return HttpFetch("127.0.0.1", port, r, std::chrono::seconds(60), on_body);
 }
 
 TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
@@ -136,24 +149,22 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
   ASSERT_TRUE(model);
   ServeOptions o;
   o.model_id = "stories";
-  o.max_body_bytes = 4096;
+  o.http.max_body_bytes = 4096;
   o.batcher.context = 4096;
   o.batcher.max_seqs = 1;
   o.batcher.max_queue = 0;
   RunningServer server(*model, o);
   ASSERT_TRUE(server.ok());
-  httplib::Client http("127.0.0.1", server.port());
-  http.set_read_timeout(30);
+  const int port = server.port();
 
   // Server-sent events: one JSON chunk per event, ending in [DONE].
-  auto streamed = http.Post(
-      "/v1/completions",
+  auto streamed = Fetch(
+      port, "POST", "/v1/completions",
       R"({"model":"stories","prompt":"Once","max_tokens":6,"temperature":0,
-                                "stream":true,"stream_options":{"include_usage":true}})",
-      "application/json");
-  ASSERT_TRUE(streamed);
+                                "stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_TRUE(streamed.ok()) << streamed.status();
   EXPECT_EQ(streamed->status, 200);
-  EXPECT_EQ(streamed->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_EQ(streamed->Header("Content-Type"), "text/event-stream");
   std::istringstream events(streamed->body);
   std::string line, last;
   int chunks = 0;
@@ -169,46 +180,38 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
   EXPECT_EQ(last, "[DONE]");
   EXPECT_GE(chunks, 2);
 
-  // A body over --max-body-bytes: 413 in the API's error form.
-  auto big =
-      http.Post("/v1/completions", std::string(8192, ' '), "application/json");
-  ASSERT_TRUE(big);
+  // A body over the limit: 413 in the API's error form.
+  auto big = Fetch(port, "POST", "/v1/completions", std::string(8192, ' '));
+  ASSERT_TRUE(big.ok()) << big.status();
   EXPECT_EQ(big->status, 413);
   EXPECT_TRUE(Body(big).contains("error"));
-  auto unknown = http.Get("/v2/nothing");
-  ASSERT_TRUE(unknown);
+  auto unknown = Fetch(port, "GET", "/v2/nothing");
+  ASSERT_TRUE(unknown.ok());
   EXPECT_EQ(unknown->status, 404);
   EXPECT_EQ(Body(unknown)["error"]["type"], "invalid_request_error");
+  auto wrong_method = Fetch(port, "GET", "/v1/completions");
+  ASSERT_TRUE(wrong_method.ok());
+  EXPECT_EQ(wrong_method->status, 405);
 
   // A client that reads one event and hangs up: its sequence is freed, and
   // while it ran, a second request was overload (429 with Retry-After).
   std::atomic<int> events_read{0};
   std::atomic<bool> answered{false};
   std::thread gone([&] {
-    httplib::Client c("127.0.0.1", server.port());
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.set_header("Content-Type", "application/json");
-    req.body =
-        R"({"model":"stories","prompt":"Once","max_tokens":4000,"temperature":0,"stream":true})";
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      return ++events_read < 2 || !answered;
-    };
-    httplib::Response res;
-    httplib::Error error;
-    c.send(req, res, error);
+    (void)Fetch(
+        port, "POST", "/v1/completions",
+        R"({"model":"stories","prompt":"Once","max_tokens":4000,"temperature":0,"stream":true})",
+        [&](std::string_view) { return ++events_read < 2 || !answered; });
   });
   while (events_read == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  auto overload =
-      http.Post("/v1/completions", R"({"model":"stories","prompt":"a"})",
-                "application/json");
+  auto overload = Fetch(port, "POST", "/v1/completions",
+                        R"({"model":"stories","prompt":"a"})");
   answered = true;
   gone.join();
-  ASSERT_TRUE(overload);
+  ASSERT_TRUE(overload.ok());
   EXPECT_EQ(overload->status, 429);
-  EXPECT_EQ(overload->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(overload->Header("Retry-After"), "1");
   EXPECT_EQ(Body(overload)["error"]["type"], "rate_limit_error");
   for (int i = 0; i < 200 && server.server().batcher().Stats().running > 0;
        ++i) {
@@ -218,14 +221,17 @@ TEST(Serve, HttpEdgesStreamingLimitsOverloadAndAClientGoneMidStream) {
   EXPECT_EQ(stats.running, 0);
   EXPECT_EQ(stats.kv_bytes_in_use, 0);
   EXPECT_LT(stats.generated_tokens,
-            6 + 150);  // the abandoned one stopped early
+            6 + 4000);  // the abandoned one stopped early
+  EXPECT_EQ(stats.cancelled, 1);
 
-  auto metrics = http.Get("/metrics");
-  ASSERT_TRUE(metrics);
+  auto metrics = Fetch(port, "GET", "/metrics");
+  ASSERT_TRUE(metrics.ok());
   for (const char* name :
        {"lrkv_requests_total{endpoint=\"/v1/completions\",status=\"429\"} 1",
+        "lrkv_requests_total{endpoint=\"other\",status=\"413\"} 1",
         "lrkv_kv_cache_bytes_budget", "lrkv_step_seconds_bucket{le=\"+Inf\"}",
-        "lrkv_queue_length 0"}) {
+        "lrkv_queue_length 0", "lrkv_cancelled_sequences_total 1",
+        "lrkv_http_refused_total{reason=\"body\"} 1"}) {
     EXPECT_NE(metrics->body.find(name), std::string::npos) << name << "\n"
                                                            << metrics->body;
   }
