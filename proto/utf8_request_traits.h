@@ -22,7 +22,26 @@
 #include <string>
 #include <vector>
 
+namespace lrkv::v1 {
+class UploadCheckpointRequest;
+class WatchJobRequest;
+class GetArtifactRequest;
+}  // namespace lrkv::v1
+
 namespace lrkv::proto_internal {
+
+// The last request field a parse on this thread found not to be valid UTF-8
+// (empty: none). A client-streamed read (ServerReader<T>::Read) reports only
+// that no message came; the handler, on the same thread, asks here why.
+inline thread_local std::string last_invalid_utf8_field;
+
+// The field the last failed read on this thread found invalid, cleared; empty
+// if the last read did not fail for that.
+inline std::string TakeInvalidUtf8Field() {
+  std::string out;
+  out.swap(last_invalid_utf8_field);
+  return out;
+}
 
 // The dotted path of the first string field of `bytes` (a `d` message) that is not
 // valid UTF-8, looking into message fields; "" when there is none. Recurses only along
@@ -61,6 +80,7 @@ class Utf8CheckedTraits {
   static grpc::Status Deserialize(grpc::ByteBuffer* buffer, grpc::protobuf::MessageLite* msg) {
     grpc::ByteBuffer kept(*buffer);  // shares the slices: the parse below clears `buffer`
     grpc::Status st = grpc::GenericDeserialize<grpc::ProtoBufferReader, grpc::protobuf::MessageLite>(buffer, msg);
+    last_invalid_utf8_field.clear();
     if (st.ok()) return st;
     std::vector<grpc::Slice> slices;
     std::string bytes;
@@ -73,6 +93,7 @@ class Utf8CheckedTraits {
     if (full == nullptr) return st;
     const std::string field = FirstInvalidUtf8Field(full->GetDescriptor(), bytes);
     if (field.empty()) return st;
+    last_invalid_utf8_field = field;
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "request field '" + field + "' is not valid UTF-8 (proto3 strings are)");
   }
@@ -80,14 +101,25 @@ class Utf8CheckedTraits {
 
 }  // namespace lrkv::proto_internal
 
-// The generated handlers and stubs (de)serialize through the base type
-// (RpcMethodHandler<..., MessageLite, MessageLite>, BlockingUnaryCall likewise): this one
-// specialization covers every message of the binary, and only a parse that fails takes
-// the second look. (A client-streamed read, ServerReader<T>::Read, uses T's own traits,
-// but gRPC drops that read's status: the handler sees only that no message came.)
+// The generated unary handlers and stubs (de)serialize through the base type
+// (RpcMethodHandler<..., MessageLite, MessageLite>, BlockingUnaryCall likewise): that
+// specialization covers every unary message, and only a parse that fails takes the
+// second look. Streaming handlers parse their requests through the concrete type's
+// traits, so each streamed request type has its own: a server-streamed request's status
+// reaches the client; a client-streamed read's is dropped by gRPC (the handler asks
+// TakeInvalidUtf8Field why its read failed).
 namespace grpc {
 template <>
 class SerializationTraits<grpc::protobuf::MessageLite, void>
+    : public lrkv::proto_internal::Utf8CheckedTraits {};
+template <>
+class SerializationTraits<lrkv::v1::UploadCheckpointRequest, void>
+    : public lrkv::proto_internal::Utf8CheckedTraits {};
+template <>
+class SerializationTraits<lrkv::v1::WatchJobRequest, void>
+    : public lrkv::proto_internal::Utf8CheckedTraits {};
+template <>
+class SerializationTraits<lrkv::v1::GetArtifactRequest, void>
     : public lrkv::proto_internal::Utf8CheckedTraits {};
 }  // namespace grpc
 

@@ -4,6 +4,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "base/utf8.h"
 #include "model/text_corpus.h"
 #include "service/content_hash.h"
+#include "service/store_integrity.h"
 
 namespace lrkv::service {
 namespace {
@@ -96,20 +99,20 @@ absl::StatusOr<Fd> OpenChecked(const std::string& path, const std::vector<std::s
   return Denied(path, "outside the allowed folders");
 }
 
-// Puts the opened file `fd` at `dest`: a hard link to its inode (free, and immune to
-// the name being replaced later), or a copy where linking is not allowed (another file
-// system, a file the server does not own under protected_hardlinks).
+// Puts a copy of the opened file `fd` at `dest`, owned by lrkvd and read-only: a
+// reflink where the file system shares extents (FICLONE: instant, and a later write to
+// either file copies the block it touches), else the bytes in whole 4 MiB blocks (so
+// that the page cache holds the copy as large folios for the jobs that map it,
+// model/block_file.h). Never a hard link: the client's inode would be the store's, and
+// a rewrite of their file a rewrite of every job's input under its id.
 absl::Status Stage(int fd, const std::string& dest) {
-  const std::string self = absl::StrCat("/proc/self/fd/", fd);
-  if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, dest.c_str(), AT_SYMLINK_FOLLOW) == 0) {
-    return absl::OkStatus();
-  }
-  Fd out(::open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  Fd out(::open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
   if (out.get() < 0) {
     // Messages never name the server's staging path: the caller names the client's.
     return absl::InternalError(absl::StrCat("cannot stage a copy: ", std::strerror(errno)));
   }
-  std::vector<char> buf(1 << 20);
+  if (::ioctl(out.get(), FICLONE, fd) == 0) return absl::OkStatus();
+  std::vector<char> buf(size_t{4} << 20);
   for (off_t off = 0;;) {
     const ssize_t n = ::pread(fd, buf.data(), buf.size(), off);
     if (n < 0) return absl::InternalError(absl::StrCat("read failed: ", std::strerror(errno)));
@@ -232,11 +235,23 @@ absl::StatusOr<std::string> ImportTextInput(const std::string& path,
   }
   const std::string dest = (fs::path(inputs_dir) / (*sha + ".txt")).string();
   if (fs::exists(dest, ec)) {
-    fs::remove(staged, ec);
-  } else {
-    fs::rename(staged, dest, ec);
-    if (ec) return absl::InternalError(absl::StrCat(path, ": cannot keep the staged copy: ",
-                                                    ec.message()));
+    // The entry is kept only while its bytes still hash to its name; one that does not
+    // is quarantined and replaced by the bytes just read.
+    if (absl::StatusOr<std::string> kept = Sha256OfPath(dest); kept.ok() && *kept == *sha) {
+      fs::remove(staged, ec);
+      return dest;
+    }
+    if (auto moved = Quarantine(fs::path(inputs_dir).parent_path().string(), dest);
+        !moved.ok()) {
+      fs::remove(staged, ec);
+      return absl::InternalError(absl::StrCat(
+          path, ": its stored copy does not match its hash and ", moved.status().message()));
+    }
+  }
+  fs::rename(staged, dest, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat(path, ": cannot keep the staged copy: ", ec.message()));
   }
   return dest;
 }

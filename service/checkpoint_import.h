@@ -5,10 +5,11 @@
 // to in between (a folder replaced by a symlink to an outside folder: the probe's job
 // then read the outside file). So each file is opened exactly once, beneath its allowed
 // root with no symlink or ".." on the way (openat2 RESOLVE_BENEATH |
-// RESOLVE_NO_SYMLINKS), and what was opened — the inode, not the name — is hard-linked
-// (or, across file systems or without the right to link, copied) into a staging folder
-// of the data folder. The caller validates and hashes that staged copy and names it by
-// its content; nothing a client does to the original path afterwards reaches a job.
+// RESOLVE_NO_SYMLINKS), and what was opened is copied (reflinked where the file system
+// shares extents) into a staging folder of the data folder, read-only and owned by
+// lrkvd. The caller validates and hashes that staged copy and names it by its content;
+// nothing a client does to the original path or file afterwards reaches a job. (A hard
+// link shared the client's inode: rewriting the registered file rewrote the store.)
 #ifndef LRKV_SERVICE_CHECKPOINT_IMPORT_H_
 #define LRKV_SERVICE_CHECKPOINT_IMPORT_H_
 

@@ -74,7 +74,9 @@ nlohmann::json UserFacingPaths(const nlohmann::json& value,
 }  // namespace
 
 JobRunner::JobRunner(Store* store, RunnerOptions options)
-    : store_(store), options_(std::move(options)) {}
+    : store_(store),
+      options_(std::move(options)),
+      integrity_(options_.data_dir) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -207,7 +209,17 @@ void JobRunner::Work() {
     // folder, result rows) would make this one fail ("output folder exists") or
     // report twice.
     DiscardResults(id);
-    const absl::Status result = Execute(*job);
+    const absl::Status executed = Execute(*job);
+    // Clients see what failed by the names they use (a checkpoint id, a job's
+    // artifact), never lrkvd's folders (the log keeps the message as it was).
+    if (!executed.ok())
+      Log(id, absl::StrCat("error as raised: ", executed.message()));
+    const absl::Status result =
+        executed.ok()
+            ? executed
+            : absl::Status(executed.code(),
+                           UserFacingPaths(std::string(executed.message()),
+                                           options_.data_dir));
     bool cancelled, shutting_down;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -504,6 +516,9 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
 absl::Status JobRunner::Execute(const JobRecord& job) {
   ASSIGN_OR_RETURN(CheckpointRecord ckpt,
                    store_->GetCheckpoint(job.checkpoint_id));
+  // What the job reads is what was registered (store_integrity.h).
+  RETURN_IF_ERROR(integrity_.CheckCheckpoint(ckpt.id, ckpt.path));
+  RETURN_IF_ERROR(integrity_.CheckParams(job.params_json));
   const auto started = std::chrono::steady_clock::now();
   const int64_t started_at = Now();
   nlohmann::json report;
@@ -538,6 +553,7 @@ absl::Status JobRunner::Execute(const JobRecord& job) {
     if (!o.teacher.empty()) {
       ASSIGN_OR_RETURN(CheckpointRecord teacher,
                        store_->GetCheckpoint(o.teacher));
+      RETURN_IF_ERROR(integrity_.CheckCheckpoint(teacher.id, teacher.path));
       o.teacher = teacher.path;
     }
     ASSIGN_OR_RETURN(HealReport r, Heal(job.id, o));

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "service/store.h"
+#include "service/store_integrity.h"
 #include "train/heal_job.h"
 #include "verify/verify_report.h"
 
@@ -92,6 +93,7 @@ class JobRunner {
 
   Store* store_;
   RunnerOptions options_;
+  StoreIntegrity integrity_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;

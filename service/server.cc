@@ -4,7 +4,6 @@
 #include <c10/util/Exception.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -27,10 +26,13 @@
 #include "model/checkpoint.h"
 #include "runtime/llama_weights.h"
 #include "model/mapped_file.h"
+#include "base/constant_time.h"
 #include "base/status_macros.h"
+#include "base/tls_pair.h"
 #include "service/artifact_stream.h"
 #include "service/checkpoint_import.h"
 #include "service/content_hash.h"
+#include "service/store_integrity.h"
 #include "service/grpc_status.h"
 #include "service/job_params.h"
 #include "service/report_builder.h"
@@ -131,9 +133,8 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     const auto& md = ctx->client_metadata();
     const auto it = md.find("authorization");
     const std::string expected = "Bearer " + options_.auth_token;
-    if (it != md.end() && it->second.size() == expected.size() &&
-        CRYPTO_memcmp(it->second.data(), expected.data(), expected.size()) ==
-            0) {
+    if (it != md.end() &&
+        ConstantTimeEquals(std::string_view(it->second.data(), it->second.size()), expected)) {
       return grpc::Status::OK;
     }
     return grpc::Status(
@@ -351,9 +352,20 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
   absl::Status Upload(grpc::ServerReader<v1::UploadCheckpointRequest>* reader,
                       v1::Checkpoint* out) {
     v1::UploadCheckpointRequest msg;
-    if (!reader->Read(&msg) || !msg.has_header()) {
-      return Invalid(
-          "the first UploadCheckpoint message must carry the header");
+    // gRPC drops a failed read's status: a message it could not parse ends the
+    // stream as if the client had, unless the parse says why (invalid UTF-8).
+    auto unparsed = [] {
+      const std::string field = proto_internal::TakeInvalidUtf8Field();
+      return field.empty() ? absl::OkStatus()
+                           : Invalid(absl::StrCat("request field '", field,
+                                                  "' is not valid UTF-8 (proto3 strings are)"));
+    };
+    if (!reader->Read(&msg)) {
+      RETURN_IF_ERROR(unparsed());
+      return Invalid("the first UploadCheckpoint message must carry the header");
+    }
+    if (!msg.has_header()) {
+      return Invalid("the first UploadCheckpoint message must carry the header");
     }
     UploadHeaderInfo h;
     h.upload_id = msg.header().upload_id();
@@ -364,6 +376,13 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     const uint64_t stream = uploads_->NewStream();
     RETURN_IF_ERROR(uploads_->Begin(h, stream).status());
     auto release = absl::MakeCleanup([&] { uploads_->Release(h.upload_id, stream); });
+    // An upload that fails for good (a protocol error, a bad trailer) is removed
+    // at once; one that merely stopped (no trailer yet, a chunk at the wrong
+    // offset) stays for the client to resume.
+    bool resumable = true;
+    auto failed = absl::MakeCleanup([&] {
+      if (!resumable) uploads_->Discard(h.upload_id, stream);
+    });
     std::string sha;
     while (reader->Read(&msg)) {
       if (msg.has_chunk()) {
@@ -385,8 +404,23 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
         sha = msg.trailer().sha256();
         break;
       } else {
-        return Invalid(
-            "after the header, messages carry a chunk or the trailer");
+        resumable = false;
+        return Invalid(absl::StrCat(
+            "after the header, messages carry a chunk or the trailer; upload '", h.upload_id,
+            "' was discarded"));
+      }
+    }
+    if (absl::Status st = unparsed(); !st.ok()) {
+      resumable = false;
+      return absl::InvalidArgumentError(
+          absl::StrCat(st.message(), "; upload '", h.upload_id, "' was discarded"));
+    }
+    if (!sha.empty()) {
+      v1::UploadCheckpointRequest extra;
+      if (reader->Read(&extra)) {
+        resumable = false;
+        return Invalid(absl::StrCat("the trailer must be the last message of an upload; upload '",
+                                    h.upload_id, "' was discarded"));
       }
     }
     if (sha.empty()) {
@@ -396,8 +430,11 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
           p.committed_bytes, " of ", p.total_bytes,
           " bytes; resume from GetUploadStatus.committed_bytes"));
     }
+    // An incomplete upload stays for the rest; a hash mismatch is discarded by
+    // Complete.
     ASSIGN_OR_RETURN(const std::string staged,
                      uploads_->Complete(h.upload_id, stream, sha));
+    resumable = false;  // from here, the upload ends as a checkpoint or not at all
     absl::StatusOr<std::shared_ptr<const Checkpoint>> ckpt = Checkpoint::Open(staged);
     absl::Status valid = ckpt.status();
     if (valid.ok()) valid = CheckTensorSet(*ckpt);
@@ -436,21 +473,17 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
     if (fs::exists(dest, ec)) {
       absl::StatusOr<std::string> stored = Sha256OfPath(dest.string());
       if (stored.ok() && *stored == id) return absl::OkStatus();
-      const fs::path quarantine = fs::path(options_.data_dir) / "quarantine" /
-                                  absl::StrCat(dest.filename().string(), ".", Now(), "-",
-                                               std::random_device{}());
-      fs::create_directories(quarantine.parent_path(), ec);
-      fs::rename(dest, quarantine, ec);
-      if (ec) {
+      absl::StatusOr<std::string> quarantine = Quarantine(options_.data_dir, dest.string());
+      if (!quarantine.ok()) {
         return absl::InternalError(absl::StrCat(
             "checkpoint ", id, ": its store entry does not match its id and could not be "
-            "quarantined: ", ec.message()));
+            "quarantined: ", quarantine.status().message()));
       }
       std::fprintf(stderr,
                    "lrkvd: checkpoint %s: the stored entry's sha256 is %s, not its id; moved "
                    "to %s and replaced by the bytes just verified\n",
                    id.c_str(), stored.ok() ? stored->c_str() : "unreadable",
-                   quarantine.string().c_str());
+                   quarantine->c_str());
     }
     fs::rename(staged, dest, ec);
     if (ec) {
@@ -652,6 +685,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     return Invalid("--tls-cert and --tls-key go together");
   }
   if (o.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
+  // gRPC reports a pair it cannot use only as a port it cannot listen on.
+  RETURN_IF_ERROR(CheckTlsPair(o.tls_cert_file, o.tls_key_file));
   grpc::SslServerCredentialsOptions ssl;
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
   ASSIGN_OR_RETURN(pair.cert_chain,

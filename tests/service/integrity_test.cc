@@ -21,6 +21,7 @@
 #include "service/store.h"
 #include "tests/service/faulty_sqlite_vfs.h"
 #include "tests/service/service_fixture.h"
+#include "tests/service/service_probe_util.h"
 
 namespace lrkv::service {
 namespace {
@@ -44,16 +45,6 @@ std::string Repeat(const std::string& s, int n) {
   return out;
 }
 
-int64_t FilesUnder(const fs::path& dir) {
-  std::error_code ec;
-  int64_t n = 0;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it);
-       it.increment(ec)) {
-    n += it->is_regular_file(ec);
-  }
-  return n;
-}
-
 class IntegrityTest : public ServiceTest {
  protected:
   // Jobs the server lists.
@@ -70,23 +61,6 @@ class IntegrityTest : public ServiceTest {
     v1::Checkpoint ck;
     const grpc::Status st = Register(lrkv::testing::StoriesModelPath(), &ck);
     EXPECT_TRUE(st.ok()) << st.error_message();
-  }
-
-  // A header message for an upload of `size` bytes.
-  static v1::UploadCheckpointRequest Header(const std::string& id, int64_t size,
-                                            const std::string& config_json = "") {
-    v1::UploadCheckpointRequest msg;
-    msg.mutable_header()->set_upload_id(id);
-    msg.mutable_header()->set_file_name(config_json.empty() ? "m.gguf" : "m.safetensors");
-    msg.mutable_header()->set_total_bytes(size);
-    msg.mutable_header()->set_config_json(config_json);
-    return msg;
-  }
-  static v1::UploadCheckpointRequest Chunk(int64_t offset, const std::string& data) {
-    v1::UploadCheckpointRequest msg;
-    msg.mutable_chunk()->set_offset(offset);
-    msg.mutable_chunk()->set_data(data);
-    return msg;
   }
 };
 
