@@ -1,7 +1,9 @@
 // The Llama-family decoder runtime on LibTorch (see transformer.h).
 #include "runtime/transformer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/kv_layout.h"
@@ -93,23 +95,45 @@ at::Tensor Transformer::CausalMask(int64_t start, int64_t t, int64_t s,
   return kpos > qpos;
 }
 
-at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k,
-                               const at::Tensor& v, const at::Tensor& hidden) const {
-  // Keys may be wider than values (decoupled RoPE: d_h + w); the scale stays the
-  // source's 1/sqrt(d_h).
-  const int64_t b = q.size(0), t = q.size(1), h = config_.num_heads,
-                hkv = config_.num_kv_heads, g = h / hkv, dh = config_.head_dim,
-                s = k.size(2), dq = q.size(3), dv = v.size(3);
+at::Tensor Transformer::Attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& hidden) const {
+  // Keys may be wider than values (decoupled RoPE: d_h + w); the scale stays
+  // the source's 1/sqrt(d_h).
+  const int64_t b = q.size(0), t = q.size(1), h = config_.num_heads, hkv = config_.num_kv_heads,
+                g = h / hkv, dh = config_.head_dim, s = k.size(2), dq = q.size(3), dv = v.size(3);
   // Query head j*g + i uses KV head j (the grouping of HF's repeat_kv).
-  auto qg = q.permute({0, 2, 1, 3}).reshape({b, hkv, g, t, dq});
   auto kg = k.unsqueeze(2);  // [B, Hkv, 1, S, dh]
   auto vg = v.unsqueeze(2);
-  auto scores = at::matmul(qg, kg.transpose(-1, -2)) / std::sqrt(static_cast<double>(dh));
   const auto mask = hidden.dim() == 3 ? hidden.view({b, 1, 1, t, s}) : hidden;
-  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  auto probs = at::softmax(scores, -1);
-  auto out = at::matmul(probs, vg);  // [B, Hkv, g, T, dh]
-  return out.reshape({b, h, t, dv}).permute({0, 2, 1, 3}).reshape({b, t, h * dv});
+  // Queries in blocks whose scores stay under kScoreBlockBytes: a 2,048-token
+  // window's [H, T, S] scores at once were hundreds of MB per layer (RSS, and
+  // fresh pages faulted in at every layer: a 260K-parameter model's calibration
+  // on one 20 kB line took 51 s); rows are independent, so blocks change
+  // nothing but the peak.
+  constexpr int64_t kScoreBlockBytes = 8 << 20;
+  const int64_t rows =
+      std::clamp<int64_t>(kScoreBlockBytes / std::max<int64_t>(1, b * h * s * 4), 1, t);
+  std::vector<at::Tensor> blocks;
+  for (int64_t r0 = 0; r0 < t; r0 += rows) {
+    const int64_t n = std::min(rows, t - r0);
+    auto block_mask = mask.narrow(-2, r0, n);
+    // Keys past the last one any row of the block may see (a causal mask's
+    // future) are left out rather than scored and masked.
+    int64_t keys = s;
+    if (rows < t) {
+      const auto seen = (~block_mask).flatten(0, -2).any(0).nonzero();
+      keys = seen.numel() > 0 ? seen.max().item<int64_t>() + 1 : s;
+    }
+    auto qg = q.narrow(1, r0, n).permute({0, 2, 1, 3}).reshape({b, hkv, g, n, dq});
+    auto scores = at::matmul(qg, kg.narrow(3, 0, keys).transpose(-1, -2)) /
+                  std::sqrt(static_cast<double>(dh));
+    scores =
+        scores.masked_fill(block_mask.narrow(-1, 0, keys), -std::numeric_limits<float>::infinity());
+    auto probs = at::softmax(scores, -1);
+    auto out = at::matmul(probs, vg.narrow(3, 0, keys));  // [B, Hkv, g, n, dv]
+    blocks.push_back(out.reshape({b, h, n, dv}).permute({0, 2, 1, 3}).reshape({b, n, h * dv}));
+  }
+  return blocks.size() == 1 ? blocks[0] : at::cat(blocks, 1);
 }
 
 at::Tensor Transformer::FeedForward(const LayerWeights& l, const at::Tensor& x) const {
