@@ -230,6 +230,7 @@ void Connection::Die(bool client_gone) {
     // Late writes (of a whole response too) return at once.
     exchange_->MarkGone();
     EndExchangeCount();
+    if (handler_done_) exchange_.reset();
   }
 }
 
@@ -552,7 +553,10 @@ void Connection::DoEndStream() {
 
 void Connection::DoHandlerDone() {
   handler_done_ = true;
-  if (dead_) return;
+  if (dead_) {
+    exchange_.reset();  // it holds the connection: the pair would outlive both
+    return;
+  }
   if (!head_sent_) {
     head_sent_ = response_whole_ = true;
     close_after_ = true;
