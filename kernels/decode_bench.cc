@@ -278,6 +278,106 @@ void AppendContextRows(int64_t context, std::vector<TimedVariant> variants,
   }
 }
 
+// The LRKV rows at context L: one cache (four segment arrays) for every mode.
+void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
+                     const float* q, const float* ql, float* out, float* out_l,
+                     std::vector<std::shared_ptr<void>>* keep,
+                     std::vector<std::unique_ptr<Variant>>* variants) {
+  const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
+  const int64_t es = CacheDTypeSize(o.dtype);
+  // LRKV: one cache (four segment arrays) for every mode, tiled for the fused
+  // kernel (capacity a whole number of tiles; bf16 keys of odd width carry
+  // one zero column, counted in the bytes read).
+  const int64_t cap = (L + kCacheTile - 1) / kCacheTile * kCacheTile;
+  const int64_t lat = hkv * r;
+  const int64_t k_stride = TiledStride(o.dtype, true, dh);
+  const int64_t zk_stride = TiledStride(o.dtype, true, lat);
+  auto ks = std::make_shared<Buffer>(B * cap * k_stride, o.dtype, 4);
+  auto vs = std::make_shared<Buffer>(B * cap * dh, o.dtype, 5);
+  auto zk = std::make_shared<Buffer>(B * cap * std::max<int64_t>(zk_stride, 1),
+                                     o.dtype, 6);
+  auto zv =
+      std::make_shared<Buffer>(B * cap * std::max<int64_t>(lat, 1), o.dtype, 7);
+  keep->insert(keep->end(), {ks, vs, zk, zv});
+  auto bt = std::make_shared<std::vector<float>>(Filled(hkv * r * dh, 0.01f));
+  auto cos = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.8f));
+  auto sin = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.6f));
+  keep->insert(keep->end(), {bt, cos, sin});
+  FactoredDecodeParams lp = BenchLrkvParams(o, L, cap);
+  lp.layout = CacheLayout::kTiles;
+  lp.k = {ks->data(), k_stride};
+  lp.v = {vs->data(), dh};
+  lp.zk = {zk->data(), zk_stride};
+  lp.zv = {zv->data(), lat};
+  lp.q = q;
+  lp.q_latent = ql;
+  lp.out = out;
+  lp.out_latent = out_l;
+  const int64_t lrkv_bytes = B * L * (k_stride + dh + zk_stride + lat) * es;
+  // Modes: no RoPE and plane read the same cache the same way (plane rotates
+  // the latents when they are written); reconstruct rebuilds B_h z per
+  // position and runs on rows. The rows line is the no-RoPE step on the same
+  // buffers read as rows, to show what the tiled layout buys.
+  struct Mode {
+    const char* name;
+    CacheLayout layout;
+    bool reconstruct;
+    bool bf16_operands;
+  };
+  std::vector<Mode> modes = {{"lrkv-norope", CacheLayout::kTiles, false, false},
+                             {"lrkv-plane", CacheLayout::kTiles, false, false}};
+  if (o.dtype == CacheDType::kBF16) {
+    // The same steps with queries and weights rounded to bf16 (as
+    // FlashAttention/FlashMLA do for bf16 caches).
+    modes.push_back({"lrkv-norope-bf16", CacheLayout::kTiles, false, true});
+    modes.push_back({"lrkv-plane-bf16", CacheLayout::kTiles, false, true});
+  }
+  modes.push_back({"lrkv-norope-rows", CacheLayout::kRows, false, false});
+  modes.push_back({"lrkv-reconstruct", CacheLayout::kRows, true, false});
+  for (const Mode& m : modes) {
+    auto var = std::make_unique<Variant>();
+    var->name = m.name;
+    var->config = absl::StrCat(
+        "r=", r, m.layout == CacheLayout::kTiles ? " tiles" : " rows",
+        m.bf16_operands ? " bf16 q,p" : "");
+    var->bytes = lrkv_bytes;
+    FactoredDecodeParams p = lp;
+    p.layout = m.layout;
+    p.bf16_operands = m.bf16_operands;
+    if (m.reconstruct) {
+      p.up_k_t = bt->data();
+      p.rope_cos = cos->data();
+      p.rope_sin = sin->data();
+      var->macs = 2 * B * L * (H * dh + H * r) +
+                  B * L * hkv * (r * dh + 2 * dh) + B * H * L * dh;
+    } else {
+      var->macs = 2 * B * L * (H * dh + H * r);
+    }
+    var->step = [p] { (void)FactoredDecode(p); };
+    variants->push_back(std::move(var));
+  }
+}
+
+// Times every variant o.iterations times, each sweep in an interleaved order,
+// the caches evicted before each step.
+void TimeInterleaved(std::vector<std::unique_ptr<Variant>>& variants,
+                     ReadBuffer& reads, int64_t iterations) {
+  // Interleaved and shuffled: a rotating order kept the neighbours fixed,
+  // and the step after MHA's 200 MB stream measured a few percent slower,
+  // no-RoPE (always after MLA) a few percent slower than plane after it.
+  for (auto& v : variants) v->step();  // warm-up
+  for (const auto& order : InterleavedOrder(variants.size(), iterations)) {
+    for (size_t i : order) {
+      auto& v = variants[i];
+      reads.Evict();
+      const auto t0 = Clock::now();
+      v->step();
+      v->times_ms.push_back(
+          std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+  }
+}
+
 absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   auto baselines = BaselinesFor(o);
   if (!baselines.ok()) return baselines.status();
@@ -290,7 +390,6 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   report.isa = KernelIsa();
   report.cache_ratio = baselines->cache_ratio;
   auto reads = std::make_shared<ReadBuffer>();
-  const int64_t es = CacheDTypeSize(o.dtype);
   const int64_t dc = baselines->mla_latent;
 
   for (int64_t L : o.contexts) {
@@ -340,78 +439,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       var->step = [p] { (void)FactoredDecode(p); };
       variants.push_back(std::move(var));
     }
-    // LRKV: one cache (four segment arrays) for every mode, tiled for the fused
-    // kernel (capacity a whole number of tiles; bf16 keys of odd width carry
-    // one zero column, counted in the bytes read).
-    const int64_t cap = (L + kCacheTile - 1) / kCacheTile * kCacheTile;
-    const int64_t lat = hkv * r;
-    const int64_t k_stride = TiledStride(o.dtype, true, dh);
-    const int64_t zk_stride = TiledStride(o.dtype, true, lat);
-    auto ks = std::make_shared<Buffer>(B * cap * k_stride, o.dtype, 4);
-    auto vs = std::make_shared<Buffer>(B * cap * dh, o.dtype, 5);
-    auto zk = std::make_shared<Buffer>(
-        B * cap * std::max<int64_t>(zk_stride, 1), o.dtype, 6);
-    auto zv = std::make_shared<Buffer>(B * cap * std::max<int64_t>(lat, 1),
-                                       o.dtype, 7);
-    keep.insert(keep.end(), {ks, vs, zk, zv});
-    auto bt = std::make_shared<std::vector<float>>(Filled(hkv * r * dh, 0.01f));
-    auto cos = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.8f));
-    auto sin = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.6f));
-    keep.insert(keep.end(), {bt, cos, sin});
-    FactoredDecodeParams lp = BenchLrkvParams(o, L, cap);
-    lp.layout = CacheLayout::kTiles;
-    lp.k = {ks->data(), k_stride};
-    lp.v = {vs->data(), dh};
-    lp.zk = {zk->data(), zk_stride};
-    lp.zv = {zv->data(), lat};
-    lp.q = q->data();
-    lp.q_latent = ql->data();
-    lp.out = out->data();
-    lp.out_latent = out_l->data();
-    const int64_t lrkv_bytes = B * L * (k_stride + dh + zk_stride + lat) * es;
-    // Modes: no RoPE and plane read the same cache the same way (plane rotates
-    // the latents when they are written); reconstruct rebuilds B_h z per
-    // position and runs on rows. The rows line is the no-RoPE step on the same
-    // buffers read as rows, to show what the tiled layout buys.
-    struct Mode {
-      const char* name;
-      CacheLayout layout;
-      bool reconstruct;
-      bool bf16_operands;
-    };
-    std::vector<Mode> modes = {
-        {"lrkv-norope", CacheLayout::kTiles, false, false},
-        {"lrkv-plane", CacheLayout::kTiles, false, false}};
-    if (o.dtype == CacheDType::kBF16) {
-      // The same steps with queries and weights rounded to bf16 (as
-      // FlashAttention/FlashMLA do for bf16 caches).
-      modes.push_back({"lrkv-norope-bf16", CacheLayout::kTiles, false, true});
-      modes.push_back({"lrkv-plane-bf16", CacheLayout::kTiles, false, true});
-    }
-    modes.push_back({"lrkv-norope-rows", CacheLayout::kRows, false, false});
-    modes.push_back({"lrkv-reconstruct", CacheLayout::kRows, true, false});
-    for (const Mode& m : modes) {
-      auto var = std::make_unique<Variant>();
-      var->name = m.name;
-      var->config = absl::StrCat(
-          "r=", r, m.layout == CacheLayout::kTiles ? " tiles" : " rows",
-          m.bf16_operands ? " bf16 q,p" : "");
-      var->bytes = lrkv_bytes;
-      FactoredDecodeParams p = lp;
-      p.layout = m.layout;
-      p.bf16_operands = m.bf16_operands;
-      if (m.reconstruct) {
-        p.up_k_t = bt->data();
-        p.rope_cos = cos->data();
-        p.rope_sin = sin->data();
-        var->macs = 2 * B * L * (H * dh + H * r) +
-                    B * L * hkv * (r * dh + 2 * dh) + B * H * L * dh;
-      } else {
-        var->macs = 2 * B * L * (H * dh + H * r);
-      }
-      var->step = [p] { (void)FactoredDecode(p); };
-      variants.push_back(std::move(var));
-    }
+    AddLrkvVariants(o, L, hkv, q->data(), ql->data(), out->data(),
+                    out_l->data(), &keep, &variants);
     {
       auto var = std::make_unique<Variant>();
       var->name = "stream";
@@ -420,21 +449,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
       var->step = [reads] { reads->Stream(); };
       variants.push_back(std::move(var));
     }
-    // Interleaved and shuffled: a rotating order kept the neighbours fixed,
-    // and the step after MHA's 200 MB stream measured a few percent slower,
-    // no-RoPE (always after MLA) a few percent slower than plane after it.
-    for (auto& v : variants) v->step();  // warm-up
-    for (const auto& order : InterleavedOrder(variants.size(), o.iterations)) {
-      for (size_t i : order) {
-        auto& v = variants[i];
-        reads->Evict();
-        const auto t0 = Clock::now();
-        v->step();
-        v->times_ms.push_back(
-            std::chrono::duration<double, std::milli>(Clock::now() - t0)
-                .count());
-      }
-    }
+    TimeInterleaved(variants, *reads, o.iterations);
     std::vector<TimedVariant> timed;
     for (auto& v : variants) timed.push_back(std::move(*v));
     AppendContextRows(L, std::move(timed), &report);

@@ -343,6 +343,145 @@ absl::Status ModelConfig::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The model_type of a supported architecture (the `architectures` entry, or
+// `model_type` alone when there is none).
+absl::StatusOr<std::string> KnownModelType(const std::string& arch,
+                                           const std::string& model_type,
+                                           const std::string& source) {
+  std::string known;
+  for (const auto& info : kArchitectures) {
+    if (arch == info.architecture ||
+        (arch.empty() && model_type == info.model_type)) {
+      known = info.model_type;
+    }
+  }
+  if (!known.empty()) return known;
+  return Invalid(absl::StrCat(
+      source, ": unsupported architecture (field 'architectures' = '", arch,
+      "', 'model_type' = '", model_type,
+      "'); supported: LlamaForCausalLM, MistralForCausalLM, "
+      "Qwen2ForCausalLM, "
+      "Qwen3ForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, and (MLA with "
+      "decoupled "
+      "RoPE, as lrkv exports it) DeepseekV3ForCausalLM"));
+}
+
+// bos_token_id (one) and eos_token_id (one or a list).
+absl::Status ReadSpecialTokenIds(const json& j, const std::string& source,
+                                 ModelConfig* c) {
+  if (auto b = j.find("bos_token_id"); b != j.end() && !b->is_null()) {
+    if (!b->is_number_integer() || b->get<int64_t>() < 0) {
+      return Invalid(
+          absl::StrCat(source,
+                       ": field 'bos_token_id' must be a non-negative "
+                       "integer, got ",
+                       b->dump()));
+    }
+    c->bos_token_id = b->get<int64_t>();
+  }
+  if (auto e = j.find("eos_token_id"); e != j.end() && !e->is_null()) {
+    const json list = e->is_array() ? *e : json::array({*e});
+    for (const auto& id : list) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+        return Invalid(
+            absl::StrCat(source,
+                         ": field 'eos_token_id' must be a non-negative "
+                         "integer or a list of them, got ",
+                         e->dump()));
+      }
+      c->eos_token_ids.push_back(id.get<int64_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// SmolLM3's NoPE layers: no_rope_layers[i] = 1 where layer i uses RoPE;
+// transformers derives it from no_rope_layer_interval (every interval-th layer
+// is NoPE) when it is absent.
+absl::Status ReadNopeLayers(const json& j, const std::string& source,
+                            ModelConfig* c) {
+  ASSIGN_OR_RETURN(const int64_t interval,
+                   IntField(j, "no_rope_layer_interval", source, 4));
+  std::vector<int64_t> uses(c->num_layers);
+  if (auto n = j.find("no_rope_layers"); n != j.end() && !n->is_null()) {
+    if (!n->is_array() || static_cast<int64_t>(n->size()) != c->num_layers) {
+      return Invalid(
+          absl::StrCat(source,
+                       ": field 'no_rope_layers' must list one 0/1 per "
+                       "layer (",
+                       c->num_layers, "), got ", n->dump()));
+    }
+    for (int64_t i = 0; i < c->num_layers; ++i) {
+      const json& v = (*n)[i];
+      if (!v.is_number_integer() ||
+          (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
+        return Invalid(absl::StrCat(source, ": field 'no_rope_layers[", i,
+                                    "]' must be 0 or 1, got ", v.dump()));
+      }
+      uses[i] = v.get<int64_t>();
+    }
+  } else {
+    if (interval <= 0) {
+      return Invalid(absl::StrCat(source,
+                                  ": field 'no_rope_layer_interval' must be "
+                                  "positive, got ",
+                                  interval));
+    }
+    for (int64_t i = 0; i < c->num_layers; ++i)
+      uses[i] = (i + 1) % interval != 0;
+  }
+  c->nope_layers.resize(c->num_layers);
+  for (int64_t i = 0; i < c->num_layers; ++i) c->nope_layers[i] = uses[i] == 0;
+  return absl::OkStatus();
+}
+
+// The `lrkv_kv` object our exporter writes for converted (LRKV / MLA)
+// checkpoints.
+absl::Status ReadConvertedKv(const json& kv_json, const std::string& source,
+                             KvCompression* kv_out) {
+  if (!kv_json.is_object())
+    return Invalid(absl::StrCat(source, ": 'lrkv_kv' is not an object"));
+  const std::string layout = kv_json.value("layout", std::string("dense"));
+  if (layout == "lrkv") {
+    kv_out->layout = KvLayout::kLrkv;
+  } else if (layout == "mla") {
+    kv_out->layout = KvLayout::kMla;
+  } else if (layout != "dense") {
+    return Invalid(absl::StrCat(source, ": field 'lrkv_kv.layout' is '", layout,
+                                "'; valid: dense, lrkv, mla"));
+  }
+  ASSIGN_OR_RETURN(kv_out->rank, IntField(kv_json, "rank", source, 0));
+  ASSIGN_OR_RETURN(kv_out->latent, IntField(kv_json, "latent", source, 0));
+  ASSIGN_OR_RETURN(kv_out->rope_planes_kept,
+                   IntField(kv_json, "rope_planes_kept", source, 0));
+  ASSIGN_OR_RETURN(kv_out->latent_norm,
+                   BoolField(kv_json, "latent_norm", source, false));
+  if (auto sizes = kv_json.find("layer_sizes"); sizes != kv_json.end()) {
+    if (!sizes->is_array()) {
+      return Invalid(absl::StrCat(
+          source, ": field 'lrkv_kv.layer_sizes' is not an array"));
+    }
+    for (const auto& x : *sizes) {
+      if (!x.is_number_integer()) {
+        return Invalid(absl::StrCat(source,
+                                    ": field 'lrkv_kv.layer_sizes' holds ",
+                                    x.dump(), ", not an integer"));
+      }
+      kv_out->layer_sizes.push_back(x.get<int64_t>());
+    }
+  }
+  auto mode =
+      ParseRopeMode(kv_json.value("rope_mode", std::string("reconstruct")));
+  if (!mode.ok())
+    return Invalid(absl::StrCat(source, ": ", mode.status().message()));
+  kv_out->rope_mode = *mode;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
                                              const std::string& source) {
   ASSIGN_OR_RETURN(json j,
@@ -358,24 +497,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   std::string model_type = j.value("model_type", std::string());
   if (IsDeepseekConfig(arch, model_type))
     return ConfigFromDeepseekJson(j, source);
-  bool known = false;
-  for (const auto& info : kArchitectures) {
-    if (arch == info.architecture ||
-        (arch.empty() && model_type == info.model_type)) {
-      c.model_type = info.model_type;
-      known = true;
-    }
-  }
-  if (!known) {
-    return Invalid(absl::StrCat(
-        source, ": unsupported architecture (field 'architectures' = '", arch,
-        "', 'model_type' = '", model_type,
-        "'); supported: LlamaForCausalLM, MistralForCausalLM, "
-        "Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, SmolLM3ForCausalLM, Olmo2ForCausalLM, and (MLA with "
-        "decoupled "
-        "RoPE, as lrkv exports it) DeepseekV3ForCausalLM"));
-  }
+  ASSIGN_OR_RETURN(c.model_type, KnownModelType(arch, model_type, source));
   ASSIGN_OR_RETURN(c.hidden_size, IntField(j, "hidden_size", source));
   ASSIGN_OR_RETURN(c.intermediate_size,
                    IntField(j, "intermediate_size", source));
@@ -403,29 +525,7 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
   c.qk_norm_over_heads = c.post_norm = c.model_type == "olmo2";
   c.rope_dim = c.head_dim;
   c.rope_layout = RopeLayout::kHalfSplit;
-  if (auto b = j.find("bos_token_id"); b != j.end() && !b->is_null()) {
-    if (!b->is_number_integer() || b->get<int64_t>() < 0) {
-      return Invalid(
-          absl::StrCat(source,
-                       ": field 'bos_token_id' must be a non-negative "
-                       "integer, got ",
-                       b->dump()));
-    }
-    c.bos_token_id = b->get<int64_t>();
-  }
-  if (auto e = j.find("eos_token_id"); e != j.end() && !e->is_null()) {
-    const json list = e->is_array() ? *e : json::array({*e});
-    for (const auto& id : list) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-        return Invalid(
-            absl::StrCat(source,
-                         ": field 'eos_token_id' must be a non-negative "
-                         "integer or a list of them, got ",
-                         e->dump()));
-      }
-      c.eos_token_ids.push_back(id.get<int64_t>());
-    }
-  }
+  RETURN_IF_ERROR(ReadSpecialTokenIds(j, source, &c));
   if (auto r = j.find("rope_scaling"); r != j.end() && !r->is_null()) {
     ASSIGN_OR_RETURN(c.rope_scaling,
                      ParseRopeScaling(*r, c.max_position_embeddings, source));
@@ -443,85 +543,13 @@ absl::StatusOr<ModelConfig> ConfigFromHfJson(const std::string& json_text,
     return Invalid(absl::StrCat(
         source, ": field 'use_sliding_window' = true is not supported"));
   }
-  if (c.model_type == "smollm3") {
-    // no_rope_layers[i] = 1 where layer i uses RoPE; transformers derives it
-    // from no_rope_layer_interval (every interval-th layer is NoPE) when it is
-    // absent.
-    ASSIGN_OR_RETURN(const int64_t interval,
-                     IntField(j, "no_rope_layer_interval", source, 4));
-    std::vector<int64_t> uses(c.num_layers);
-    if (auto n = j.find("no_rope_layers"); n != j.end() && !n->is_null()) {
-      if (!n->is_array() || static_cast<int64_t>(n->size()) != c.num_layers) {
-        return Invalid(
-            absl::StrCat(source,
-                         ": field 'no_rope_layers' must list one 0/1 per "
-                         "layer (",
-                         c.num_layers, "), got ", n->dump()));
-      }
-      for (int64_t i = 0; i < c.num_layers; ++i) {
-        const json& v = (*n)[i];
-        if (!v.is_number_integer() ||
-            (v.get<int64_t>() != 0 && v.get<int64_t>() != 1)) {
-          return Invalid(absl::StrCat(source, ": field 'no_rope_layers[", i,
-                                      "]' must be 0 or 1, got ", v.dump()));
-        }
-        uses[i] = v.get<int64_t>();
-      }
-    } else {
-      if (interval <= 0) {
-        return Invalid(absl::StrCat(source,
-                                    ": field 'no_rope_layer_interval' must be "
-                                    "positive, got ",
-                                    interval));
-      }
-      for (int64_t i = 0; i < c.num_layers; ++i)
-        uses[i] = (i + 1) % interval != 0;
-    }
-    c.nope_layers.resize(c.num_layers);
-    for (int64_t i = 0; i < c.num_layers; ++i) c.nope_layers[i] = uses[i] == 0;
-  }
+  if (c.model_type == "smollm3") RETURN_IF_ERROR(ReadNopeLayers(j, source, &c));
   if (auto pr = j.find("partial_rotary_factor");
       pr != j.end() && pr->is_number()) {
     c.rope_dim = static_cast<int64_t>(pr->get<double>() * c.head_dim) / 2 * 2;
   }
   if (auto kv = j.find("lrkv_kv"); kv != j.end()) {
-    // Written by our exporter for converted (LRKV / MLA) checkpoints.
-    if (!kv->is_object())
-      return Invalid(absl::StrCat(source, ": 'lrkv_kv' is not an object"));
-    const std::string layout = kv->value("layout", std::string("dense"));
-    if (layout == "lrkv") {
-      c.kv.layout = KvLayout::kLrkv;
-    } else if (layout == "mla") {
-      c.kv.layout = KvLayout::kMla;
-    } else if (layout != "dense") {
-      return Invalid(absl::StrCat(source, ": field 'lrkv_kv.layout' is '",
-                                  layout, "'; valid: dense, lrkv, mla"));
-    }
-    ASSIGN_OR_RETURN(c.kv.rank, IntField(*kv, "rank", source, 0));
-    ASSIGN_OR_RETURN(c.kv.latent, IntField(*kv, "latent", source, 0));
-    ASSIGN_OR_RETURN(c.kv.rope_planes_kept,
-                     IntField(*kv, "rope_planes_kept", source, 0));
-    ASSIGN_OR_RETURN(c.kv.latent_norm,
-                     BoolField(*kv, "latent_norm", source, false));
-    if (auto sizes = kv->find("layer_sizes"); sizes != kv->end()) {
-      if (!sizes->is_array()) {
-        return Invalid(absl::StrCat(
-            source, ": field 'lrkv_kv.layer_sizes' is not an array"));
-      }
-      for (const auto& x : *sizes) {
-        if (!x.is_number_integer()) {
-          return Invalid(absl::StrCat(source,
-                                      ": field 'lrkv_kv.layer_sizes' holds ",
-                                      x.dump(), ", not an integer"));
-        }
-        c.kv.layer_sizes.push_back(x.get<int64_t>());
-      }
-    }
-    auto mode =
-        ParseRopeMode(kv->value("rope_mode", std::string("reconstruct")));
-    if (!mode.ok())
-      return Invalid(absl::StrCat(source, ": ", mode.status().message()));
-    c.kv.rope_mode = *mode;
+    RETURN_IF_ERROR(ReadConvertedKv(*kv, source, &c.kv));
   }
   auto status = c.Validate();
   if (!status.ok())

@@ -78,28 +78,8 @@ std::string LlamaCppPreName(const json& j, std::string* why) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tokenizer_json,
-                                                                 std::string tokenizer_config,
-                                                                 const std::string& source) {
-  const std::string tj = absl::StrCat(source, "/", kHfTokenizerFileName);
-  const std::string tc = absl::StrCat(source, "/", kHfTokenizerConfigFileName);
-  ASSIGN_OR_RETURN(json j, ParseJson(tokenizer_json, tj));
-  json config = json::object();
-  if (!tokenizer_config.empty()) {
-    ASSIGN_OR_RETURN(config, ParseJson(tokenizer_config, tc));
-  }
-  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
-  if (!j.contains("model")) return Invalid(absl::StrCat(tj, ": missing 'model'"));
-  ASSIGN_OR_RETURN(t->model_, BpeModel::FromJson(j["model"], absl::StrCat(tj, ": model")));
-  ASSIGN_OR_RETURN(t->normalizer_, TextNormalizer::FromJson(j.value("normalizer", json()),
-                                                            absl::StrCat(tj, ": normalizer")));
-  ASSIGN_OR_RETURN(t->pre_tokenizer_,
-                   PreTokenizer::FromJson(j.value("pre_tokenizer", json()),
-                                          absl::StrCat(tj, ": pre_tokenizer")));
-  ASSIGN_OR_RETURN(t->decoder_, TokenDecoder::FromJson(j.value("decoder", json()),
-                                                       absl::StrCat(tj, ": decoder")));
-  t->size_ = t->model_->size();
-
+absl::Status HfTokenizer::ReadAddedTokens(const json& j,
+                                          const std::string& tj) {
   std::vector<AddedToken> raw, normalized;
   const json& added = j.value("added_tokens", json::array());
   if (!added.is_array()) return Invalid(absl::StrCat(tj, ": 'added_tokens' must be a list"));
@@ -122,28 +102,35 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tok
     tok.lstrip = a.value("lstrip", false);
     tok.rstrip = a.value("rstrip", false);
     tok.single_word = a.value("single_word", false);
-    if (const auto model_id = t->model_->IdOf(tok.content); model_id && *model_id != tok.id) {
+    if (const auto model_id = model_->IdOf(tok.content);
+        model_id && *model_id != tok.id) {
       return Invalid(absl::StrCat(where, " '", tok.content, "' has id ", tok.id,
                                   " but the vocab gives it ", *model_id));
     }
-    t->size_ = std::max<int64_t>(t->size_, tok.id + 1);
-    if (t->added_content_.size() <= static_cast<size_t>(tok.id)) {
-      t->added_content_.resize(tok.id + 1);
-      t->added_special_.resize(tok.id + 1, false);
+    size_ = std::max<int64_t>(size_, tok.id + 1);
+    if (added_content_.size() <= static_cast<size_t>(tok.id)) {
+      added_content_.resize(tok.id + 1);
+      added_special_.resize(tok.id + 1, false);
     }
-    t->added_content_[tok.id] = tok.content;
-    t->added_special_[tok.id] = tok.special;
+    added_content_[tok.id] = tok.content;
+    added_special_[tok.id] = tok.special;
     (tok.normalized ? normalized : raw).push_back(std::move(tok));
   }
-  t->raw_tokens_ = AddedTokenMatcher(raw);
-  t->normalized_tokens_ = AddedTokenMatcher(normalized);
+  raw_tokens_ = AddedTokenMatcher(raw);
+  normalized_tokens_ = AddedTokenMatcher(normalized);
 
+  return absl::OkStatus();
+}
+
+absl::Status HfTokenizer::ReadSpecialTokens(const json& j, const json& config,
+                                            const std::string& tj,
+                                            const std::string& tc) {
   // BOS / EOS: tokenizer_config.json names them; whether they are added comes from
   // add_bos_token / add_eos_token, else from a TemplateProcessing post-processor.
   auto id_of = [&](const std::string& text) -> std::optional<int32_t> {
-    if (auto id = t->model_->IdOf(text)) return id;
-    for (size_t id = 0; id < t->added_content_.size(); ++id) {
-      if (t->added_content_[id] == text) return static_cast<int32_t>(id);
+    if (auto id = model_->IdOf(text)) return id;
+    for (size_t id = 0; id < added_content_.size(); ++id) {
+      if (added_content_[id] == text) return static_cast<int32_t>(id);
     }
     return std::nullopt;
   };
@@ -160,12 +147,12 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tok
     if (single.is_array() && !single.empty()) {
       if (auto id = special_at(single.front())) {
         template_bos = true;
-        t->specials_.bos_id = *id;
+        specials_.bos_id = *id;
       }
       if (single.size() > 1) {
         if (auto id = special_at(single.back())) {
           template_eos = true;
-          t->specials_.eos_id = *id;
+          specials_.eos_id = *id;
         }
       }
     }
@@ -179,11 +166,12 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tok
     if (!id) {
       return Invalid(absl::StrCat(where, " is '", text, "', which is not a token of ", tj));
     }
-    (std::string(field) == "bos_token" ? t->specials_.bos_id : t->specials_.eos_id) = *id;
+    (std::string(field) == "bos_token" ? specials_.bos_id : specials_.eos_id) =
+        *id;
   }
   for (auto [field, flag, fallback] :
-       {std::tuple{"add_bos_token", &t->specials_.add_bos, template_bos},
-        std::tuple{"add_eos_token", &t->specials_.add_eos, template_eos}}) {
+       {std::tuple{"add_bos_token", &specials_.add_bos, template_bos},
+        std::tuple{"add_eos_token", &specials_.add_eos, template_eos}}) {
     auto it = config.find(field);
     if (it == config.end() || it->is_null()) {
       *flag = fallback;
@@ -193,12 +181,43 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(std::string tok
       return Invalid(absl::StrCat(tc, ": '", field, "' must be true or false"));
     }
   }
-  if (t->specials_.add_bos && t->specials_.bos_id < 0) {
+  if (specials_.add_bos && specials_.bos_id < 0) {
     return Invalid(absl::StrCat(tc, ": add_bos_token is true but no bos_token is named"));
   }
-  if (t->specials_.add_eos && t->specials_.eos_id < 0) {
+  if (specials_.add_eos && specials_.eos_id < 0) {
     return Invalid(absl::StrCat(tc, ": add_eos_token is true but no eos_token is named"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Create(
+    std::string tokenizer_json, std::string tokenizer_config,
+    const std::string& source) {
+  const std::string tj = absl::StrCat(source, "/", kHfTokenizerFileName);
+  const std::string tc = absl::StrCat(source, "/", kHfTokenizerConfigFileName);
+  ASSIGN_OR_RETURN(json j, ParseJson(tokenizer_json, tj));
+  json config = json::object();
+  if (!tokenizer_config.empty()) {
+    ASSIGN_OR_RETURN(config, ParseJson(tokenizer_config, tc));
+  }
+  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  if (!j.contains("model"))
+    return Invalid(absl::StrCat(tj, ": missing 'model'"));
+  ASSIGN_OR_RETURN(t->model_,
+                   BpeModel::FromJson(j["model"], absl::StrCat(tj, ": model")));
+  ASSIGN_OR_RETURN(t->normalizer_,
+                   TextNormalizer::FromJson(j.value("normalizer", json()),
+                                            absl::StrCat(tj, ": normalizer")));
+  ASSIGN_OR_RETURN(t->pre_tokenizer_,
+                   PreTokenizer::FromJson(j.value("pre_tokenizer", json()),
+                                          absl::StrCat(tj, ": pre_tokenizer")));
+  ASSIGN_OR_RETURN(t->decoder_,
+                   TokenDecoder::FromJson(j.value("decoder", json()),
+                                          absl::StrCat(tj, ": decoder")));
+  t->size_ = t->model_->size();
+
+  RETURN_IF_ERROR(t->ReadAddedTokens(j, tj));
+  RETURN_IF_ERROR(t->ReadSpecialTokens(j, config, tj, tc));
   t->gguf_pre_ = LlamaCppPreName(j, &t->gguf_refusal_);
   if (t->gguf_pre_.empty() == false && !t->model_->byte_level_compatible()) {
     t->gguf_pre_.clear();

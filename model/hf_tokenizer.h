@@ -18,6 +18,7 @@
 #include "model/text_normalizer.h"
 #include "model/token_decoder.h"
 #include "model/tokenizer_backend.h"
+#include "nlohmann/json.hpp"
 
 namespace lrkv {
 
@@ -41,6 +42,13 @@ class HfTokenizer : public TokenizerBackend {
 
  private:
   HfTokenizer() = default;
+  // Create's steps: `added_tokens` of tokenizer.json `j` (named `tj` in
+  // messages), then BOS / EOS and whether they are added, from
+  // tokenizer_config.json `config` (`tc`) or the post-processor.
+  absl::Status ReadAddedTokens(const nlohmann::json& j, const std::string& tj);
+  absl::Status ReadSpecialTokens(const nlohmann::json& j,
+                                 const nlohmann::json& config,
+                                 const std::string& tj, const std::string& tc);
   void EncodeNormalized(std::string_view text, bool at_text_start,
                         std::vector<int32_t>* out) const;
 

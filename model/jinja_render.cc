@@ -166,6 +166,12 @@ class Renderer {
                                    const std::string& name,
                                    const std::vector<Value>& args);
   absl::StatusOr<Value> EvalFilter(const Expr& e);
+  // The filters over a sequence's items (`v` itself, as a list or a string's
+  // characters): list, first, last, reverse, join, selectattr, rejectattr, map,
+  // unique, sum.
+  absl::StatusOr<Value> EvalSequenceFilter(const Expr& e, const Value& v,
+                                           List items,
+                                           const std::vector<Value>& args);
   absl::StatusOr<bool> EvalTest(const Expr& e);
   absl::StatusOr<std::vector<Value>> EvalArgs(const Expr& e, size_t first);
   absl::StatusOr<Value> Kwarg(const Expr& e, const std::string& key,
@@ -689,6 +695,13 @@ absl::StatusOr<Value> Renderer::EvalFilter(const Expr& e) {
     return Value::NewList(std::move(items));
   }
   ASSIGN_OR_RETURN(List items, Items(v, e.line));
+  return EvalSequenceFilter(e, v, std::move(items), args);
+}
+
+absl::StatusOr<Value> Renderer::EvalSequenceFilter(
+    const Expr& e, const Value& v, List items, const std::vector<Value>& args) {
+  auto arg = [&](size_t k) { return k < args.size() ? args[k] : Value(); };
+  const std::string& f = e.name;
   if (f == "list") return Value::NewList(std::move(items));
   if (f == "first") return items.empty() ? Value() : items.front();
   if (f == "last") return items.empty() ? Value() : items.back();

@@ -96,6 +96,84 @@ std::vector<pid_t> SpawnRanks(int n, int port) {
   return pids;
 }
 
+// One heal event on stderr: an evaluation line, or the progress bar (a
+// terminal) or a line every 10 steps.
+void PrintHealEvent(const HealEvent& e, const HealJobOptions& job, bool tty) {
+  const int64_t total = job.heal.steps;
+  if (e.kind == "eval") {
+    std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f (%s)%s\n",
+                 tty ? "\r\033[K" : "", static_cast<long long>(e.step),
+                 e.eval_loss, e.eval_perplexity,
+                 job.heal.keep_best ? "validation rows held out from --data"
+                                    : "first --eval windows",
+                 e.best ? "  best so far" : "");
+  } else if (tty) {
+    const int width = 30, done = static_cast<int>(width * e.step /
+                                                  std::max<int64_t>(1, total));
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0fs",
+                 std::string(done, '#').c_str(),
+                 std::string(width - done, '.').c_str(),
+                 static_cast<long long>(e.step), static_cast<long long>(total),
+                 e.loss, e.lr, e.wall_seconds);
+  } else if (e.step % 10 == 0 || e.step == total) {
+    std::fprintf(stderr,
+                 "step %lld/%lld loss %.4f (kd %.4f, lm %.4f) lr %.2e grad "
+                 "%.3f %.1fs\n",
+                 static_cast<long long>(e.step), static_cast<long long>(total),
+                 e.loss, e.kd_loss, e.lm_loss, e.lr, e.grad_norm,
+                 e.wall_seconds);
+  }
+}
+
+// The healed model's summary on stdout: steps, tokens, time, the step kept,
+// perplexity before and after.
+void PrintHealSummary(const HealReport& report, const HealJobOptions& job) {
+  if (!report.resume_note.empty())
+    std::printf("%s\n", report.resume_note.c_str());
+  std::printf(
+      "healed %s: %lld steps, %lld tokens, %lld trainable parameters (%s), lr "
+      "%.3g, "
+      "batch %lld x %lld tokens\n"
+      "time: %.1f s in all (evaluations, training %.1f s, writing)\n",
+      job.checkpoint.c_str(), static_cast<long long>(report.steps),
+      static_cast<long long>(report.tokens_seen),
+      static_cast<long long>(report.trainable_parameters),
+      TrainableSetName(job.heal.trainable), job.heal.lr,
+      static_cast<long long>(job.heal.batch * job.heal.grad_accum),
+      static_cast<long long>(job.seq_len), report.total_seconds,
+      report.wall_seconds);
+  if (report.kept_step) {
+    std::printf("kept step %lld of %lld: validation loss %.4f%s\n",
+                static_cast<long long>(*report.kept_step),
+                static_cast<long long>(report.steps),
+                report.kept_validation_loss,
+                report.unhealed_validation_loss
+                    ? absl::StrFormat(" (unhealed %.4f)",
+                                      *report.unhealed_validation_loss)
+                          .c_str()
+                    : "");
+  }
+  if (report.perplexity_before && report.perplexity_after) {
+    std::printf("perplexity on whole --eval documents: %.4f -> %.4f",
+                *report.perplexity_before, *report.perplexity_after);
+    if (report.teacher_perplexity)
+      std::printf(" (teacher %.4f)", *report.teacher_perplexity);
+    if (job.heal.keep_best) {
+      std::printf(
+          ", %lld tokens (the step evaluations above score %lld rows held out "
+          "from --data, a different measure)\n",
+          static_cast<long long>(report.eval_tokens),
+          static_cast<long long>(report.settings.value("validation_rows", 0)));
+    } else {
+      std::printf(
+          ", %lld tokens (the step evaluations above score the first %lld "
+          "--seq-len windows only)\n",
+          static_cast<long long>(report.eval_tokens),
+          static_cast<long long>(job.heal.eval_rows));
+    }
+  }
+}
+
 int RunHeal(HealArgs a) {
   if (a.out_dir.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
   HealJobOptions base;
@@ -126,7 +204,6 @@ int RunHeal(HealArgs a) {
   }
   const bool tty = lead && isatty(STDERR_FILENO) &&
                    std::getenv("LRKV_NO_PROGRESS") == nullptr;
-  const int64_t total = a.job.heal.steps;
   if (lead) {
     if (auto m = EstimateHealMemory(a.job); m.ok()) {
       std::fprintf(stderr, "memory estimate: %s\n", m->ToString().c_str());
@@ -138,29 +215,7 @@ int RunHeal(HealArgs a) {
   auto report = RunHealJob(a.job, [&](const HealEvent& e) {
     if (events.is_open()) events << e.ToJson().dump() << "\n";
     if (!lead) return;
-    if (e.kind == "eval") {
-      std::fprintf(stderr, "%sstep %lld  eval loss %.4f  ppl %.3f (%s)%s\n",
-                   tty ? "\r\033[K" : "", static_cast<long long>(e.step), e.eval_loss,
-                   e.eval_perplexity,
-                   a.job.heal.keep_best ? "validation rows held out from --data"
-                                        : "first --eval windows",
-                   e.best ? "  best so far" : "");
-    } else if (tty) {
-      const int width = 30, done = static_cast<int>(
-                                width * e.step / std::max<int64_t>(1, total));
-      std::fprintf(stderr, "\r[%s%s] %lld/%lld loss %.4f lr %.2e %.0fs",
-                   std::string(done, '#').c_str(),
-                   std::string(width - done, '.').c_str(),
-                   static_cast<long long>(e.step),
-                   static_cast<long long>(total), e.loss, e.lr, e.wall_seconds);
-    } else if (e.step % 10 == 0 || e.step == total) {
-      std::fprintf(stderr,
-                   "step %lld/%lld loss %.4f (kd %.4f, lm %.4f) lr %.2e grad "
-                   "%.3f %.1fs\n",
-                   static_cast<long long>(e.step),
-                   static_cast<long long>(total), e.loss, e.kd_loss, e.lm_loss,
-                   e.lr, e.grad_norm, e.wall_seconds);
-    }
+    PrintHealEvent(e, a.job, tty);
   });
   if (tty) std::fprintf(stderr, "\n");
   for (pid_t pid : children) {
@@ -177,43 +232,7 @@ int RunHeal(HealArgs a) {
     j["provenance"] = BuildProvenance();
     std::cout << j.dump(2) << "\n";
   } else {
-    if (!report->resume_note.empty()) std::printf("%s\n", report->resume_note.c_str());
-    std::printf(
-        "healed %s: %lld steps, %lld tokens, %lld trainable parameters (%s), lr %.3g, "
-        "batch %lld x %lld tokens\n"
-        "time: %.1f s in all (evaluations, training %.1f s, writing)\n",
-        a.job.checkpoint.c_str(), static_cast<long long>(report->steps),
-        static_cast<long long>(report->tokens_seen),
-        static_cast<long long>(report->trainable_parameters),
-        TrainableSetName(a.job.heal.trainable), a.job.heal.lr,
-        static_cast<long long>(a.job.heal.batch * a.job.heal.grad_accum),
-        static_cast<long long>(a.job.seq_len), report->total_seconds, report->wall_seconds);
-    if (report->kept_step) {
-      std::printf("kept step %lld of %lld: validation loss %.4f%s\n",
-                  static_cast<long long>(*report->kept_step),
-                  static_cast<long long>(report->steps), report->kept_validation_loss,
-                  report->unhealed_validation_loss
-                      ? absl::StrFormat(" (unhealed %.4f)", *report->unhealed_validation_loss)
-                            .c_str()
-                      : "");
-    }
-    if (report->perplexity_before && report->perplexity_after) {
-      std::printf("perplexity on whole --eval documents: %.4f -> %.4f",
-                  *report->perplexity_before, *report->perplexity_after);
-      if (report->teacher_perplexity)
-        std::printf(" (teacher %.4f)", *report->teacher_perplexity);
-      if (a.job.heal.keep_best) {
-        std::printf(", %lld tokens (the step evaluations above score %lld rows held out "
-                    "from --data, a different measure)\n",
-                    static_cast<long long>(report->eval_tokens),
-                    static_cast<long long>(report->settings.value("validation_rows", 0)));
-      } else {
-        std::printf(", %lld tokens (the step evaluations above score the first %lld "
-                    "--seq-len windows only)\n",
-                    static_cast<long long>(report->eval_tokens),
-                    static_cast<long long>(a.job.heal.eval_rows));
-      }
-    }
+    PrintHealSummary(*report, a.job);
     std::printf("written to %s\n", a.job.out_dir.c_str());
   }
   return kExitOk;

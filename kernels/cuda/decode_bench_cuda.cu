@@ -131,6 +131,23 @@ class ContextBuffers {
   std::vector<DeviceMemory> keep_;
 };
 
+// Host time per step, apart from the timed steps: calls enqueued back to back
+// (as a decode loop issues them), the GPU left to drain after.
+absl::Status TimeHostCalls(std::vector<Variant>& variants) {
+  for (auto& v : variants) {
+    if (v.name == "stream") continue;
+    constexpr int kHostCalls = 64;
+    RETURN_IF_ERROR(FromCuda(cudaDeviceSynchronize(), "host timing"));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < kHostCalls; ++k) RETURN_IF_ERROR(v.step());
+    const auto t1 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(FromCuda(cudaDeviceSynchronize(), "host timing"));
+    v.host_us =
+        std::chrono::duration<double, std::micro>(t1 - t0).count() / kHostCalls;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
@@ -247,19 +264,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
         variants[i].times_ms.push_back(ms);
       }
     }
-    // Host time per step, apart from the timed steps: calls enqueued back to
-    // back (as a decode loop issues them), the GPU left to drain after.
-    for (auto& v : variants) {
-      if (v.name == "stream") continue;
-      constexpr int kHostCalls = 64;
-      RETURN_IF_ERROR(FromCuda(cudaDeviceSynchronize(), "host timing"));
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int k = 0; k < kHostCalls; ++k) RETURN_IF_ERROR(v.step());
-      const auto t1 = std::chrono::steady_clock::now();
-      RETURN_IF_ERROR(FromCuda(cudaDeviceSynchronize(), "host timing"));
-      v.host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() /
-                  kHostCalls;
-    }
+    RETURN_IF_ERROR(TimeHostCalls(variants));
     std::vector<TimedVariant> timed(variants.begin(), variants.end());
     AppendContextRows(L, std::move(timed), &report);
   }

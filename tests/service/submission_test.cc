@@ -51,6 +51,14 @@ using ::testing::HasSubstr;
 
 using HardeningTest = ServiceTest;
 
+// A submission that must be refused: its code and a phrase of its message.
+struct RefusedCase {
+  v1::JobKind kind;
+  std::string params;
+  grpc::StatusCode code;
+  std::string phrase;
+};
+
 // Each job kind's parameters are checked whole at submission: wrong types (no
 // silent truncation), ranges, names, missing inputs, duplicate keys, trailing
 // garbage, inputs that are not text files, and a heal too big for the machine.
@@ -60,15 +68,20 @@ TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
   const std::string text = lrkv::testing::StoriesTextPath();
   const std::string folder = lrkv::testing::SharedPath("data");
   const std::string binary = lrkv::testing::StoriesModelPath();
-  struct Case {
-    v1::JobKind kind;
-    std::string params;
-    grpc::StatusCode code;
-    std::string phrase;
+  // Submits each case on checkpoint `id(kind)`; each must be refused as it
+  // says.
+  auto expect_refused = [&](const std::vector<RefusedCase>& cases, auto id) {
+    for (const RefusedCase& c : cases) {
+      v1::Job job;
+      const grpc::Status st = Submit(c.kind, id(c.kind), c.params, &job);
+      EXPECT_EQ(st.error_code(), c.code)
+          << c.params << ": " << st.error_message();
+      EXPECT_THAT(st.error_message(), HasSubstr(c.phrase)) << c.params;
+    }
   };
   const auto with_text = [&](const std::string& a, const std::string& path,
                              const std::string& b) { return a + path + b; };
-  const std::vector<Case> cases = {
+  const std::vector<RefusedCase> cases = {
       {v1::VERIFY, R"({"prompt_tokens": -1})",
        grpc::StatusCode::INVALID_ARGUMENT, "[1, 4096]"},
       {v1::VERIFY, R"({"prompt_tokens": 0})",
@@ -129,21 +142,15 @@ TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
       {v1::COMPARE, with_text(R"({"heal_batch": 0, "eval": ")", text, R"("})"),
        grpc::StatusCode::INVALID_ARGUMENT, "'heal_batch'"},
   };
-  for (const Case& c : cases) {
-    v1::Job job;
-    const grpc::Status st =
-        Submit(c.kind, c.kind == v1::VERIFY ? converted.id() : source.id(),
-               c.params, &job);
-    EXPECT_EQ(st.error_code(), c.code)
-        << c.params << ": " << st.error_message();
-    EXPECT_THAT(st.error_message(), HasSubstr(c.phrase)) << c.params;
-  }
+  expect_refused(cases, [&](v1::JobKind kind) {
+    return kind == v1::VERIFY ? converted.id() : source.id();
+  });
   // Heal: sequence lengths, kd without a teacher, data that is no text, and a
   // batch that needs far more memory than the machine has (it tried to allocate
   // 274 GB).
   const std::string heal = absl::StrCat(R"("teacher": ")", source.id(),
                                         R"(", "data": ")", text, R"(")");
-  const std::vector<Case> heals = {
+  const std::vector<RefusedCase> heals = {
       {v1::HEAL, "{" + heal + R"(, "seq_len": 0})",
        grpc::StatusCode::INVALID_ARGUMENT, "--seq-len"},
       {v1::HEAL, "{" + heal + R"(, "seq_len": 1})",
@@ -165,13 +172,7 @@ TEST_F(HardeningTest, ParametersAreCheckedWholeAtSubmission) {
       {v1::HEAL, "{" + heal + R"(, "batch": 65536, "seq_len": 2048})",
        grpc::StatusCode::RESOURCE_EXHAUSTED, "does not fit"},
   };
-  for (const Case& c : heals) {
-    v1::Job job;
-    const grpc::Status st = Submit(c.kind, converted.id(), c.params, &job);
-    EXPECT_EQ(st.error_code(), c.code)
-        << c.params << ": " << st.error_message();
-    EXPECT_THAT(st.error_message(), HasSubstr(c.phrase)) << c.params;
-  }
+  expect_refused(heals, [&](v1::JobKind) { return converted.id(); });
   // Nothing was queued by any of them.
   v1::ListJobsResponse resp;
   ASSERT_TRUE(ListJobs(*stub_, 0, 0, &resp).ok());

@@ -735,8 +735,8 @@ TEST(Surgery, ActivationMetricLowersTheOutputErrorOnCalibrationData) {
 
 // MLA with decoupled RoPE written in the DeepSeek-V3 layout (fused q_proj with
 // the softmax scale folded in, [latent | rotated key] down-projection, per-head
-// kv_b_proj) loads back as the same model, and what the layout cannot hold is
-// refused.
+// kv_b_proj) loads back as the same model; a model without the latent norm has
+// no stock form.
 TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   const Source s = Stories();
   ConversionOptions o = DecoupledMlaAt(24, 2);
@@ -825,9 +825,11 @@ TEST(Surgery, DeepseekExportLoadsBackAsTheSameModel) {
   auto w = LoadLlamaWeights(**ckpt);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_LE(MaxRelError(Logits(c, *w, tokens), ref), 1e-5);
+}
 
-  // A biased source, and Llama-3 rope scaling past its unscaled high-frequency
-  // band.
+// What the DeepSeek layout cannot hold is refused: a biased source, and Llama-3
+// rope scaling past its unscaled high-frequency band.
+TEST(Surgery, DeepseekExportRefusesWhatItsLayoutCannotHold) {
   ModelConfig b = testing::SmallConfig();
   b.qkv_bias = true;
   const Source biased{b, RandomLlamaWeights(b, 3), std::nullopt};
