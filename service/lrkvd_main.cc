@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
+#include "base/allocator.h"
 #include "runtime/blas_core.h"
 #include "runtime/threads.h"
 #include "service/server.h"
@@ -20,6 +21,7 @@ void OnSignal(int) { g_stop = 1; }
 
 int main(int argc, char** argv) {
   lrkv::UseBestOpenBlasCore(argv);
+  lrkv::ConfigureAllocator();
   CLI::App app{"lrkvd: the lrkv surgery and verification server"};
   lrkv::service::ServerOptions o;
   app.add_option("--listen", o.listen,

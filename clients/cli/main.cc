@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/allocator.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/yaml_config.h"
 #include "runtime/blas_core.h"
@@ -72,6 +73,7 @@ void SuggestFor(CLI::App& root, const std::vector<std::string>& args) {
 
 int main(int argc, char** argv) {
   lrkv::UseBestOpenBlasCore(argv);
+  lrkv::ConfigureAllocator();
   CLI::App app{"lrkv: LRKV model surgery and verification"};
   lrkv::cli::AddGlobalOptions(app);
   lrkv::cli::AddConfigFileOption(app);
