@@ -58,13 +58,14 @@ double Llama3InverseFrequency(const RopeScaling& s, double inv_freq);
 // which also covers GQA/MQA conversions).
 enum class KvLayout { kDense, kLrkv, kMla };
 
-// How RoPE meets a low-rank K (DESIGN.md §2). kReconstruct and kPlane leave the model's
-// function unchanged (plane mode constrains B_h at surgery time); kPartial keeps RoPE
-// only on the first `rope_planes_kept` (highest-frequency) planes, which the shared
-// key carries, and is an approximation of the source. kSharedPlane (LRKV, exact): the
-// K residual is H_kv·r/2 latent planes shared by all KV heads, each read through a
-// per-head complex factor (surgery/shared_plane.h); K's down is then [H_kv·r, d] and
-// its up [H_kv, d_h, H_kv·r].
+// How RoPE meets a low-rank K (docs/design.md, "The math that must hold").
+// kReconstruct and kPlane leave the model's function unchanged (plane mode
+// constrains B_h at surgery time); kPartial keeps RoPE only on the first
+// `rope_planes_kept` (highest-frequency) planes, which the shared key carries,
+// and is an approximation of the source. kSharedPlane (LRKV, exact): the K
+// residual is H_kv·r/2 latent planes shared by all KV heads, each read through
+// a per-head complex factor (surgery/shared_plane.h); K's down is then [H_kv·r,
+// d] and its up [H_kv, d_h, H_kv·r].
 enum class RopeMode { kReconstruct, kPlane, kPartial, kSharedPlane };
 
 const char* KvLayoutName(KvLayout layout);

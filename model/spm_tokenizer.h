@@ -1,7 +1,7 @@
-// The SentencePiece BPE tokenizer (llama.cpp's "SPM" vocabulary) over a vocabulary of
-// pieces, scores and token types read from GGUF metadata or our tokenizer file.
-// Written in the project because Debian's libsentencepiece cannot be loaded next to
-// libprotobuf 3.21 (DESIGN.md §5).
+// The SentencePiece BPE tokenizer (llama.cpp's "SPM" vocabulary) over a
+// vocabulary of pieces, scores and token types read from GGUF metadata or our
+// tokenizer file. Written in the project because Debian's libsentencepiece
+// cannot be loaded next to libprotobuf 3.21 (docs/design.md, "Dependencies").
 #ifndef LRKV_MODEL_SPM_TOKENIZER_H_
 #define LRKV_MODEL_SPM_TOKENIZER_H_
 

@@ -1,7 +1,7 @@
 // The factored LRKV engine. Cache per token per layer: the shared key (γ-scaled
 // and rotated) and value, each KV head's K and V latents, and σ = 1/rms(k) per
 // KV head when the model has QK-norm; 2(d_h + H_kv·r) (+ H_kv) elements.
-// Attention by associativity (DESIGN.md §2):
+// Attention by associativity (docs/design.md, "The math that must hold"):
 //   score_h(t) = σ_t [ P_p q̂ · P_t(γ⊙k_s,t) + residual_h(t) ]
 //   out_h      = a V_s + (a Z_hⱽ) B_hⱽᵀ + δ_hⱽ
 // where residual_h depends on the RoPE mode (see decode_engine.h).

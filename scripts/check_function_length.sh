@@ -2,7 +2,7 @@
 # Fails when a function of any source folder (.cc, .h, .cu, .cuh; methods in class
 # bodies and test bodies included) runs over 120 lines, unless
 # scripts/function_length_exceptions.txt lists it with its reason. A long function is
-# a sign to split (DESIGN: small files and functions). The scanner is
+# a sign to split (small files and functions). The scanner is
 # scripts/function_lengths.py.
 #   scripts/check_function_length.sh [LIMIT]
 set -euo pipefail

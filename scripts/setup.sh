@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package lrkv needs to build, test and run (DESIGN.md §5).
+# Installs every Debian 12 package lrkv needs to build, test and run (docs/design.md, "Dependencies").
 # Idempotent: packages already present are left alone. Needs root (or sudo).
 set -euo pipefail
 

@@ -1,6 +1,7 @@
-// Baseline conversions to compare LRKV against (DESIGN.md §3): GQA/MQA by mean-pooling
-// the K/V heads of each query group (Ainslie et al. 2023), and MLA by one joint latent
-// from a rank-d_c SVD of [W_K | W_V] (whitened when calibrating).
+// Baseline conversions to compare LRKV against (docs/design.md, "Surgery"):
+// GQA/MQA by mean-pooling the K/V heads of each query group (Ainslie et al.
+// 2023), and MLA by one joint latent from a rank-d_c SVD of [W_K | W_V]
+// (whitened when calibrating).
 #ifndef LRKV_SURGERY_BASELINES_H_
 #define LRKV_SURGERY_BASELINES_H_
 

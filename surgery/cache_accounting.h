@@ -1,6 +1,8 @@
-// KV-cache and K/V-parameter accounting for every attention variant (DESIGN.md §2),
-// and the budget planner that picks each variant's largest configuration within a
-// cache budget (DESIGN.md §3). No LibTorch: the service and CLI use it directly.
+// KV-cache and K/V-parameter accounting for every attention variant
+// (docs/design.md, "The math that must hold"), and the budget planner that
+// picks each variant's largest configuration within a cache budget
+// (docs/design.md, "Surgery"). No LibTorch: the service and CLI use it
+// directly.
 #ifndef LRKV_SURGERY_CACHE_ACCOUNTING_H_
 #define LRKV_SURGERY_CACHE_ACCOUNTING_H_
 
@@ -54,9 +56,10 @@ struct KvConfig {
   std::string ToString() const;
 };
 
-// Elements cached per token per layer (DESIGN.md §2); LRKV counts the QK-norm scales
-// when shape.qk_norm. Per-layer sizes: the mean over the layers, rounded down (see
-// CacheElementsAllLayers for the exact total).
+// Elements cached per token per layer (docs/design.md, "The math that must
+// hold"); LRKV counts the QK-norm scales when shape.qk_norm. Per-layer sizes:
+// the mean over the layers, rounded down (see CacheElementsAllLayers for the
+// exact total).
 int64_t CacheElementsPerToken(const AttentionShape& shape, const KvConfig& config);
 // Elements cached per token by all shape.layers layers.
 int64_t CacheElementsAllLayers(const AttentionShape& shape, const KvConfig& config);

@@ -1,4 +1,4 @@
-// One type per K/V scheme a conversion can target (DESIGN.md §2-3): the
+// One type per K/V scheme a conversion can target (docs/design.md): the
 // source's own expanded attention, GQA/MQA pooled heads, MLA exact and with
 // decoupled RoPE, LRKV in reconstruct/plane/partial RoPE and LRKV with shared
 // planes. A scheme owns what its variant means to a conversion: the target

@@ -1,10 +1,11 @@
 // The LRKV decomposition of one projection (K or V) of one layer:
 //   min Σ_h ‖M (W_h − S − U_h B_hᵀ)‖²_F
-// over the H_kv heads, in whitened coordinates W̃ = MW (M = Lᵀ for the activation
-// metric, I for the weight metric), by alternating the best residual subspaces B_h for
-// S (top-r right singular vectors of W̃_h − S) with the best S and U_h for those
-// subspaces (closed form), extrapolating S between steps; the free support runs
-// in float32 first and finishes in float64. DESIGN.md §3.
+// over the H_kv heads, in whitened coordinates W̃ = MW (M = Lᵀ for the
+// activation metric, I for the weight metric), by alternating the best residual
+// subspaces B_h for S (top-r right singular vectors of W̃_h − S) with the best S
+// and U_h for those subspaces (closed form), extrapolating S between steps; the
+// free support runs in float32 first and finishes in float64. docs/design.md,
+// "Surgery".
 #ifndef LRKV_SURGERY_LRKV_DECOMPOSITION_H_
 #define LRKV_SURGERY_LRKV_DECOMPOSITION_H_
 

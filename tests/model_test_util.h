@@ -14,7 +14,8 @@
 
 namespace lrkv::testing {
 
-// max|a - ref| / max|ref|: the relative error measure of DESIGN.md §2.
+// max|a - ref| / max|ref|: the relative error measure of docs/design.md, "The
+// math that must hold".
 inline double MaxRelError(const at::Tensor& a, const at::Tensor& ref) {
   return (a - ref).abs().max().item<double>() / ref.abs().max().item<double>();
 }

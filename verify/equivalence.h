@@ -1,6 +1,7 @@
-// The equivalence check of DESIGN.md §2, judged by an error model. The same
-// converted parameters are decoded, teacher-forced through a prompt and then N
-// greedy steps (all fed the float64 engine's tokens), by
+// The equivalence check of docs/design.md, "The math that must hold", judged by
+// an error model. The same converted parameters are decoded, teacher-forced
+// through a prompt and then N greedy steps (all fed the float64 engine's
+// tokens), by
 //   - the candidate (a factored mode, or the expanded engine),
 //   - the plain expanded engine with a cache of the candidate's storage dtype,
 //   through

@@ -1,6 +1,7 @@
 // LRKV: each KV head's K (and V) projection is one shared projection S plus a
-// rank-r residual U_h B_hᵀ (DESIGN.md §3), solved by the alternating solver.
-// The RoPE mode sets where the key's residual may live: anywhere
+// rank-r residual U_h B_hᵀ (docs/design.md, "Surgery"), solved by the
+// alternating solver. The RoPE mode sets where the key's residual may live:
+// anywhere
 // (`reconstruct`, keys rebuilt per position), on r/2 whole rotation planes
 // (`plane`), or off the planes a `partial` conversion keeps rotated. Sized by
 // the rank: the allocation's curve is a grid of converged decompositions around

@@ -26,7 +26,8 @@ inline constexpr int64_t kCurveSteps = 4;
 // rotation plane).
 std::vector<std::pair<int64_t, int64_t>> HeadPlanes(const Rope& rope);
 
-// [H_kv*dh, d] -> W [H_kv, d, dh] (the DESIGN.md orientation).
+// [H_kv*dh, d] -> W [H_kv, d, dh] (docs/design.md's orientation: W_h is d ×
+// d_h).
 at::Tensor HeadsOf(const at::Tensor& w, int64_t hkv, int64_t dh);
 
 // A projection's report row from its LRKV decomposition.

@@ -1,5 +1,6 @@
-// Cache accounting and the budget planner: the paper's configurations (DESIGN.md §2),
-// the corrected 324 MiB, and impossible requests.
+// Cache accounting and the budget planner: the paper's configurations
+// (docs/design.md, "The math that must hold"), the corrected 324 MiB, and
+// impossible requests.
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "surgery/cache_accounting.h"

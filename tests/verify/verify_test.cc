@@ -398,8 +398,9 @@ TEST(Equivalence, SharedPlaneLrkvIsExactAndAWrongPlaneIsNot) {
             c.num_layers * 7 * 2 * (c.head_dim + c.num_kv_heads * 2) * 4);
 }
 
-// DESIGN.md §2: with B = e₁ and a 90° rotation, P B = e₂ is not B times any
-// scalar, so no rotation of a 1-d latent can stand in for rotating the key.
+// docs/design.md, "The math that must hold": with B = e₁ and a 90° rotation, P
+// B = e₂ is not B times any scalar, so no rotation of a 1-d latent can stand in
+// for rotating the key.
 TEST(RopeCounterexample, RotationDoesNotCommuteWithAGeneralB) {
   const at::Tensor b = at::tensor({1.0, 0.0}, at::kDouble);  // e₁
   const at::Tensor p =
