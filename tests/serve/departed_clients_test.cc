@@ -26,6 +26,7 @@
 #include "serve/http/http_client.h"
 #include "serve/openai_server.h"
 #include "tests/serve/http_test_client.h"
+#include "tests/serve/running_server.h"
 #include "tests/test_paths.h"
 
 namespace lrkv {
@@ -39,30 +40,17 @@ double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-class Served {
+// stories260K served as "stories".
+class Served : public testing::RunningServer {
  public:
-  Served(const LanguageModel& model, ServeOptions o) {
-    o.port = 0;
-    o.model_id = "stories";
-    auto s = OpenAiServer::Create(model, std::move(o));
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (!s.ok()) return;
-    server_ = std::move(*s);
-    port_ = *server_->Bind();
-    thread_ = std::thread([this] { server_->Run(); });
-  }
-  ~Served() {
-    if (server_) server_->Stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  int port() const { return port_; }
-  OpenAiServer& server() { return *server_; }
-  void JoinRun() { thread_.join(); }
+  Served(const LanguageModel& model, ServeOptions o)
+      : RunningServer(model, WithId(std::move(o))) {}
 
  private:
-  std::unique_ptr<OpenAiServer> server_;
-  int port_ = 0;
-  std::thread thread_;
+  static ServeOptions WithId(ServeOptions o) {
+    o.model_id = "stories";
+    return o;
+  }
 };
 
 std::unique_ptr<LanguageModel> Stories() {

@@ -21,6 +21,7 @@
 #include "serve/openai_server.h"
 #include "tests/model_test_util.h"
 #include "tests/serve/http_test_client.h"
+#include "tests/serve/running_server.h"
 #include "tests/test_paths.h"
 
 namespace lrkv {
@@ -43,24 +44,16 @@ class SurfaceTest : public ::testing::Test {
     model_ = nullptr;
   }
   void Start(ServeOptions o = {}) {
-    o.port = 0;
     o.model_id = "stories";
     o.chat_template =
         "{% for m in messages %}{% if m.role == 'bad' %}"
         "{{ raise_exception('the role bad is not allowed') }}{% endif %}"
         "{{ m.content }} {% endfor %}";
-    auto s = OpenAiServer::Create(*model_, std::move(o));
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = std::move(*s);
-    auto port = server_->Bind();
-    ASSERT_TRUE(port.ok()) << port.status();
-    port_ = *port;
-    thread_ = std::thread([this] { server_->Run(); });
+    server_ = std::make_unique<testing::RunningServer>(*model_, std::move(o));
+    ASSERT_TRUE(server_->ok());
+    port_ = server_->port();
   }
-  void TearDown() override {
-    if (server_) server_->Stop();
-    if (thread_.joinable()) thread_.join();
-  }
+  void TearDown() override { server_.reset(); }
   // POSTs `body` to `route`; the status and the parsed body.
   std::pair<int, json> Post(const std::string& route, const json& body) {
     HttpClientRequest r{
@@ -80,9 +73,8 @@ class SurfaceTest : public ::testing::Test {
   }
 
   static LanguageModel* model_;
-  std::unique_ptr<OpenAiServer> server_;
+  std::unique_ptr<testing::RunningServer> server_;
   int port_ = 0;
-  std::thread thread_;
 };
 LanguageModel* SurfaceTest::model_ = nullptr;
 
@@ -312,7 +304,7 @@ TEST_F(SurfaceTest, AQueuedStreamReceivesKeepAliveCommentsWhileItWaits) {
       std::chrono::seconds(10));
   EXPECT_NE(got.find(": keep-alive"), std::string::npos) << got;
   EXPECT_FALSE(first_event(got)) << "the queued stream ran before its turn";
-  EXPECT_EQ(server_->batcher().Stats().queued, 1);
+  EXPECT_EQ(server_->server().batcher().Stats().queued, 1);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "serve/openai_server.h"
 #include "serve/text_stream.h"
 #include "tests/model_test_util.h"
+#include "tests/serve/running_server.h"
 #include "tests/test_paths.h"
 
 namespace lrkv {
@@ -31,33 +32,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// A server answering on a free port until the fixture goes.
-class RunningServer {
- public:
-  RunningServer(const LanguageModel& model, ServeOptions o) {
-    o.port = 0;
-    auto s = OpenAiServer::Create(model, std::move(o));
-    EXPECT_TRUE(s.ok()) << s.status();
-    if (!s.ok()) return;
-    server_ = std::move(*s);
-    auto port = server_->Bind();
-    EXPECT_TRUE(port.ok()) << port.status();
-    port_ = port.ok() ? *port : 0;
-    thread_ = std::thread([this] { server_->Run(); });
-  }
-  ~RunningServer() {
-    if (server_) server_->Stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  int port() const { return port_; }
-  const OpenAiServer& server() const { return *server_; }
-  bool ok() const { return server_ != nullptr && port_ > 0; }
-
- private:
-  std::unique_ptr<OpenAiServer> server_;
-  int port_ = 0;
-  std::thread thread_;
-};
+using testing::RunningServer;
 
 // A Qwen3-architecture checkpoint with the real Qwen3 tokenizer (151,669
 // tokens, its tokenizer_config.json and chat template), random weights in a

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -158,39 +159,32 @@ TEST_F(StoreRewriteTest,
     EXPECT_THAT(st.error_message(), HasSubstr("'job_id'"));
   }
   const std::string data = "GGUF-not-really";
-  {
+  // Sends one upload of `data`: header, chunk, a trailer with `sha`, then
+  // `after` (if any); the call's status.
+  auto upload = [&](const std::string& id, const std::string& sha,
+                    const std::vector<v1::UploadCheckpointRequest>& after) {
     grpc::ClientContext ctx;
     v1::Checkpoint out;
     auto writer = stub_->UploadCheckpoint(&ctx, &out);
-    writer->Write(Header("bad-trailer", static_cast<int64_t>(data.size())));
+    writer->Write(Header(id, static_cast<int64_t>(data.size())));
     writer->Write(Chunk(0, data));
     v1::UploadCheckpointRequest trailer;
-    trailer.mutable_trailer()->set_sha256("\xc3\x28");
+    trailer.mutable_trailer()->set_sha256(sha);
     writer->Write(trailer);
+    for (const auto& m : after) writer->Write(m);
     writer->WritesDone();
-    const grpc::Status st = writer->Finish();
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-        << st.error_message();
-    EXPECT_THAT(st.error_message(), HasSubstr("sha256"));
-    EXPECT_THAT(st.error_message(), Not(HasSubstr("without a trailer")));
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::Checkpoint out;
-    auto writer = stub_->UploadCheckpoint(&ctx, &out);
-    writer->Write(Header("after-trailer", static_cast<int64_t>(data.size())));
-    writer->Write(Chunk(0, data));
-    v1::UploadCheckpointRequest trailer;
-    trailer.mutable_trailer()->set_sha256(Sha256OfBytes(data));
-    writer->Write(trailer);
-    writer->Write(Chunk(0, data));
-    writer->WritesDone();
-    const grpc::Status st = writer->Finish();
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-        << st.error_message();
-    EXPECT_THAT(st.error_message(),
-                HasSubstr("trailer must be the last message"));
-  }
+    return writer->Finish();
+  };
+  grpc::Status st = upload("bad-trailer", "\xc3\x28", {});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("sha256"));
+  EXPECT_THAT(st.error_message(), Not(HasSubstr("without a trailer")));
+  st = upload("after-trailer", Sha256OfBytes(data), {Chunk(0, data)});
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << st.error_message();
+  EXPECT_THAT(st.error_message(),
+              HasSubstr("trailer must be the last message"));
   // Both failed for good: nothing of them stays staged.
   EXPECT_EQ(FilesUnder(dir_ / "data" / "uploads"), 0);
 }
