@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -100,6 +101,23 @@ absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
     return absl::InvalidArgumentError(absl::StrCat(path, ": holds no text"));
   }
   return docs;
+}
+
+absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  DocumentRange r;
+  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &r.begin) ||
+      !absl::SimpleAtod(parts[1], &r.end) || !(r.begin >= 0) || !(r.end <= 1) ||
+      !(r.begin < r.end)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("document range '", text,
+                     "' must be A:B with 0 <= A < B <= 1 (fractions)"));
+  }
+  return r;
+}
+
+std::string DocumentRangeText(const DocumentRange& range) {
+  return absl::StrCat(range.begin, ":", range.end);
 }
 
 }  // namespace lrkv

@@ -27,6 +27,24 @@ absl::StatusOr<std::vector<std::string>> ReadDocuments(const std::string& path,
 absl::Status CheckTextFile(const std::string& path, const char* flag,
                            size_t max_bytes = 1ull << 30);
 
+// A slice of a document list as fractions: [begin, end) of the documents, so
+// that "0:0.5" is the first half.
+struct DocumentRange {
+  double begin = 0;
+  double end = 1;
+  template <typename T>
+  std::vector<T> Slice(const std::vector<T>& docs) const {
+    const auto n = static_cast<double>(docs.size());
+    const auto a = static_cast<size_t>(begin * n + 0.5),
+               b = static_cast<size_t>(end * n + 0.5);
+    return std::vector<T>(docs.begin() + a, docs.begin() + b);
+  }
+};
+// Parses "A:B" with 0 <= A < B <= 1.
+absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text);
+// "A:B" of a document range (ParseDocumentRange reads it back).
+std::string DocumentRangeText(const DocumentRange& range);
+
 }  // namespace lrkv
 
 #endif  // LRKV_MODEL_TEXT_CORPUS_H_

@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "service/store.h"
 #include "service/store_integrity.h"
+#include "surgery/conversion_report.h"
 #include "train/heal_job.h"
 #include "verify/verify_report.h"
 

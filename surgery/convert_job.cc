@@ -376,19 +376,6 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
   return absl::OkStatus();
 }
 
-absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text) {
-  std::vector<std::string> parts = absl::StrSplit(text, ':');
-  DocumentRange r;
-  if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &r.begin) ||
-      !absl::SimpleAtod(parts[1], &r.end) || !(r.begin >= 0) || !(r.end <= 1) ||
-      !(r.begin < r.end)) {
-    return Invalid(
-        absl::StrCat("document range '", text,
-                     "' must be A:B with 0 <= A < B <= 1 (fractions)"));
-  }
-  return r;
-}
-
 absl::StatusOr<ConversionReport> RunConvertJob(
     const ConvertJobOptions& options) {
   try {

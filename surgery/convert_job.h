@@ -12,26 +12,11 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
+#include "model/text_corpus.h"
 #include "surgery/conversion_options.h"
 #include "surgery/conversion_report.h"
 
 namespace lrkv {
-
-// A slice of a document list as fractions: [begin, end) of the documents, so
-// that "0:0.5" is the first half.
-struct DocumentRange {
-  double begin = 0;
-  double end = 1;
-  template <typename T>
-  std::vector<T> Slice(const std::vector<T>& docs) const {
-    const auto n = static_cast<double>(docs.size());
-    const auto a = static_cast<size_t>(begin * n + 0.5),
-               b = static_cast<size_t>(end * n + 0.5);
-    return std::vector<T>(docs.begin() + a, docs.begin() + b);
-  }
-};
-// Parses "A:B" with 0 <= A < B <= 1.
-absl::StatusOr<DocumentRange> ParseDocumentRange(const std::string& text);
 
 struct ConvertJobOptions {
   /// Source checkpoint (GGUF file or safetensors directory).

@@ -185,10 +185,6 @@ OptionSchema<Options> Build() {
 
 }  // namespace
 
-std::string DocumentRangeText(const DocumentRange& range) {
-  return absl::StrCat(range.begin, ":", range.end);
-}
-
 const OptionSchema<ConvertJobOptions>& ConvertOptionSchema() {
   static const OptionSchema<ConvertJobOptions> schema = Build();
   return schema;

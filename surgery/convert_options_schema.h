@@ -13,9 +13,6 @@ namespace lrkv {
 
 const OptionSchema<ConvertJobOptions>& ConvertOptionSchema();
 
-// "A:B" of a document range (ParseDocumentRange reads it back).
-std::string DocumentRangeText(const DocumentRange& range);
-
 }  // namespace lrkv
 
 #endif  // LRKV_SURGERY_CONVERT_OPTIONS_SCHEMA_H_
