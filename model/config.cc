@@ -188,30 +188,22 @@ const char* RopeLayoutName(RopeLayout layout) {
 }
 
 const char* KvLayoutName(KvLayout layout) {
-  switch (layout) {
-    case KvLayout::kDense:
-      return "dense";
-    case KvLayout::kLrkv:
-      return "lrkv";
-    case KvLayout::kMla:
-      return "mla";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"dense", "lrkv", "mla"};
+  return kNames[static_cast<int>(layout)];
 }
 
-const char* RopeModeName(RopeMode mode) {
-  switch (mode) {
-    case RopeMode::kReconstruct:
-      return "reconstruct";
-    case RopeMode::kPlane:
-      return "plane";
-    case RopeMode::kPartial:
-      return "partial";
-    case RopeMode::kSharedPlane:
-      return "shared-plane";
-  }
-  return "?";
+const RopeModeTraits& RopeModeTraitsOf(RopeMode mode) {
+  // In RopeMode order.
+  static constexpr RopeModeTraits kModes[] = {
+      {RopeMode::kReconstruct, "reconstruct", true, false, false, false, false},
+      {RopeMode::kPlane, "plane", true, true, true, false, false},
+      {RopeMode::kPartial, "partial", false, true, false, false, true},
+      {RopeMode::kSharedPlane, "shared-plane", true, true, true, true, false},
+  };
+  return kModes[static_cast<int>(mode)];
 }
+
+const char* RopeModeName(RopeMode mode) { return RopeModeTraitsOf(mode).name; }
 
 absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);

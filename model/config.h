@@ -68,6 +68,26 @@ enum class KvLayout { kDense, kLrkv, kMla };
 // d] and its up [H_kv, d_h, H_kv·r].
 enum class RopeMode { kReconstruct, kPlane, kPartial, kSharedPlane };
 
+// What a RoPE mode does, for the code that asks about one property of it
+// rather than naming modes.
+struct RopeModeTraits {
+  RopeMode mode;
+  const char* name;
+  // The converted model computes the source's function (all but partial).
+  bool exact;
+  // Surgery constrains the K up-projections to whole RoPE planes, which
+  // healing then keeps fixed (plane, partial, shared-plane).
+  bool fixes_key_up;
+  // Latents are rotated at write time with their planes' frequencies (plane,
+  // shared-plane).
+  bool rotates_latents;
+  // K's latent planes are shared by all KV heads (shared-plane).
+  bool shares_planes;
+  // Only the first rope_planes_kept planes stay rotated (partial).
+  bool keeps_some_planes;
+};
+const RopeModeTraits& RopeModeTraitsOf(RopeMode mode);
+
 const char* KvLayoutName(KvLayout layout);
 const char* RopeModeName(RopeMode mode);
 absl::StatusOr<RopeMode> ParseRopeMode(const std::string& name);
@@ -89,6 +109,8 @@ struct KvCompression {
   int64_t RankAt(int64_t layer) const {
     return layer_sizes.empty() ? rank : layer_sizes[static_cast<size_t>(layer)];
   }
+  /// K/V stored factored (LRKV or MLA), not as dense per-head projections.
+  bool Factored() const { return layout != KvLayout::kDense; }
   int64_t LatentAt(int64_t layer) const {
     return layer_sizes.empty() ? latent : layer_sizes[static_cast<size_t>(layer)];
   }

@@ -117,8 +117,7 @@ int64_t RoundUp16(int64_t n) { return (n + 15) / 16 * 16; }
 absl::StatusOr<DecodeMode> ServingMode(const ModelConfig& c,
                                        const std::string& mode) {
   if (mode != "auto") return ParseDecodeMode(mode);
-  if (c.kv.layout == KvLayout::kDense) return DecodeMode::kExpanded;
-  return ParseDecodeMode(RopeModeName(c.kv.rope_mode));
+  return KvLayoutTypeOf(c.kv.layout).ServingMode(c);
 }
 
 EngineOptions EngineOptionsFor(const BatcherOptions& o, int64_t positions) {

@@ -8,22 +8,21 @@
 
 namespace lrkv {
 
+const DecodeModeTraits& DecodeModeTraitsOf(DecodeMode mode) {
+  // In DecodeMode order.
+  static constexpr DecodeModeTraits kModes[] = {
+      {DecodeMode::kExpanded, "expanded", true, false},
+      {DecodeMode::kReconstruct, "reconstruct", false, false},
+      {DecodeMode::kPlane, "plane", false, false},
+      {DecodeMode::kPartial, "partial", false, false},
+      {DecodeMode::kNaive, "naive", false, true},
+      {DecodeMode::kSharedPlane, "shared-plane", false, false},
+  };
+  return kModes[static_cast<int>(mode)];
+}
+
 const char* DecodeModeName(DecodeMode mode) {
-  switch (mode) {
-    case DecodeMode::kExpanded:
-      return "expanded";
-    case DecodeMode::kReconstruct:
-      return "reconstruct";
-    case DecodeMode::kPlane:
-      return "plane";
-    case DecodeMode::kPartial:
-      return "partial";
-    case DecodeMode::kNaive:
-      return "naive";
-    case DecodeMode::kSharedPlane:
-      return "shared-plane";
-  }
-  return "?";
+  return DecodeModeTraitsOf(mode).name;
 }
 
 absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name) {

@@ -35,6 +35,18 @@
 namespace lrkv {
 
 enum class DecodeMode { kExpanded, kReconstruct, kPlane, kPartial, kNaive, kSharedPlane };
+// What a decode mode is, for code that asks about one property of it.
+struct DecodeModeTraits {
+  DecodeMode mode;
+  const char* name;
+  // The expanded engine every layout has: the reference the factored ones are
+  // checked against.
+  bool reference;
+  // Naive decoding: the paper's claim, wrong by design (verify's negative
+  // control).
+  bool negative_control;
+};
+const DecodeModeTraits& DecodeModeTraitsOf(DecodeMode mode);
 const char* DecodeModeName(DecodeMode mode);
 absl::StatusOr<DecodeMode> ParseDecodeMode(const std::string& name);
 

@@ -159,8 +159,8 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
   ASSIGN_OR_RETURN(DecodeMode mode,
                    ParseDecodeMode(o.mode == "auto" ? RopeModeName(ckpt->config().kv.rope_mode)
                                                     : o.mode));
-  const bool factored = ckpt->config().kv.layout != KvLayout::kDense &&
-                        mode != DecodeMode::kExpanded;
+  const bool factored =
+      ckpt->config().kv.Factored() && !DecodeModeTraitsOf(mode).reference;
   const int64_t engines = 1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1);
   BenchProgress progress{o, 0, 1 + 2 * engines * o.rounds};
   progress.Tell("loading the weights");

@@ -57,12 +57,12 @@ absl::Status AddGgufTokenizer(const Tokenizer& tokenizer, int64_t rows,
 absl::Status CheckGgufExportable(const ModelConfig& config) {
   RETURN_IF_ERROR(config.Validate());
   if (config.kv.DecoupledRope()) return CheckDeepseekGgufExport(config);
-  if (config.kv.layout != KvLayout::kDense) {
+  if (config.kv.Factored()) {
     return Invalid(absl::StrCat("a ", KvLayoutName(config.kv.layout),
                                 " checkpoint has no GGUF form llama.cpp runs; convert with "
                                 "--expand for the plain model it stands for"));
   }
-  if (config.kv.rope_mode == RopeMode::kPartial) {
+  if (!RopeModeTraitsOf(config.kv.rope_mode).exact) {
     return Invalid("a partial-RoPE conversion has no GGUF form llama.cpp runs");
   }
   if (config.post_norm) {

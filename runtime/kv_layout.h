@@ -59,6 +59,10 @@ class KvLayoutType {
   virtual std::vector<DecodeMode> FactoredModes(
       const ModelConfig& config) const = 0;
 
+  // The mode a model of this layout is served in when none is asked: the one
+  // its RoPE mode names for factored layouts, expanded for dense K/V.
+  virtual DecodeMode ServingMode(const ModelConfig& config) const = 0;
+
   // The engine decoding `mode` (not kExpanded, which every layout has) from
   // this layout's own cache; InvalidArgument naming the mode when it does not
   // apply.

@@ -94,7 +94,8 @@ std::vector<Rope> LayerRopes(const ModelConfig& config) {
 }
 
 bool Rope::PlaneRotates(int64_t plane) const {
-  return config_.kv.rope_mode != RopeMode::kPartial || plane < config_.kv.rope_planes_kept;
+  return !RopeModeTraitsOf(config_.kv.rope_mode).keeps_some_planes ||
+         plane < config_.kv.rope_planes_kept;
 }
 
 std::pair<int64_t, int64_t> Rope::PlaneCoordinates(int64_t plane) const {
@@ -149,7 +150,7 @@ std::pair<at::Tensor, at::Tensor> Rope::Angles(const at::Tensor& positions) cons
     cos = angles.cos();
     sin = angles.sin();
   }
-  if (config_.kv.rope_mode == RopeMode::kPartial) {
+  if (RopeModeTraitsOf(config_.kv.rope_mode).keeps_some_planes) {
     const int64_t kept = std::min(config_.kv.rope_planes_kept, half_);
     cos.narrow(-1, kept, half_ - kept).fill_(1.0);
     sin.narrow(-1, kept, half_ - kept).fill_(0.0);

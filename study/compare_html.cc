@@ -7,14 +7,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "study/svg_plot.h"
+#include "surgery/kv_variant.h"
 
 namespace lrkv {
 namespace {
 
+// Whether a row's variant name is a pooled one (gqa, mqa): one series per
+// variant, its RoPE untouched.
+bool Pooled(const std::string& variant) {
+  const absl::StatusOr<KvVariant> v = ParseKvVariant(variant);
+  return v.ok() && KvVariantTypeOf(*v).pooled();
+}
+
 std::string SeriesName(const CompareRow& r) {
-  return r.variant == "gqa" || r.variant == "mqa"
-             ? r.variant
-             : absl::StrCat(r.variant, " ", r.rope_mode);
+  return Pooled(r.variant) ? r.variant
+                           : absl::StrCat(r.variant, " ", r.rope_mode);
 }
 
 double BestPerplexity(const CompareRow& r) {
@@ -32,9 +39,7 @@ std::string SizeLabel(const CompareRow& r) {
 // The family of a latency row ("lrkv r=2", "plane" -> "lrkv plane").
 std::string FamilyOf(const CompareLatency& l) {
   const std::string variant = l.config.substr(0, l.config.find(' '));
-  return variant == "gqa" || variant == "mqa"
-             ? variant
-             : absl::StrCat(variant, " ", l.rope_mode);
+  return Pooled(variant) ? variant : absl::StrCat(variant, " ", l.rope_mode);
 }
 
 // Who wins: per budget, the lowest perplexity and the fastest decode step, and

@@ -14,6 +14,7 @@
 #include "runtime/generate_bench.h"
 #include "runtime/language_model.h"
 #include "surgery/conversion_options.h"
+#include "surgery/kv_variant.h"
 #include "train/heal_job.h"
 #include "verify/verify_job.h"
 
@@ -71,14 +72,16 @@ absl::Status Validate(const CompareJobOptions& o) {
   if (o.variants.empty())
     return Invalid("--variants needs at least one of gqa, mqa, mla, lrkv");
   for (const auto& v : o.variants) {
-    if (v != "gqa" && v != "mqa" && v != "mla" && v != "lrkv") {
-      return Invalid(
-          absl::StrCat("--variants: '", v, "' must be gqa, mqa, mla or lrkv"));
+    const absl::StatusOr<KvVariant> variant = ParseKvVariant(v);
+    if (!variant.ok() || KvVariantName(*variant) != v ||
+        !KvVariantTypeOf(*variant).convertible()) {
+      return Invalid(absl::StrCat("--variants: '", v, "' must be one of ",
+                                  ConvertibleVariantNames()));
     }
   }
   for (const auto& m : o.rope_modes) {
-    if (m != "plane" && m != "reconstruct" && m != "partial" &&
-        m != "shared-plane") {
+    const absl::StatusOr<RopeMode> mode = ParseRopeMode(m);
+    if (!mode.ok() || RopeModeName(*mode) != m) {
       return Invalid(absl::StrCat(
           "--rope-mode: '", m,
           "' must be plane, reconstruct, partial or shared-plane"));
@@ -127,9 +130,10 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
       return absl::OkStatus();
     }
     // The model a plan builds: MQA is GQA pooled to one KV head.
-    const std::string model = target->variant == KvVariant::kMqa
-                                  ? std::string("gqa n_kv=1")
-                                  : target->ToString();
+    const int64_t pooled =
+        KvVariantTypeOf(target->variant).PooledKvHeads(*target);
+    const std::string model =
+        pooled > 0 ? absl::StrCat("gqa n_kv=", pooled) : target->ToString();
     if (!seen.insert(absl::StrCat(model, "/", mode, latent_norm ? "+norm" : ""))
              .second) {
       notes->push_back(absl::StrCat(
@@ -222,34 +226,7 @@ absl::StatusOr<StepTimes> StepMs(const std::string& checkpoint,
 
 int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
                           const std::string& mode, int64_t L) {
-  const int64_t H = s.heads, dh = s.head_dim;
-  switch (c.variant) {
-    case KvVariant::kLrkv: {
-      const int64_t r = c.rank, hkv = s.source_kv_heads();
-      // Shared key/value dots for every head, latent dots, and the per-step
-      // latent projections of q and of the output.
-      int64_t macs = 2 * L * H * (dh + r) + 2 * H * r * dh;
-      // shared-plane: every head dots all H_kv·r shared K latents (2×2 factors
-      // per pair).
-      if (mode == "shared-plane")
-        macs = L * H * (2 * dh + hkv * r + r) + H * (2 * hkv * r + r * dh);
-      // reconstruct: every cached key is rebuilt (up-projection) and rotated.
-      if (mode == "reconstruct")
-        macs += L * hkv * (r * dh + 2 * dh) + H * L * dh;
-      return macs;
-    }
-    case KvVariant::kMla:
-      if (mode == "partial") {
-        // Absorbed (decoupled RoPE): latent and rotated-key dots, latent sums,
-        // and the per-step absorption of each query and up-projection of each
-        // output.
-        return L * H * (2 * c.latent + c.rope_dim) + 2 * H * dh * c.latent;
-      }
-      // Exact RoPE: keys and values are materialised per head from the latent.
-      return 2 * L * H * c.latent * dh + 2 * H * L * dh;
-    default:
-      return 2 * H * L * dh;
-  }
+  return KvVariantTypeOf(c.variant).DecodeMacs(s, c, mode, L);
 }
 
 namespace {
@@ -300,8 +277,8 @@ absl::StatusOr<std::string> ConvertRow(const Study& st, const Plan& p,
   co.out_dir = dir + "/converted";
   co.conversion.variant = p.variant;
   // Shared-plane LRKV has one rank for every layer.
-  if ((p.variant == KvVariant::kLrkv || p.variant == KvVariant::kMla) &&
-      RopeModeOf(p.rope_mode) != RopeMode::kSharedPlane) {
+  if (KvVariantTypeOf(p.variant).allocatable() &&
+      !RopeModeTraitsOf(RopeModeOf(p.rope_mode)).shares_planes) {
     co.conversion.allocation = o.allocation;
   }
   co.conversion.budget = p.budget;
@@ -430,7 +407,7 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
   };
   ASSIGN_OR_RETURN(auto source, Checkpoint::Open(o.checkpoint));
   const ModelConfig config = source->config();
-  if (config.kv.layout != KvLayout::kDense) {
+  if (config.kv.Factored()) {
     return Invalid(absl::StrCat(
         o.checkpoint, ": the study converts a dense (MHA/GQA) source"));
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "surgery/kv_variant.h"
 
 namespace lrkv {
 namespace {
@@ -17,20 +18,24 @@ absl::Status Invalid(const std::string& msg) {
   return absl::InvalidArgumentError(msg);
 }
 
-constexpr const char* kNames[] = {"mha", "gqa", "mqa", "mla", "lrkv"};
+const KvVariantType& TypeOf(const KvConfig& c) {
+  return KvVariantTypeOf(c.variant);
+}
 
 }  // namespace
 
-const char* KvVariantName(KvVariant v) { return kNames[static_cast<int>(v)]; }
+const char* KvVariantName(KvVariant v) { return KvVariantTypeOf(v).name(); }
 
 absl::StatusOr<KvVariant> ParseKvVariant(const std::string& name) {
   const std::string lower =
       absl::AsciiStrToLower(name);  // LRKV, Gqa: the same names
-  for (int i = 0; i < 5; ++i) {
-    if (lower == kNames[i]) return static_cast<KvVariant>(i);
+  std::vector<std::string> names;
+  for (const KvVariantType* t : AllKvVariantTypes()) {
+    if (lower == t->name()) return t->id();
+    names.push_back(t->name());
   }
   return Invalid(absl::StrCat("unknown variant '", name,
-                              "'; valid: mha, gqa, mqa, mla, lrkv"));
+                              "'; valid: ", absl::StrJoin(names, ", ")));
 }
 
 absl::Status AttentionShape::Validate() const {
@@ -50,38 +55,24 @@ absl::Status AttentionShape::Validate() const {
 KvConfig KvConfig::AtLayer(int64_t layer) const {
   KvConfig c = *this;
   c.layer_sizes.clear();
-  if (!layer_sizes.empty()) {
-    const int64_t size = layer_sizes[static_cast<size_t>(layer)];
-    if (variant == KvVariant::kLrkv) c.rank = size;
-    if (variant == KvVariant::kMla) c.latent = size;
+  if (!layer_sizes.empty() && TypeOf(c).allocatable()) {
+    *TypeOf(c).SizeField(&c) = layer_sizes[static_cast<size_t>(layer)];
   }
   return c;
 }
 
 std::string KvConfig::ToString() const {
-  if (!layer_sizes.empty() &&
-      (variant == KvVariant::kLrkv || variant == KvVariant::kMla)) {
-    return absl::StrCat(variant == KvVariant::kLrkv ? "lrkv r=[" : "mla d_c=[",
-                        absl::StrJoin(layer_sizes, ","), "]",
-                        variant == KvVariant::kMla && rope_dim > 0
-                            ? absl::StrCat(" d_rope=", rope_dim)
-                            : "");
+  const KvVariantType& type = TypeOf(*this);
+  std::string out = type.name();
+  KvConfig copy = *this;
+  if (const int64_t* size = type.SizeField(&copy); size != nullptr) {
+    const bool per_layer = !layer_sizes.empty() && type.allocatable();
+    absl::StrAppend(
+        &out, " ", type.size_label(), "=",
+        per_layer ? absl::StrCat("[", absl::StrJoin(layer_sizes, ","), "]")
+                  : absl::StrCat(*size));
   }
-  switch (variant) {
-    case KvVariant::kMha:
-      return "mha";
-    case KvVariant::kGqa:
-      return absl::StrCat("gqa n_kv=", kv_heads);
-    case KvVariant::kMqa:
-      return "mqa";
-    case KvVariant::kMla:
-      return rope_dim > 0
-                 ? absl::StrCat("mla d_c=", latent, " d_rope=", rope_dim)
-                 : absl::StrCat("mla d_c=", latent);
-    case KvVariant::kLrkv:
-      return absl::StrCat("lrkv r=", rank);
-  }
-  return "?";
+  return out + type.DescribeExtra(*this);
 }
 
 int64_t SourceCacheElements(const AttentionShape& s) {
@@ -102,23 +93,7 @@ int64_t CacheElementsPerToken(const AttentionShape& s, const KvConfig& c) {
     return CacheElementsAllLayers(s, c) /
            static_cast<int64_t>(c.layer_sizes.size());
   }
-  switch (c.variant) {
-    case KvVariant::kMha:
-      return 2 * s.heads * s.head_dim;
-    case KvVariant::kGqa:
-      return 2 * c.kv_heads * s.head_dim;
-    case KvVariant::kMqa:
-      return 2 * s.head_dim;
-    case KvVariant::kMla:
-      return c.latent + c.rope_dim;
-    case KvVariant::kLrkv:
-      if (s.qk_norm && s.qk_norm_over_heads) {
-        return 2 * (s.head_dim + s.source_kv_heads() * c.rank) + s.head_dim + 1;
-      }
-      return 2 * (s.head_dim + s.source_kv_heads() * c.rank) +
-             (s.qk_norm ? s.source_kv_heads() : 0);
-  }
-  return 0;
+  return TypeOf(c).CacheElements(s, c);
 }
 
 int64_t KvParameterCount(const AttentionShape& s, const KvConfig& c) {
@@ -129,22 +104,7 @@ int64_t KvParameterCount(const AttentionShape& s, const KvConfig& c) {
     }
     return total / static_cast<int64_t>(c.layer_sizes.size());
   }
-  const int64_t d = s.d(), dh = s.head_dim, hkv = s.source_kv_heads();
-  switch (c.variant) {
-    case KvVariant::kMha:
-      return 2 * s.heads * d * dh;
-    case KvVariant::kGqa:
-      return 2 * c.kv_heads * d * dh;
-    case KvVariant::kMqa:
-      return 2 * d * dh;
-    case KvVariant::kMla:
-      // Down-projection to the latent, up-projections to every KV head's K and
-      // V, plus the decoupled RoPE key projection when present.
-      return d * c.latent + c.latent * 2 * hkv * dh + d * c.rope_dim;
-    case KvVariant::kLrkv:
-      return 2 * d * dh + 2 * hkv * c.rank * (d + dh);
-  }
-  return 0;
+  return TypeOf(c).Parameters(s, c);
 }
 
 CacheFootprint MeasureFootprint(const AttentionShape& s, const KvConfig& c,
@@ -160,9 +120,10 @@ CacheFootprint MeasureFootprint(const AttentionShape& s, const KvConfig& c,
   f.ratio_to_source = per_layer / SourceCacheElements(s);
   f.ratio_to_mha = per_layer / (2.0 * s.heads * s.head_dim);
   f.kv_params_per_layer = KvParameterCount(s, c);
+  // The source: dense K/V with its own KV heads (its cost is the same under
+  // either dense name).
   KvConfig source;
-  source.variant =
-      s.source_kv_heads() == s.heads ? KvVariant::kMha : KvVariant::kGqa;
+  source.variant = KvVariant::kGqa;
   source.kv_heads = s.source_kv_heads();
   f.param_ratio_to_source =
       static_cast<double>(f.kv_params_per_layer) / KvParameterCount(s, source);
@@ -171,50 +132,11 @@ CacheFootprint MeasureFootprint(const AttentionShape& s, const KvConfig& c,
 
 absl::Status ValidateKvConfig(const AttentionShape& s, const KvConfig& c) {
   if (auto st = s.Validate(); !st.ok()) return st;
-  const int64_t hkv = s.source_kv_heads();
-  switch (c.variant) {
-    case KvVariant::kMha:
-    case KvVariant::kMqa:
-      return absl::OkStatus();
-    case KvVariant::kGqa:
-      if (c.kv_heads < 1 || c.kv_heads > hkv || s.heads % c.kv_heads != 0) {
-        return Invalid(absl::StrCat(
-            "GQA kv heads n_kv=", c.kv_heads, " must divide the ", s.heads,
-            " query heads and lie in [1, ", hkv, "] (the source's KV heads)"));
-      }
-      return absl::OkStatus();
-    case KvVariant::kMla: {
-      const int64_t max_latent = std::min(s.d(), 2 * hkv * s.head_dim);
-      if (c.latent < 1 || c.latent > max_latent) {
-        return Invalid(absl::StrCat("MLA latent d_c=", c.latent,
-                                    " must lie in [1, ", max_latent,
-                                    "] (min(d, 2*H_kv*d_h))"));
-      }
-      if (c.rope_dim < 0 || c.rope_dim > s.head_dim || c.rope_dim % 2 != 0) {
-        return Invalid(absl::StrCat("MLA decoupled RoPE dims ", c.rope_dim,
-                                    " must be even and in [0, ", s.head_dim,
-                                    "]"));
-      }
-      return absl::OkStatus();
-    }
-    case KvVariant::kLrkv:
-      if (c.rank < 0 || c.rank > s.head_dim) {
-        return Invalid(absl::StrCat("LRKV rank r=", c.rank, " must lie in [0, ",
-                                    s.head_dim, "] (the head dim d_h)"));
-      }
-      if (c.even_rank && c.rank % 2 != 0) {
-        return Invalid(
-            absl::StrCat("LRKV rank r=", c.rank,
-                         " must be even in plane mode (r/2 rotation planes)"));
-      }
-      return absl::OkStatus();
-  }
-  return absl::OkStatus();
+  return TypeOf(c).Validate(s, c);
 }
 
 absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s,
-                                       KvVariant variant, double budget,
-                                       bool even_rank, int64_t mla_rope_dim) {
+                                       const KvConfig& base, double budget) {
   if (auto st = s.Validate(); !st.ok()) return st;
   if (!(budget > 0) || budget > 1 || std::isnan(budget)) {
     return Invalid(
@@ -225,39 +147,8 @@ absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s,
   // Small tolerance so that a budget printed with 4 digits still admits its
   // config.
   const double limit = budget * source * (1 + 1e-9);
-  std::vector<KvConfig> candidates;  // smallest first
-  KvConfig c;
-  c.variant = variant;
-  switch (variant) {
-    case KvVariant::kMha:
-      candidates.push_back(c);
-      break;
-    case KvVariant::kMqa:
-      candidates.push_back(c);
-      break;
-    case KvVariant::kGqa:
-      for (int64_t n = 1; n <= s.source_kv_heads(); ++n) {
-        if (s.heads % n != 0) continue;
-        c.kv_heads = n;
-        candidates.push_back(c);
-      }
-      break;
-    case KvVariant::kMla:
-      c.rope_dim = mla_rope_dim;
-      for (int64_t dc = 1;
-           dc <= std::min(s.d(), 2 * s.source_kv_heads() * s.head_dim); ++dc) {
-        c.latent = dc;
-        candidates.push_back(c);
-      }
-      break;
-    case KvVariant::kLrkv:
-      c.even_rank = even_rank;
-      for (int64_t r = 0; r <= s.head_dim; r += even_rank ? 2 : 1) {
-        c.rank = r;
-        candidates.push_back(c);
-      }
-      break;
-  }
+  const std::vector<KvConfig> candidates =
+      TypeOf(base).BudgetCandidates(s, base);  // smallest first
   const KvConfig* best = nullptr;
   for (const auto& cand : candidates) {
     if (CacheElementsPerToken(s, cand) <= limit) best = &cand;
@@ -270,10 +161,20 @@ absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s,
         absl::StrFormat("budget %.4f is too small for %s: its smallest "
                         "configuration (%s) needs %.4f "
                         "of the source cache; valid budgets are [%.4f, 1]",
-                        budget, KvVariantName(variant),
+                        budget, TypeOf(base).name(),
                         candidates.front().ToString(), min_budget, min_budget));
   }
   return *best;
+}
+
+absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s,
+                                       KvVariant variant, double budget,
+                                       bool even_rank, int64_t mla_rope_dim) {
+  KvConfig base;
+  base.variant = variant;
+  base.even_rank = even_rank;
+  base.rope_dim = mla_rope_dim;
+  return PlanForBudget(s, base, budget);
 }
 
 absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(
@@ -290,10 +191,10 @@ absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(
   KvConfig mha;
   configs.push_back(mha);
   if (q.budget > 0) {
-    for (KvVariant v : {KvVariant::kGqa, KvVariant::kMqa, KvVariant::kMla,
-                        KvVariant::kLrkv}) {
+    for (const KvVariantType* t : AllKvVariantTypes()) {
+      if (!t->convertible()) continue;
       // LRKV: an even r, what convert's default RoPE mode (plane) can take.
-      auto planned = PlanForBudget(s, v, q.budget, v == KvVariant::kLrkv);
+      auto planned = PlanForBudget(s, t->DefaultBudgetBase(), q.budget);
       if (planned.ok()) configs.push_back(*planned);
     }
     if (configs.size() == 1) {

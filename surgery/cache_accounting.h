@@ -86,9 +86,13 @@ CacheFootprint MeasureFootprint(const AttentionShape& shape, const KvConfig& con
 // naming the valid range otherwise.
 absl::Status ValidateKvConfig(const AttentionShape& shape, const KvConfig& config);
 
-// The largest configuration of `variant` whose cache is at most `budget` times the
-// source cache. InvalidArgument, with the smallest budget that variant can meet,
-// when none fits.
+// The largest configuration of base's variant (its even_rank and rope_dim
+// kept) whose cache is at most `budget` times the source cache.
+// InvalidArgument, with the smallest budget that variant can meet, when none
+// fits.
+absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& shape,
+                                       const KvConfig& base, double budget);
+// The same, from a base of `variant` with `even_rank` and `mla_rope_dim`.
 absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& shape, KvVariant variant,
                                        double budget, bool even_rank = false,
                                        int64_t mla_rope_dim = 0);

@@ -76,6 +76,9 @@ int64_t RopePlanesKept(const ModelConfig& config, const ConversionOptions& optio
 // The shape of `config` as the accounting sees it.
 AttentionShape ShapeOf(const ModelConfig& config);
 
+// The variants a conversion can target, "gqa, mqa, mla, lrkv".
+std::string ConvertibleVariantNames();
+
 // Checks `options` against `config` and resolves the target configuration (from the
 // budget when no explicit size is given). InvalidArgument names the option and the
 // valid range.

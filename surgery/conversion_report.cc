@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "surgery/kv_variant.h"
 
 namespace lrkv {
 namespace {
@@ -61,8 +62,10 @@ nlohmann::json ConversionReport::ToJson() const {
   nlohmann::json layers_json = nlohmann::json::array();
   for (const auto& l : layers) {
     nlohmann::json lj = {{"layer", l.layer}, {"k", ProjectionJson(l.k)}, {"v", ProjectionJson(l.v)}};
-    if (l.size > 0 || target.variant == KvVariant::kLrkv) lj["size"] = l.size;
-    if (target.variant == KvVariant::kMla && target.rope_dim > 0) {
+    if (l.size > 0 || KvVariantTypeOf(target.variant).allocatable()) {
+      lj["size"] = l.size;
+    }
+    if (target.rope_dim > 0) {  // decoupled RoPE
       lj["rope"] = {{"shared_energy", l.shared_rope_energy},
                     {"kept_plane_energy", l.kept_plane_energy}};
     }

@@ -25,6 +25,7 @@
 #include "surgery/calibration.h"
 #include "surgery/converter.h"
 #include "surgery/kv_scheme.h"
+#include "surgery/kv_variant.h"
 
 namespace lrkv {
 namespace {
@@ -269,9 +270,7 @@ int64_t LatentNormSamples(int64_t hidden_size, int64_t num_layers) {
 }
 
 RopeMode AutoRopeMode(const ConversionOptions& c) {
-  if (c.variant != KvVariant::kLrkv) return RopeMode::kReconstruct;
-  return c.rank >= 0 && c.rank % 2 != 0 ? RopeMode::kReconstruct
-                                        : RopeMode::kPlane;
+  return KvVariantTypeOf(c.variant).DefaultRopeMode(c);
 }
 
 bool DeepseekFormat(const ConvertJobOptions& o) {
@@ -279,13 +278,14 @@ bool DeepseekFormat(const ConvertJobOptions& o) {
 }
 
 ConvertJobOptions WithAutoResolved(ConvertJobOptions o) {
+  const KvVariantType& variant = KvVariantTypeOf(o.conversion.variant);
   const bool deepseek_mla =
-      o.conversion.variant == KvVariant::kMla && DeepseekFormat(o) && !o.expand;
+      variant.deepseek_layout() && DeepseekFormat(o) && !o.expand;
   o.conversion.rope_mode = o.rope_mode.value_or(
       deepseek_mla ? RopeMode::kPartial : AutoRopeMode(o.conversion));
   o.rope_mode = o.conversion.rope_mode;
   o.conversion.latent_norm = o.latent_norm.value_or(
-      deepseek_mla && o.conversion.rope_mode == RopeMode::kPartial);
+      deepseek_mla && variant.CachesRopeDims(o.conversion.rope_mode));
   o.latent_norm = o.conversion.latent_norm;
   return o;
 }
@@ -323,8 +323,10 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
     return Invalid(absl::StrCat("--format '", o.format,
                                 "' is not one of safetensors, gguf, deepseek"));
   }
-  if (DeepseekFormat(o) && o.conversion.variant == KvVariant::kMla &&
-      !o.expand && !o.conversion.latent_norm) {
+  const KvVariantType& variant = KvVariantTypeOf(o.conversion.variant);
+  const bool decoupled_rope = variant.CachesRopeDims(o.conversion.rope_mode);
+  if (DeepseekFormat(o) && variant.deepseek_layout() && !o.expand &&
+      !o.conversion.latent_norm) {
     return Invalid(absl::StrCat(
         "--format ", o.format, ": ",
         gguf ? "llama.cpp's deepseek2" : "stock DeepSeek-V3",
@@ -332,8 +334,7 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
         "--latent-norm"));
   }
   if (o.format == "deepseek") {
-    if (o.conversion.variant != KvVariant::kMla ||
-        o.conversion.rope_mode != RopeMode::kPartial || o.expand) {
+    if (!variant.deepseek_layout() || !decoupled_rope || o.expand) {
       return Invalid(
           "--format deepseek writes MLA with decoupled RoPE: convert with "
           "--variant mla --rope-mode partial (and without --expand)");
@@ -352,8 +353,7 @@ absl::Status ValidateConvertJobOptions(const ConvertJobOptions& asked,
   }
   if (o.max_shard_bytes == 0)
     return Invalid("--max-shard-size must be positive");
-  if (o.expand && o.conversion.variant == KvVariant::kMla &&
-      o.conversion.rope_mode == RopeMode::kPartial) {
+  if (o.expand && decoupled_rope) {
     return Invalid(
         "--expand: MLA with decoupled RoPE has keys of d_h + d_rope dims (a "
         "RoPE-free part and a rotated part all heads share), which no dense "

@@ -74,8 +74,7 @@ void FillReport(const ModelConfig& config, const KvScheme& scheme,
   report->target = scheme.target();
   report->metric = o.metric;
   report->rope_mode = o.rope_mode;
-  report->rope_mode_applies =
-      scheme.converted_config().kv.layout != KvLayout::kDense;
+  report->rope_mode_applies = scheme.converted_config().kv.Factored();
   report->rope_planes_kept = scheme.rope_planes_kept();
   report->latent_norm = scheme.converted_config().kv.latent_norm;
   report->budget = o.budget;
@@ -203,7 +202,7 @@ ModelConfig ExpandedConfig(ModelConfig config) {
   config.kv.layout = KvLayout::kDense;
   config.kv.rank = config.kv.latent = 0;
   config.kv.layer_sizes.clear();
-  if (config.kv.rope_mode != RopeMode::kPartial) {
+  if (RopeModeTraitsOf(config.kv.rope_mode).exact) {
     config.kv.rope_mode = RopeMode::kReconstruct;
   }
   return config;

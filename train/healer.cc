@@ -37,9 +37,7 @@ absl::Status Invalid(const std::string& m) {
 // that.
 std::vector<at::Tensor*> TrainableTensors(const ModelConfig& c, LlamaWeights& w,
                                           TrainableSet set) {
-  const bool frozen_k_up = c.kv.rope_mode == RopeMode::kPlane ||
-                           c.kv.rope_mode == RopeMode::kPartial ||
-                           c.kv.rope_mode == RopeMode::kSharedPlane;
+  const bool frozen_k_up = RopeModeTraitsOf(c.kv.rope_mode).fixes_key_up;
   std::vector<at::Tensor*> out;
   auto add = [&](at::Tensor& t) {
     if (t.defined() && t.numel() > 0) out.push_back(&t);

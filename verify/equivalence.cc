@@ -341,7 +341,7 @@ absl::StatusOr<ModeCheck> StartCheck(const ModelConfig& config,
   EquivalenceResult& r = m.r;
   r.mode = DecodeModeName(mode);
   r.dtype = o.cache_dtype == at::kBFloat16 ? "bf16" : "fp32";
-  r.expected_equivalent = mode != DecodeMode::kNaive;
+  r.expected_equivalent = !DecodeModeTraitsOf(mode).negative_control;
   const LlamaWeights& weights = refs->weights32();
   EngineOptions candidate_options = eo;
   candidate_options.fault = o.fault;

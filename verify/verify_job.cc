@@ -15,6 +15,7 @@
 #include "runtime/llama_weights.h"
 #include "runtime/transformer.h"
 #include "surgery/conversion_options.h"
+#include "surgery/kv_variant.h"
 #include "verify/equivalence.h"
 #include "verify/fidelity.h"
 #include "verify/head_diversity.h"
@@ -32,31 +33,6 @@ constexpr char kBuiltinPrompt[] =
     "under a tree and ran to get it. Her mom smiled and said they could play "
     "together after lunch.";
 
-// The accounting configuration of a (converted) model.
-KvConfig KvConfigOf(const ModelConfig& c) {
-  KvConfig kv;
-  switch (c.kv.layout) {
-    case KvLayout::kLrkv:
-      kv.variant = KvVariant::kLrkv;
-      kv.rank = c.kv.rank;
-      kv.layer_sizes = c.kv.layer_sizes;
-      break;
-    case KvLayout::kMla:
-      kv.variant = KvVariant::kMla;
-      kv.latent = c.kv.latent;
-      kv.rope_dim = c.kv.RopeWidth();
-      kv.layer_sizes = c.kv.layer_sizes;
-      break;
-    case KvLayout::kDense:
-      kv.variant = c.num_kv_heads == c.num_heads ? KvVariant::kMha
-                   : c.num_kv_heads == 1         ? KvVariant::kMqa
-                                                 : KvVariant::kGqa;
-      kv.kv_heads = c.num_kv_heads;
-      break;
-  }
-  return kv;
-}
-
 std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
                                  const ModelConfig& c, absl::Status* status) {
   std::vector<DecodeMode> modes;
@@ -67,7 +43,7 @@ std::vector<DecodeMode> ModesFor(const std::vector<std::string>& names,
       continue;
     }
     auto m = ParseDecodeMode(name);
-    if (!m.ok() || *m == DecodeMode::kExpanded) {
+    if (!m.ok() || DecodeModeTraitsOf(*m).reference) {
       *status = Invalid(absl::StrCat(
           "--rope-mode '", name,
           "' must be reconstruct, plane, partial, naive, shared-plane or all"));
@@ -150,8 +126,7 @@ absl::Status CheckEveryMode(VerifyRun& run,
       // Under "all" naive is the negative control; asked for by name it is the
       // user's question (is naive decoding of this model exact?), answered with
       // a failure when it is not.
-      r.expected_equivalent =
-          r.mode != DecodeModeName(DecodeMode::kNaive) || !all;
+      r.expected_equivalent = r.expected_equivalent || !all;
       run.report.equivalence.push_back(std::move(r));
     }
   }
@@ -180,21 +155,17 @@ CacheCheck CacheCheckOf(const ModelConfig& config, DecodeMode mode,
   c.engine = DecodeModeName(mode);
   // The expanded engine of a factored model holds the materialised per-head
   // cache.
-  KvConfig engine_kv = KvConfigOf(config);
-  if (mode == DecodeMode::kExpanded && config.kv.layout != KvLayout::kDense) {
-    engine_kv = KvConfig();
-    engine_kv.variant = config.num_kv_heads == config.num_heads
-                            ? KvVariant::kMha
-                            : KvVariant::kGqa;
-    engine_kv.kv_heads = config.num_kv_heads;
-  }
+  const bool reference = DecodeModeTraitsOf(mode).reference;
+  ModelConfig cached = config;
+  if (reference) cached.kv = KvCompression();
+  const KvConfig engine_kv = KvConfigOf(cached);
   c.variant = engine_kv.ToString();
   c.tokens = tokens;
   c.used_bytes = bytes.used;
   c.allocated_bytes = bytes.allocated;
   c.formula_bytes = static_cast<int64_t>(
       MeasureFootprint(ShapeOf(config), engine_kv, tokens, 1, 4).bytes);
-  if (mode == DecodeMode::kExpanded && config.kv.DecoupledRope()) {
+  if (reference && config.kv.DecoupledRope()) {
     // Each KV head's key is [RoPE-free | the shared rotated key]: w more per
     // head.
     const int64_t w = config.kv.RopeWidth();
@@ -400,7 +371,7 @@ absl::Status ValidateVerifyJobOptions(const VerifyJobOptions& o) {
   if (o.modes.empty()) return Invalid("--rope-mode lists no mode");
   for (const auto& name : o.modes) {
     auto m = ParseDecodeMode(name);
-    if (name != "all" && (!m.ok() || *m == DecodeMode::kExpanded)) {
+    if (name != "all" && (!m.ok() || DecodeModeTraitsOf(*m).reference)) {
       return Invalid(
           absl::StrCat("--rope-mode '", name,
                        "' must be reconstruct, plane, partial, naive or all"));
@@ -423,7 +394,7 @@ absl::Status ValidateVerifyJobOptions(const VerifyJobOptions& o) {
 
 absl::Status CheckSomethingToVerify(const VerifyJobOptions& o,
                                     const ModelConfig& config) {
-  if (config.kv.layout != KvLayout::kDense || !o.source.empty()) {
+  if (config.kv.Factored() || !o.source.empty()) {
     return absl::OkStatus();
   }
   return Invalid(absl::StrCat(

@@ -256,7 +256,7 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
       "Take H, H_kv and d_h from this checkpoint (needed with --server)");
   RemoteSpec spec;
   spec.kind = "bench";
-  spec.skip = {"heads", "kv-heads", "head-dim", "device"};
+  spec.skip = {"heads", "source-kv-heads", "head-dim", "device"};
   spec.rename = {{"iters", "iterations"}};
   spec.lists = {"context"};
   auto remote = RemoteJob::Attach(cmd, spec);

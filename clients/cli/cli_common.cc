@@ -37,6 +37,7 @@ CLI::Validator NotBelowZero(bool strict) {
 }  // namespace
 
 const CLI::Validator kNotNegative = NotBelowZero(false);
+
 const CLI::Validator kPositive = NotBelowZero(true);
 
 nlohmann::json JsonScalar(const std::string& s) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #ifdef LRKV_WITH_CUDA
+#include "clients/cli/renamed_options.h"
 #include "kernels/cuda/decode_bench_cuda.h"
 #endif
 
@@ -15,8 +16,7 @@ namespace lrkv::cli {
 
 void AddDecodeBenchOptions(CLI::App* cmd, DecodeBenchArgs* d) {
   cmd->add_option("--heads", d->bench.heads, "Query heads H");
-  cmd->add_option("--kv-heads", d->bench.kv_heads,
-                  "Source KV heads (default H)");
+  AddSourceKvHeads(cmd, &d->bench.kv_heads, "Source KV heads (default H)");
   cmd->add_option("--head-dim", d->bench.head_dim, "Head dim d_h");
   cmd->add_option("--rank", d->bench.rank, "LRKV rank r");
   cmd->add_option("--batch", d->bench.batch, "Sequences decoded together");

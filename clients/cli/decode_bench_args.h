@@ -21,7 +21,7 @@ struct DecodeBenchArgs {
   bool json_stdout = false;  // the results as JSON on stdout instead of the table
 };
 
-// Registers --heads, --kv-heads, --head-dim, --rank, --batch, --context,
+// Registers --heads, --source-kv-heads, --head-dim, --rank, --batch, --context,
 // --dtype, --device, --threads, --iters and --json-out on `cmd`.
 void AddDecodeBenchOptions(CLI::App* cmd, DecodeBenchArgs* args);
 

@@ -181,7 +181,7 @@ void PrintCapacity(const ServeArgs& a, const LanguageModel& model,
                absl::StrFormat("%d", per_seq).c_str(),
                KvLayoutName(c.kv.layout), DecodeModeName(b.mode()),
                static_cast<long long>(b.SequencesThatFit(a.ctx)));
-  if (c.kv.layout != KvLayout::kDense) {
+  if (c.kv.Factored()) {
     std::fprintf(
         stderr, "; in its source's layout %s bytes: %lld sequences",
         absl::StrFormat("%d", source_per_seq).c_str(),

@@ -8,9 +8,10 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/renamed_options.h"
 #include "clients/cli/schema_flags.h"
-#include "nlohmann/json.hpp"
 #include "model/checkpoint.h"
+#include "nlohmann/json.hpp"
 #include "surgery/cache_accounting.h"
 #include "surgery/conversion_options.h"
 #include "surgery/convert_job.h"
@@ -154,8 +155,8 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
                     "plans for it) instead of --layers, --heads, ...");
   cache->add_option("--layers", c->shape.layers, "Layers N");
   cache->add_option("--heads", c->shape.heads, "Query heads H");
-  cache->add_option("--kv-heads", c->shape.kv_heads,
-                    "Source KV heads (default H: MHA)");
+  AddSourceKvHeads(cache, &c->shape.kv_heads,
+                   "Source KV heads (default H: MHA)");
   cache->add_option("--head-dim", c->shape.head_dim, "Head dim d_h");
   cache->add_option("--hidden", c->shape.hidden,
                     "Model width d (default H*d_h)");
@@ -201,7 +202,7 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
   bconv->add_option("--layers", b->bench.layers, "Layers");
   bconv->add_option("--hidden", b->bench.hidden, "Model width d");
   bconv->add_option("--heads", b->bench.heads, "Query heads H");
-  bconv->add_option("--kv-heads", b->bench.kv_heads, "KV heads H_kv");
+  AddSourceKvHeads(bconv, &b->bench.kv_heads, "Source KV heads H_kv");
   bconv->add_option("--head-dim", b->bench.head_dim, "Head dim d_h");
   bconv->add_option("--variant", b->variant, "lrkv | gqa | mqa | mla");
   bconv->add_option("--rank", b->bench.conversion.rank, "LRKV rank r");

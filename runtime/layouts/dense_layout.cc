@@ -39,6 +39,9 @@ class Dense : public KvLayoutType {
   std::vector<DecodeMode> FactoredModes(const ModelConfig&) const override {
     return {};
   }
+  DecodeMode ServingMode(const ModelConfig&) const override {
+    return DecodeMode::kExpanded;
+  }
 
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(
       const ModelConfig&, const LlamaWeights&, DecodeMode mode,

@@ -100,6 +100,11 @@ class Lrkv : public KvLayoutType {
     return out;
   }
 
+  // The engine named as the model's RoPE mode (every one has its own).
+  DecodeMode ServingMode(const ModelConfig& c) const override {
+    return *ParseDecodeMode(RopeModeName(c.kv.rope_mode));
+  }
+
   std::vector<DecodeMode> FactoredModes(const ModelConfig& c) const override {
     if (c.kv.rope_mode == RopeMode::kSharedPlane)
       return {DecodeMode::kSharedPlane};

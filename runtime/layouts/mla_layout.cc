@@ -100,15 +100,17 @@ class Mla : public KvLayoutType {
   }
 
   std::vector<DecodeMode> FactoredModes(const ModelConfig& c) const override {
-    return {c.kv.DecoupledRope() ? DecodeMode::kPartial
-                                 : DecodeMode::kReconstruct};
+    return {ServingMode(c)};
+  }
+  DecodeMode ServingMode(const ModelConfig& c) const override {
+    return c.kv.DecoupledRope() ? DecodeMode::kPartial
+                                : DecodeMode::kReconstruct;
   }
 
   absl::StatusOr<std::unique_ptr<DecodeEngine>> MakeEngine(
       const ModelConfig& config, const LlamaWeights& weights, DecodeMode mode,
       const EngineOptions& options) const override {
-    const DecodeMode own = config.kv.DecoupledRope() ? DecodeMode::kPartial
-                                                     : DecodeMode::kReconstruct;
+    const DecodeMode own = ServingMode(config);
     if (mode != own) {
       return absl::InvalidArgumentError(absl::StrCat(
           "mode ", DecodeModeName(mode), " does not apply to ",

@@ -43,7 +43,7 @@ TEST(Study, BadOptionsAreRefusedWithTheirName) {
   expect(b, "--budget 0 must lie in (0, 1]");
   b = o;
   b.variants = {"lrkv", "mha2"};
-  expect(b, "'mha2' must be gqa, mqa, mla or lrkv");
+  expect(b, "'mha2' must be one of gqa, mqa, mla, lrkv");
   b = o;
   b.rope_modes = {"naive"};
   expect(b, "'naive' must be plane, reconstruct, partial or shared-plane");
