@@ -3,9 +3,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/config.h"
-#include "model/gguf.h"
-#include "model/tokenizer.h"
+#include "formats/config.h"
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto parsed = lrkv::ParseGguf(absl::Span<const uint8_t>(data, size));

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto parsed = lrkv::ParseSafetensors(absl::Span<const uint8_t>(data, size));

@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/checkpoint_files.h"
-#include "model/config.h"
-#include "model/gguf.h"
-#include "model/safetensors.h"
-#include "model/tensor_view.h"
-#include "model/tokenizer.h"
+#include "formats/checkpoint_files.h"
+#include "formats/config.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "formats/tensor_view.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

@@ -27,7 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/decode_engine.h"
 #include "runtime/sampler.h"
 

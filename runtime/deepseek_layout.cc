@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "model/checkpoint_files.h"
-#include "model/safetensors.h"
+#include "formats/checkpoint_files.h"
+#include "formats/safetensors.h"
 #include "runtime/rope.h"
 
 namespace lrkv {

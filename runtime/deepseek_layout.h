@@ -25,11 +25,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
-#include "model/deepseek_config.h"
 #include "base/dtype.h"
+#include "formats/config.h"
+#include "formats/deepseek_config.h"
 #include "runtime/llama_weights.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

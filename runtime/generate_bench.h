@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/config.h"
+#include "formats/config.h"
 
 namespace lrkv {
 

@@ -1,7 +1,7 @@
-// What the runtime knows of each K/V layout a checkpoint stores (model/config.h
-// KvLayout): dense per-head K/V (the source's, GQA, MQA), LRKV (a shared
-// projection plus per-head low-rank residuals) and MLA (a latent and its
-// up-projections, with or without decoupled RoPE). One type per layout
+// What the runtime knows of each K/V layout a checkpoint stores
+// (formats/config.h KvLayout): dense per-head K/V (the source's, GQA, MQA),
+// LRKV (a shared projection plus per-head low-rank residuals) and MLA (a latent
+// and its up-projections, with or without decoupled RoPE). One type per layout
 // (runtime/layouts/) owns its tensors (names and shapes, for loading, checking
 // and saving), its K/V projection in the expanded forward, its expansion to
 // per-head K/V, and its decode engines; the runtime asks
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/decode_engine.h"
 #include "runtime/llama_weights.h"
 

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "formats/config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "model/safetensors.h"
-#include "model/safetensors_writer.h"
+#include "formats/safetensors.h"
+#include "formats/safetensors_writer.h"
 #include "runtime/deepseek_layout.h"
 #include "runtime/kv_layout.h"
 

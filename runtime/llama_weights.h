@@ -13,9 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "formats/config.h"
 #include "model/checkpoint.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

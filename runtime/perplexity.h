@@ -12,8 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/tokenizer.h"
 #include "runtime/transformer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include "formats/config.h"
 
 namespace lrkv {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/llama_weights.h"
 #include "runtime/rope.h"
 

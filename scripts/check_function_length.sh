@@ -10,4 +10,4 @@ cd "$(dirname "$0")/.."
 limit=${1:-120}
 exec python3 scripts/function_lengths.py --limit "$limit" \
   --exceptions scripts/function_length_exceptions.txt \
-  base kernels model runtime surgery verify train study service serve clients proto fuzz tests
+  base kernels formats tokenizer model runtime exports surgery verify train study service serve clients proto fuzz tests

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks that the layers point one way, by the #include lines of every source folder:
-#   base ← kernels ← model (formats, tokenizers) ← runtime ← surgery ← verify, train
+#   base ← kernels ← formats ← tokenizer ← model (a checkpoint opened whole) ← runtime
+#   ← exports ← surgery ← verify, train
 #   ← study ← service, serve ← clients
 # A folder may include its own files and those of the layers below it, never a layer
 # above or a peer on its own level (verify and train, service and serve stay apart).
@@ -14,7 +15,7 @@ cd "$root"
 exec python3 - <<'PY'
 import os, re, sys
 
-LEVELS = [['base'], ['kernels'], ['model'], ['runtime'], ['surgery'], ['verify', 'train'],
+LEVELS = [['base'], ['kernels'], ['formats'], ['tokenizer'], ['model'], ['runtime'], ['exports'], ['surgery'], ['verify', 'train'],
           ['study'], ['service', 'serve'], ['clients']]
 level = {f: i for i, group in enumerate(LEVELS) for f in group}
 include = re.compile(r'\s*#\s*include\s+"([A-Za-z_]+)/')

@@ -9,7 +9,7 @@ its traits (RopeModeTraitsOf, DecodeModeTraitsOf).
 The homes, where a kind may name itself:
   surgery/variants/, surgery/schemes/   the variant and scheme types
   runtime/layouts/, runtime/*_engine.cc the layout types and their engines
-  model/config.{h,cc}, runtime/decode_engine.{h,cc}
+  formats/config.{h,cc}, runtime/decode_engine.{h,cc}
                                         each enum's declaring pair: names,
                                         traits, the stored config's validation
 Exceptions outside them: scripts/kv_kind_exceptions.txt, `path: reason`, one per
@@ -23,11 +23,11 @@ import os
 import re
 import sys
 
-FOLDERS = ['base', 'kernels', 'model', 'runtime', 'surgery', 'verify', 'train',
+FOLDERS = ['base', 'kernels', 'formats', 'tokenizer', 'model', 'runtime', 'exports', 'surgery', 'verify', 'train',
            'study', 'service', 'serve', 'clients', 'fuzz']
 HOMES = [re.compile(p) for p in (
     r'^surgery/variants/', r'^surgery/schemes/', r'^runtime/layouts/',
-    r'^runtime/[a-z_]+_engine\.cc$', r'^model/config\.(h|cc)$',
+    r'^runtime/[a-z_]+_engine\.cc$', r'^formats/config\.(h|cc)$',
     r'^runtime/decode_engine\.(h|cc)$')]
 VALUE = r'(?:KvVariant|KvLayout|RopeMode|DecodeMode)::k(?!Expanded\b)\w+'
 NAMES = r'"(?:mha|gqa|mqa|mla|lrkv|dense|reconstruct|plane|partial|naive|shared-plane)"'

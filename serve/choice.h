@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "model/tokenizer.h"
 #include "runtime/continuous_batcher.h"
 #include "serve/text_stream.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

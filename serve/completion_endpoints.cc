@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "model/chat_template.h"
 #include "nlohmann/json.hpp"
 #include "serve/http_errors.h"
+#include "tokenizer/chat_template.h"
 
 namespace lrkv {
 namespace {

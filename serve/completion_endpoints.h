@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "runtime/continuous_batcher.h"
 #include "serve/choice.h"
 #include "serve/http/http_server.h"
 #include "serve/openai_request.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

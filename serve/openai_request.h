@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/chat_template.h"
 #include "nlohmann/json.hpp"
 #include "runtime/sampling_options.h"
+#include "tokenizer/chat_template.h"
 
 namespace lrkv {
 

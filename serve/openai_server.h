@@ -17,10 +17,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/chat_template.h"
 #include "runtime/continuous_batcher.h"
 #include "runtime/language_model.h"
 #include "serve/http/http_server.h"
+#include "tokenizer/chat_template.h"
 
 namespace lrkv {
 

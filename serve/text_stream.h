@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

@@ -20,7 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "base/utf8.h"
-#include "model/text_corpus.h"
+#include "formats/text_corpus.h"
 #include "service/content_hash.h"
 #include "service/store_integrity.h"
 
@@ -99,12 +99,13 @@ absl::StatusOr<Fd> OpenChecked(const std::string& path, const std::vector<std::s
   return Denied(path, "outside the allowed folders");
 }
 
-// Puts a copy of the opened file `fd` at `dest`, owned by lrkvd and read-only: a
-// reflink where the file system shares extents (FICLONE: instant, and a later write to
-// either file copies the block it touches), else the bytes in whole 4 MiB blocks (so
-// that the page cache holds the copy as large folios for the jobs that map it,
-// model/block_file.h). Never a hard link: the client's inode would be the store's, and
-// a rewrite of their file a rewrite of every job's input under its id.
+// Puts a copy of the opened file `fd` at `dest`, owned by lrkvd and read-only:
+// a reflink where the file system shares extents (FICLONE: instant, and a later
+// write to either file copies the block it touches), else the bytes in whole 4
+// MiB blocks (so that the page cache holds the copy as large folios for the
+// jobs that map it, formats/block_file.h). Never a hard link: the client's
+// inode would be the store's, and a rewrite of their file a rewrite of every
+// job's input under its id.
 absl::Status Stage(int fd, const std::string& dest) {
   Fd out(::open(dest.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
   if (out.get() < 0) {
@@ -219,9 +220,10 @@ absl::StatusOr<std::string> ImportTextInput(const std::string& path,
     fs::remove(staged, ec);
     return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   }
-  // A file no job could read as text (a binary, a folder) is refused here, before it
-  // is kept, by the rule the job's own check applies (model/text_corpus.h); the message
-  // names the client's path, not the staged copy.
+  // A file no job could read as text (a binary, a folder) is refused here,
+  // before it is kept, by the rule the job's own check applies
+  // (formats/text_corpus.h); the message names the client's path, not the
+  // staged copy.
   if (absl::Status text = CheckTextFile(staged, ""); !text.ok()) {
     fs::remove(staged, ec);
     return absl::Status(text.code(),

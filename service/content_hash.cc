@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "model/mapped_file.h"
+#include "formats/mapped_file.h"
 
 namespace lrkv::service {
 

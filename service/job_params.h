@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "formats/config.h"
 #include "kernels/decode_bench.h"
 #include "service/params_json.h"
-#include "model/config.h"
 #include "study/compare_job.h"
 #include "surgery/convert_job.h"
 #include "train/heal_job.h"

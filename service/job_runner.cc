@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "formats/safetensors.h"
 #include "model/checkpoint.h"
-#include "model/safetensors.h"
 #include "runtime/generate_bench.h"
 #include "runtime/provenance.h"
 #include "service/job_params.h"

@@ -2,10 +2,10 @@
 #include "service/server.h"
 
 #include <c10/util/Exception.h>
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <openssl/evp.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -23,21 +23,21 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "model/checkpoint.h"
-#include "runtime/llama_weights.h"
-#include "model/mapped_file.h"
 #include "base/constant_time.h"
 #include "base/status_macros.h"
 #include "base/tls_pair.h"
+#include "formats/mapped_file.h"
+#include "model/checkpoint.h"
+#include "runtime/generate_bench.h"
+#include "runtime/llama_weights.h"
 #include "service/artifact_stream.h"
 #include "service/checkpoint_import.h"
 #include "service/content_hash.h"
-#include "service/store_integrity.h"
 #include "service/grpc_status.h"
 #include "service/job_params.h"
 #include "service/report_builder.h"
+#include "service/store_integrity.h"
 #include "surgery/conversion_options.h"
-#include "runtime/generate_bench.h"
 
 namespace lrkv::service {
 namespace {

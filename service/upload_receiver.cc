@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/safetensors.h"
 #include "base/status_macros.h"
+#include "formats/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "service/content_hash.h"
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include "formats/config.h"
 
 namespace lrkv {
 

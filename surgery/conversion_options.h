@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "surgery/budget_allocation.h"
 #include "surgery/cache_accounting.h"
 

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/text_corpus.h"
+#include "formats/text_corpus.h"
 #include "surgery/conversion_options.h"
 #include "surgery/conversion_report.h"
 

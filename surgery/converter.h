@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/llama_weights.h"
 #include "surgery/cache_accounting.h"
 #include "surgery/calibration.h"

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "model/config.h"
+#include "formats/config.h"
 
 namespace lrkv {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/llama_weights.h"
 #include "surgery/budget_allocation.h"
 #include "surgery/cache_accounting.h"

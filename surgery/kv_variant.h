@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "surgery/cache_accounting.h"
 #include "surgery/conversion_options.h"
 

@@ -6,9 +6,9 @@
 
 #include <utility>
 
+#include "formats/config.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "model/config.h"
 #include "runtime/llama_weights.h"
 #include "tests/test_paths.h"
 

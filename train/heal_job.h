@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/text_corpus.h"
+#include "formats/text_corpus.h"
 #include "train/heal_options.h"
 
 namespace lrkv {

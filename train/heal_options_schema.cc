@@ -1,7 +1,7 @@
 // The heal options (see heal_options_schema.h).
 #include "train/heal_options_schema.h"
 
-#include "model/text_corpus.h"
+#include "formats/text_corpus.h"
 
 namespace lrkv {
 namespace {

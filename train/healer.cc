@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "runtime/transformer.h"
 

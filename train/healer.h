@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/llama_weights.h"
 #include "train/heal_options.h"
 #include "train/token_data.h"

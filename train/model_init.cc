@@ -8,11 +8,11 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "model/checkpoint.h"
-#include "runtime/llama_weights.h"
-#include "model/safetensors.h"
 #include "base/status_macros.h"
+#include "formats/safetensors.h"
+#include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
+#include "runtime/llama_weights.h"
 
 namespace lrkv {
 

@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "model/mapped_file.h"
 #include "base/status_macros.h"
+#include "formats/mapped_file.h"
 
 namespace lrkv {
 

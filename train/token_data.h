@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lrkv {
 

@@ -34,7 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "runtime/decode_engine.h"
 #include "runtime/llama_weights.h"
 #include "verify/verify_report.h"

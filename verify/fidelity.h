@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/tokenizer.h"
 #include "runtime/transformer.h"
+#include "tokenizer/tokenizer.h"
 #include "verify/verify_report.h"
 
 namespace lrkv {

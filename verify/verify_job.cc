@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "formats/text_corpus.h"
 #include "model/checkpoint.h"
-#include "model/text_corpus.h"
 #include "runtime/decode_engine.h"
 #include "runtime/kv_layout.h"
 #include "runtime/llama_weights.h"

@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
-#include "model/config.h"
+#include "formats/config.h"
 #include "verify/verify_report.h"
 
 namespace lrkv {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {

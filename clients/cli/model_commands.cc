@@ -9,12 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
+#include "formats/text_corpus.h"
 #include "kernels/decode_attention.h"
+#include "nlohmann/json.hpp"
 #include "runtime/blas_core.h"
 #include "runtime/language_model.h"
 #include "runtime/threads.h"
-#include "model/text_corpus.h"
-#include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
 namespace {

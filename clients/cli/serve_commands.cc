@@ -17,13 +17,13 @@
 #include "base/status_macros.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/stage_progress.h"
-#include "model/chat_template.h"
 #include "runtime/language_model.h"
 #include "runtime/threads.h"
 #include "serve/openai_server.h"
 #include "serve/serve_bench.h"
 #include "surgery/cache_accounting.h"
 #include "surgery/conversion_options.h"
+#include "tokenizer/chat_template.h"
 
 namespace lrkv::cli {
 namespace {

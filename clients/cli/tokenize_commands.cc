@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "clients/cli/commands.h"
+#include "formats/text_corpus.h"
 #include "model/checkpoint.h"
-#include "model/text_corpus.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {

@@ -1,7 +1,7 @@
 // LRKV: per KV head, a shared key/value of d_h elements plus H_kv residual
 // latents of r elements each, for K and for V; with QK-norm also the scales
 // (one per KV head, or one per token and a second rotated shared key for
-// QK-norm over all heads). Every RoPE mode applies (model/config.h).
+// QK-norm over all heads). Every RoPE mode applies (formats/config.h).
 #include <algorithm>
 #include <memory>
 

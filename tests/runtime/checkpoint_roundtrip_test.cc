@@ -4,13 +4,13 @@
 #include <filesystem>
 #include <fstream>
 
+#include "formats/safetensors.h"
+#include "formats/text_corpus.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
 #include "runtime/language_model.h"
 #include "runtime/llama_weights.h"
-#include "model/safetensors.h"
-#include "model/text_corpus.h"
 #include "runtime/transformer.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/text_corpus.h"
+#include "formats/text_corpus.h"
 #include "runtime/decode_engine.h"
 #include "runtime/language_model.h"
 #include "runtime/llama_weights.h"

@@ -10,9 +10,9 @@
 #include <fstream>
 
 #include "base/dtype.h"
+#include "formats/safetensors.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "runtime/generate_bench.h"
 #include "runtime/llama_weights.h"

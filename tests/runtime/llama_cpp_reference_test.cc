@@ -4,23 +4,23 @@
 // relative) and the same greedy tokens. Token ids are ours for both, so the comparison
 // is of the model computation (and of the exported file), not of tokenization.
 #include <cmath>
-#include <optional>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
-#include "gtest/gtest.h"
 #include "base/block_quant.h"
+#include "exports/gguf_export.h"
+#include "formats/text_corpus.h"
+#include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "runtime/gguf_export.h"
+#include "nlohmann/json.hpp"
 #include "runtime/language_model.h"
 #include "runtime/llama_weights.h"
-#include "model/text_corpus.h"
 #include "runtime/transformer.h"
-#include "nlohmann/json.hpp"
 #include "surgery/convert_job.h"
-#include "tests/runtime/ggml_quantize.h"
 #include "tests/model_test_util.h"
+#include "tests/runtime/ggml_quantize.h"
 #include "tests/test_paths.h"
 #include "train/model_init.h"
 

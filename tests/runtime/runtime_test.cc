@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "formats/text_corpus.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
@@ -13,7 +14,6 @@
 #include "runtime/llama_weights.h"
 #include "runtime/perplexity.h"
 #include "runtime/stored_linear.h"
-#include "model/text_corpus.h"
 #include "runtime/transformer.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"

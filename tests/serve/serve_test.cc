@@ -14,7 +14,6 @@
 #include <sstream>
 #include <thread>
 
-#include "model/chat_template.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "runtime/language_model.h"
@@ -25,6 +24,7 @@
 #include "tests/model_test_util.h"
 #include "tests/serve/running_server.h"
 #include "tests/test_paths.h"
+#include "tokenizer/chat_template.h"
 
 namespace lrkv {
 namespace {

@@ -14,14 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include "formats/config.h"
+#include "formats/safetensors.h"
+#include "formats/text_corpus.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "model/config.h"
-#include "runtime/llama_weights.h"
-#include "model/safetensors.h"
-#include "model/text_corpus.h"
 #include "nlohmann/json.hpp"
+#include "runtime/llama_weights.h"
 #include "service/store.h"
 #include "tests/model_test_util.h"
 #include "tests/service/service_fixture.h"

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include "exports/gguf_export.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "runtime/gguf_export.h"
 #include "surgery/convert_job.h"
 #include "surgery/kv_scheme.h"
 #include "surgery/latent_norm_fit.h"

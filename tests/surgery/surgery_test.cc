@@ -7,12 +7,12 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "exports/gguf_export.h"
+#include "formats/text_corpus.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "model/text_corpus.h"
 #include "runtime/deepseek_layout.h"
-#include "runtime/gguf_export.h"
 #include "runtime/llama_weights.h"
 #include "runtime/rope.h"
 #include "runtime/transformer.h"

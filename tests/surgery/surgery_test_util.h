@@ -6,9 +6,9 @@
 #include <optional>
 #include <utility>
 
+#include "formats/text_corpus.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
-#include "model/text_corpus.h"
 #include "runtime/llama_weights.h"
 #include "runtime/transformer.h"
 #include "surgery/calibration.h"

@@ -5,14 +5,14 @@
 #include <filesystem>
 #include <fstream>
 
+#include "formats/text_corpus.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/checkpoint.h"
+#include "nlohmann/json.hpp"
 #include "runtime/llama_weights.h"
 #include "runtime/stored_linear.h"
-#include "model/text_corpus.h"
 #include "runtime/transformer.h"
-#include "nlohmann/json.hpp"
 #include "surgery/converter.h"
 #include "tests/model_test_util.h"
 #include "tests/test_paths.h"
