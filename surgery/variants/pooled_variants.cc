@@ -9,7 +9,18 @@
 namespace lrkv {
 namespace {
 
-class Mha : public KvVariantType {
+// Dense K/V: a converted model's accounting config is its KV heads.
+class DenseVariant : public KvVariantType {
+ public:
+  KvConfig FromModel(const ModelConfig& c) const override {
+    KvConfig kv;
+    kv.variant = id();
+    kv.kv_heads = c.num_kv_heads;
+    return kv;
+  }
+};
+
+class Mha : public DenseVariant {
  public:
   KvVariant id() const override { return KvVariant::kMha; }
   const char* name() const override { return "mha"; }
@@ -24,15 +35,9 @@ class Mha : public KvVariantType {
   bool Describes(const ModelConfig& c) const override {
     return !c.kv.Factored() && c.num_kv_heads == c.num_heads;
   }
-  KvConfig FromModel(const ModelConfig& c) const override {
-    KvConfig kv;
-    kv.variant = id();
-    kv.kv_heads = c.num_kv_heads;
-    return kv;
-  }
 };
 
-class Gqa : public KvVariantType {
+class Gqa : public DenseVariant {
  public:
   KvVariant id() const override { return KvVariant::kGqa; }
   const char* name() const override { return "gqa"; }
@@ -80,15 +85,9 @@ class Gqa : public KvVariantType {
     return !c.kv.Factored() && c.num_kv_heads != c.num_heads &&
            c.num_kv_heads != 1;
   }
-  KvConfig FromModel(const ModelConfig& c) const override {
-    KvConfig kv;
-    kv.variant = id();
-    kv.kv_heads = c.num_kv_heads;
-    return kv;
-  }
 };
 
-class Mqa : public KvVariantType {
+class Mqa : public DenseVariant {
  public:
   KvVariant id() const override { return KvVariant::kMqa; }
   const char* name() const override { return "mqa"; }
@@ -103,12 +102,6 @@ class Mqa : public KvVariantType {
   int64_t PooledKvHeads(const KvConfig&) const override { return 1; }
   bool Describes(const ModelConfig& c) const override {
     return !c.kv.Factored() && c.num_kv_heads == 1 && c.num_heads != 1;
-  }
-  KvConfig FromModel(const ModelConfig& c) const override {
-    KvConfig kv;
-    kv.variant = id();
-    kv.kv_heads = c.num_kv_heads;
-    return kv;
   }
 };
 
