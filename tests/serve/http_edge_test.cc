@@ -21,11 +21,13 @@
 #include "serve/http/http_server.h"
 #include "serve/http_errors.h"
 #include "tests/serve/http_test_client.h"
+#include "tests/serve/server_thread.h"
 
 namespace lrkv {
 namespace {
 
 using std::chrono::milliseconds;
+using testing::BindAndRun;
 using testing::ParseResponses;
 using testing::RawConnection;
 using testing::Statuses;
@@ -52,10 +54,7 @@ class EdgeServer {
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return;
     server_ = std::move(*s);
-    auto port = server_->Bind();
-    EXPECT_TRUE(port.ok()) << port.status();
-    port_ = port.ok() ? *port : 0;
-    thread_ = std::thread([this] { server_->Run(); });
+    port_ = BindAndRun(*server_, &thread_);
   }
   ~EdgeServer() {
     if (server_) server_->Stop();

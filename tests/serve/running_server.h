@@ -11,6 +11,7 @@
 
 #include "runtime/language_model.h"
 #include "serve/openai_server.h"
+#include "tests/serve/server_thread.h"
 
 namespace lrkv::testing {
 
@@ -23,10 +24,7 @@ class RunningServer {
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return;
     server_ = std::move(*s);
-    auto port = server_->Bind();
-    EXPECT_TRUE(port.ok()) << port.status();
-    port_ = port.ok() ? *port : 0;
-    thread_ = std::thread([this] { server_->Run(); });
+    port_ = BindAndRun(*server_, &thread_);
   }
   ~RunningServer() {
     if (server_) server_->Stop();
