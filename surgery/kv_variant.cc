@@ -28,7 +28,9 @@ KvConfig KvConfigOf(const ModelConfig& config) {
   for (const KvVariantType* t : AllKvVariantTypes()) {
     if (t->Describes(config)) return t->FromModel(config);
   }
-  // One query head with one KV head: the source's own attention.
+  // Not reached: the dense types split every head count between them and the
+  // factored ones every layout (kv_variant_test checks that exactly one
+  // describes each); a layout with no type would read as the source's own.
   return KvVariantTypeOf(KvVariant::kMha).FromModel(config);
 }
 
