@@ -98,6 +98,12 @@ struct OptionInfo {
   bool non_empty = false;
   /// The default as its JSON value (null: none); shown by --help.
   nlohmann::json default_value;
+  /// The command line only: a one-letter name besides the long one ('v' for
+  /// -v), a positional argument (`lrkv jobs get JOB`) instead of a flag, and
+  /// the --help section it is listed under (empty: "Options").
+  char short_name = 0;
+  bool positional = false;
+  std::string group;
 
   // InvalidArgument naming the option when `value` is not of its type, range or
   // choices.
@@ -178,6 +184,18 @@ struct OptionSpec {
   }
   OptionSpec& Alias(std::string name) {
     info.aliases.push_back(std::move(name));
+    return *this;
+  }
+  OptionSpec& Short(char name) {
+    info.short_name = name;
+    return *this;
+  }
+  OptionSpec& Positional() {
+    info.positional = true;
+    return *this;
+  }
+  OptionSpec& Group(std::string name) {
+    info.group = std::move(name);
     return *this;
   }
 };

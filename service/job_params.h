@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "formats/config.h"
 #include "kernels/decode_bench.h"
+#include "runtime/generate_bench.h"
 #include "service/params_json.h"
 #include "study/compare_job.h"
 #include "surgery/convert_job.h"
@@ -28,11 +29,17 @@ absl::StatusOr<VerifyJobOptions> ParseVerifyParams(
 absl::StatusOr<HealJobOptions> ParseHealParams(const std::string& json,
                                                const std::string& checkpoint,
                                                const std::string& out_dir);
-// A pipeline's parameters: one JSON object per stage ("heal" optional) and the
-// decode benchmark's context and timed tokens.
+// A pipeline's parameters: one JSON object per stage ("heal" optional); the
+// bench stage's are `lrkv bench generate`'s timing options
+// (runtime/generate_bench_options_schema.h), a shorter run by default.
 struct PipelineParams {
   std::string convert_json = "{}", heal_json, verify_json = "{}";
-  int64_t bench_context = 512, bench_tokens = 16;
+  GenerateBenchOptions bench = [] {
+    GenerateBenchOptions o;
+    o.context = 512;
+    o.tokens = 16;
+    return o;
+  }();
 };
 absl::StatusOr<PipelineParams> ParsePipelineParams(const std::string& json);
 

@@ -477,15 +477,13 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   report["verify"] = vr.ToJson();
   // 4. Decode throughput of the final model beside the source.
   RETURN_IF_ERROR(Stage(job.id, "bench", ++stage, stages, "benchmarking"));
-  GenerateBenchOptions bo;
+  GenerateBenchOptions bo = pp.bench;
   bo.checkpoint = model;
   // The decode mode of the converted model: its RoPE mode's name.
   const std::string mode =
       RopeModeName(WithAutoResolved(co).conversion.rope_mode);
-  bo.mode = mode;
+  if (bo.mode == "auto") bo.mode = mode;
   bo.source = source.path;
-  bo.context = pp.bench_context;
-  bo.tokens = pp.bench_tokens;
   ASSIGN_OR_RETURN(auto rows, RunGenerateBench(bo));
   nlohmann::json bench = nlohmann::json::array();
   double source_ms = 0;

@@ -626,10 +626,9 @@ class LrkvServer::Service final : public v1::Lrkv::Service {
         RETURN_IF_ERROR(ValidateHealJobOptions(h));
       }
       // The bench stage times the converted model, which keeps the source's shape.
-      GenerateBenchOptions bench;
-      bench.context = pp.bench_context;
-      bench.tokens = pp.bench_tokens;
-      if (absl::Status st = ValidateGenerateBenchOptions(bench, opened->config()); !st.ok()) {
+      if (absl::Status st =
+              ValidateGenerateBenchOptions(pp.bench, opened->config());
+          !st.ok()) {
         return Invalid(absl::StrCat("params_json: bench: ", st.message()));
       }
     } else {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "surgery/kv_variant.h"
 
 namespace lrkv {
@@ -175,6 +176,23 @@ absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& s,
   base.even_rank = even_rank;
   base.rope_dim = mla_rope_dim;
   return PlanForBudget(s, base, budget);
+}
+
+absl::StatusOr<int64_t> LrkvRankFor(const AttentionShape& shape,
+                                    std::optional<int64_t> rank,
+                                    std::optional<double> budget) {
+  if (rank) {
+    if (*rank < 0 || *rank > shape.head_dim) {
+      return Invalid(absl::StrCat("rank ", *rank, " must lie in [0, ",
+                                  shape.head_dim, "] (the head dimension)"));
+    }
+    return *rank;
+  }
+  KvConfig base;
+  base.variant = KvVariant::kLrkv;
+  ASSIGN_OR_RETURN(KvConfig planned,
+                   PlanForBudget(shape, base, budget.value_or(0.5)));
+  return planned.rank;
 }
 
 absl::StatusOr<std::vector<CacheFootprint>> CompareCacheFootprints(

@@ -7,6 +7,7 @@
 #define LRKV_SURGERY_CACHE_ACCOUNTING_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,13 @@ absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& shape,
 absl::StatusOr<KvConfig> PlanForBudget(const AttentionShape& shape, KvVariant variant,
                                        double budget, bool even_rank = false,
                                        int64_t mla_rope_dim = 0);
+
+// The LRKV rank of `shape`: `rank` when given (InvalidArgument above d_h),
+// else the largest within `budget` of the source cache (0.5 when unset too).
+// `lrkv bench decode` and lrkvd's bench jobs alike.
+absl::StatusOr<int64_t> LrkvRankFor(const AttentionShape& shape,
+                                    std::optional<int64_t> rank,
+                                    std::optional<double> budget);
 
 // What `lrkv cache` compares: one explicit size (rank, latent) or a budget.
 struct CacheQuery {

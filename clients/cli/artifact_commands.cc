@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
+#include "clients/cli/schema_flags.h"
 #include "formats/safetensors.h"
 #include "nlohmann/json.hpp"
 
@@ -160,43 +161,62 @@ grpc::Status DownloadArtifact(const ConnectionArgs& a, v1::Lrkv::Stub& stub,
   return grpc::Status::OK;
 }
 
+namespace {
+
+struct ArtifactArgs {
+  std::string job, out;
+};
+
+const OptionSchema<ArtifactArgs>& ArtifactGetSchema() {
+  using A = ArtifactArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("artifacts get");
+    s.Value(
+         "job", [](A & a) -> auto& { return a.job; }, "Job id")
+        .Positional()
+        .Required();
+    s.Value(
+         "out", [](A & a) -> auto& { return a.out; },
+         "Folder to write (must not exist, or be empty)")
+        .Path()
+        .Required();
+    return s;
+  }();
+  return schema;
+}
+
+int GetArtifact(const ArtifactArgs& a) {
+  auto stub = Connect(Globals().conn);
+  nlohmann::json files;
+  const grpc::Status st =
+      DownloadArtifact(Globals().conn, *stub, a.job, a.out, &files);
+  if (!st.ok()) return RpcError(st);
+  int64_t bytes = 0;
+  for (const auto& f : files) bytes += f["bytes"].get<int64_t>();
+  if (Globals().json) {
+    std::printf(
+        "%s\n",
+        nlohmann::json({{"job_id", a.job}, {"out", a.out}, {"files", files}})
+            .dump()
+            .c_str());
+  } else {
+    std::printf("%s: %zu files, %lld bytes, sha256-checked, in %s\n",
+                a.job.c_str(), files.size(), static_cast<long long>(bytes),
+                a.out.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
 void AddArtifactCommands(CLI::App& app, int* exit_code) {
   auto* artifacts = app.add_subcommand(
       "artifacts", "Download what a server job wrote (its checkpoint)");
   artifacts->require_subcommand(1);
-  auto job = std::make_shared<std::string>();
-  auto out = std::make_shared<std::string>();
   auto* get = artifacts->add_subcommand(
       "get",
       "A convert, heal or pipeline job's checkpoint folder, sha256-checked");
-  get->add_option("job", *job, "Job id")->required();
-  get->add_option("--out", *out,
-                  "Folder to write (must not exist, or be empty)")
-      ->required();
-  get->callback([job, out, exit_code] {
-    auto stub = Connect(Globals().conn);
-    nlohmann::json files;
-    const grpc::Status st =
-        DownloadArtifact(Globals().conn, *stub, *job, *out, &files);
-    if (!st.ok()) {
-      *exit_code = RpcError(st);
-      return;
-    }
-    int64_t bytes = 0;
-    for (const auto& f : files) bytes += f["bytes"].get<int64_t>();
-    if (Globals().json) {
-      std::printf(
-          "%s\n",
-          nlohmann::json({{"job_id", *job}, {"out", *out}, {"files", files}})
-              .dump()
-              .c_str());
-    } else {
-      std::printf("%s: %zu files, %lld bytes, sha256-checked, in %s\n",
-                  job->c_str(), files.size(), static_cast<long long>(bytes),
-                  out->c_str());
-    }
-    *exit_code = kExitOk;
-  });
+  AddSchemaCommand(get, ArtifactGetSchema(), exit_code, GetArtifact);
 }
 
 }  // namespace lrkv::cli

@@ -20,10 +20,13 @@
 #include "clients/cli/commands.h"
 #include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/shared_options.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "runtime/generate_bench.h"
+#include "runtime/generate_bench_options_schema.h"
 #include "runtime/threads.h"
+#include "surgery/cache_accounting.h"
 
 namespace lrkv::cli {
 namespace {
@@ -32,13 +35,85 @@ int RunDecode(DecodeBenchArgs a, const std::string& checkpoint) {
   if (!checkpoint.empty()) {
     auto ckpt = Checkpoint::Open(checkpoint);
     if (!ckpt.ok()) return Fail(ckpt.status());
-    a.bench.heads = (*ckpt)->config().num_heads;
-    a.bench.kv_heads = (*ckpt)->config().num_kv_heads;
-    a.bench.head_dim = (*ckpt)->config().head_dim;
+    a.job.bench.heads = (*ckpt)->config().num_heads;
+    a.job.bench.kv_heads = (*ckpt)->config().num_kv_heads;
+    a.job.bench.head_dim = (*ckpt)->config().head_dim;
   }
+  AttentionShape shape;
+  shape.heads = a.job.bench.heads;
+  shape.kv_heads = a.job.bench.kv_heads;
+  shape.head_dim = a.job.bench.head_dim;
+  auto rank = LrkvRankFor(shape, a.job.rank, a.job.budget);
+  if (!rank.ok()) return Fail(rank.status());
+  a.job.bench.rank = *rank;
   a.json_stdout = Globals().json;
-  const absl::Status st = RunDecodeBenchArgs(std::move(a));
+  const absl::Status st = RunDecodeBenchArgs(a);
   return st.ok() ? kExitOk : Fail(st);
+}
+
+// bench generate's options beyond the timing schema's: what is timed, and
+// against what.
+struct GenerateArgs {
+  std::string checkpoint, source, products = "bf16";
+  std::string against_llama_cpp, llama_cpp_source;
+};
+
+const OptionSchema<GenerateArgs>& GenerateArgsSchema() {
+  using A = GenerateArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("bench generate");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+         "Checkpoint (usually converted)")
+        .Path()
+        .Required();
+    s.Value(
+         "source", [](A & a) -> auto& { return a.source; },
+         "The source model, timed beside it")
+        .Path();
+    AddProductsOption(
+        s, [](A & a) -> auto& { return a.products; });
+    s.Value(
+         "against_llama_cpp",
+         [](A & a) -> auto& { return a.against_llama_cpp; },
+         "A GGUF file of the same model: llama.cpp (node-llama-cpp, CPU, F16 "
+         "KV cache) runs it in the same run, and the ratios are printed")
+        .Path();
+    s.Value(
+         "llama_cpp_source", [](A & a) -> auto& { return a.llama_cpp_source; },
+         "The source model's GGUF: llama.cpp runs it too, and the converted "
+         "model's step in llama.cpp is printed against it (e.g. an MLA "
+         "deepseek2 export against the source)")
+        .Path();
+    s.Check([](const A& a, OptionSource) -> absl::Status {
+      if (!a.llama_cpp_source.empty() && a.against_llama_cpp.empty()) {
+        return absl::InvalidArgumentError(
+            "--llama-cpp-source times the source in llama.cpp beside "
+            "--against-llama-cpp: give both");
+      }
+      return absl::OkStatus();
+    });
+    return s;
+  }();
+  return schema;
+}
+
+// bench decode's --checkpoint.
+struct DecodeCheckpoint {
+  std::string checkpoint;
+};
+
+const OptionSchema<DecodeCheckpoint>& DecodeCheckpointSchema() {
+  static const OptionSchema<DecodeCheckpoint> schema = [] {
+    OptionSchema<DecodeCheckpoint> s("bench decode");
+    s.Value(
+         "checkpoint",
+         [](DecodeCheckpoint & a) -> auto& { return a.checkpoint; },
+         "Take H, H_kv and d_h from this checkpoint (needed with --server)")
+        .Path();
+    return s;
+  }();
+  return schema;
 }
 
 // llama.cpp on `gguf` (tests/js/llama_cpp_bench.mjs through node, installed by
@@ -132,13 +207,12 @@ void PrintRoundRatios(const std::vector<GenerateBenchRow>& rows) {
   }
 }
 
-int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
-                const std::string& llama_cpp_source) {
-  if (!llama_cpp_source.empty() && against_llama_cpp.empty()) {
-    return Fail(absl::InvalidArgumentError(
-        "--llama-cpp-source times the source in llama.cpp beside "
-        "--against-llama-cpp: give both"));
-  }
+int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
+  o.checkpoint = a.checkpoint;
+  o.source = a.source;
+  o.bf16_products = a.products == "bf16";
+  const std::string& against_llama_cpp = a.against_llama_cpp;
+  const std::string& llama_cpp_source = a.llama_cpp_source;
   StageProgress progress("bench generate");
   o.on_progress = progress.Sink();
   auto rows = RunGenerateBench(o);
@@ -245,68 +319,36 @@ int RunGenerate(GenerateBenchOptions o, const std::string& against_llama_cpp,
 
 void AddBenchCommands(CLI::App& app, int* exit_code) {
   CLI::App* bench = app.get_subcommand("bench");
-  auto d = std::make_shared<DecodeBenchArgs>();
-  auto checkpoint = std::make_shared<std::string>();
   auto* cmd = bench->add_subcommand(
       "decode",
       "Decode-step time of MHA, GQA, MLA and LRKV kernels at equal cache");
-  AddDecodeBenchOptions(cmd, d.get());
-  cmd->add_option(
-      "--checkpoint", *checkpoint,
-      "Take H, H_kv and d_h from this checkpoint (needed with --server)");
-  RemoteSpec spec;
-  spec.kind = "bench";
-  spec.skip = {"heads", "source-kv-heads", "head-dim", "device"};
-  spec.rename = {{"iters", "iterations"}};
-  spec.lists = {"context"};
-  auto remote = RemoteJob::Attach(cmd, spec);
-  cmd->callback([d, checkpoint, remote, exit_code] {
-    if (remote->Requested() && d->device != "cpu") {
-      *exit_code = Fail(absl::InvalidArgumentError(
-          "--device cuda runs the bench here; lrkvd's bench jobs run on the "
-          "server's CPU"));
+  const DecodeBenchFlags flags = AddDecodeBenchOptions(cmd);
+  auto checkpoint = AddSchemaFlags(cmd, DecodeCheckpointSchema());
+  auto remote = RemoteJob::Attach(cmd, {"bench", flags.bench});
+  cmd->callback([flags, checkpoint, remote, exit_code] {
+    auto args = ParseDecodeBenchFlags(flags);
+    auto ckpt = ParseFlags(*checkpoint, DecodeCheckpointSchema(), {});
+    if (!args.ok() || !ckpt.ok()) {
+      *exit_code = Fail(args.ok() ? ckpt.status() : args.status());
       return;
     }
-    *exit_code =
-        remote->Requested() ? remote->Run() : RunDecode(*d, *checkpoint);
+    *exit_code = remote->Requested() ? remote->Run()
+                                     : RunDecode(*args, ckpt->checkpoint);
   });
 
-  auto g = std::make_shared<GenerateBenchOptions>();
   auto* gen = bench->add_subcommand(
       "generate",
       "End-to-end decode tokens/s at long context, converted vs source");
-  gen->add_option("--checkpoint", g->checkpoint,
-                  "Checkpoint (usually converted)")
-      ->required();
-  gen->add_option("--source", g->source, "The source model, timed beside it");
-  gen->add_option("--mode", g->mode,
-                  "Factored decode mode: auto (the one the checkpoint was converted for) | "
-                  "plane | reconstruct | partial");
-  gen->add_option("--context", g->context, "Tokens in the cache before timing");
-  gen->add_option("--tokens", g->tokens, "Timed decode steps");
-  gen->add_option(
-      "--rounds", g->rounds,
-      "Time every engine this many times, one at a time, in the reverse "
-      "order every other round (the machine's drift falls on all alike); "
-      "prints each round's ratio to the source");
-  gen->add_option("--dtype", g->dtype, "Cache storage: bf16 | fp32");
-  gen->add_option("--cache-layout", g->cache_layout,
-                  "Plane mode's factored cache: auto (tiles where the fused "
-                  "kernel runs) | rows | tiles");
-  auto products = std::make_shared<std::string>("bf16");
-  AddProductsOption(gen, products.get());
-  auto llama_cpp = std::make_shared<std::string>();
-  gen->add_option("--against-llama-cpp", *llama_cpp,
-                  "A GGUF file of the same model: llama.cpp (node-llama-cpp, CPU, F16 KV "
-                  "cache) runs it in the same run, and the ratios are printed");
-  auto llama_cpp_source = std::make_shared<std::string>();
-  gen->add_option("--llama-cpp-source", *llama_cpp_source,
-                  "The source model's GGUF: llama.cpp runs it too, and the "
-                  "converted model's step in llama.cpp is printed against it "
-                  "(e.g. an MLA deepseek2 export against the source)");
-  gen->callback([g, products, llama_cpp, llama_cpp_source, exit_code] {
-    g->bf16_products = *products == "bf16";
-    *exit_code = RunGenerate(*g, *llama_cpp, *llama_cpp_source);
+  auto timing = AddSchemaFlags(gen, GenerateBenchOptionSchema());
+  auto own = AddSchemaFlags(gen, GenerateArgsSchema());
+  gen->callback([timing, own, exit_code] {
+    auto o = ParseFlags(*timing, GenerateBenchOptionSchema(), {});
+    auto a = ParseFlags(*own, GenerateArgsSchema(), {});
+    if (!o.ok() || !a.ok()) {
+      *exit_code = Fail(o.ok() ? a.status() : o.status());
+      return;
+    }
+    *exit_code = RunGenerate(*std::move(o), *a);
   });
 }
 

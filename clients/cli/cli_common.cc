@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <csignal>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,32 +12,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/schema_flags.h"
 #include "clients/cli/yaml_config.h"
 #include "runtime/provenance.h"
 
 namespace lrkv::cli {
-
-namespace {
-
-// A number at least (or, `strict`, above) zero.
-CLI::Validator NotBelowZero(bool strict) {
-  return CLI::Validator(
-      [strict](std::string& value) -> std::string {
-        double v = 0;
-        if (!absl::SimpleAtod(value, &v)) return value + " is not a number";
-        if (strict ? v <= 0 : v < 0) {
-          return value + (strict ? " must be more than 0" : " must be 0 or more");
-        }
-        return "";
-      },
-      strict ? "> 0" : ">= 0");
-}
-
-}  // namespace
-
-const CLI::Validator kNotNegative = NotBelowZero(false);
-
-const CLI::Validator kPositive = NotBelowZero(true);
 
 nlohmann::json JsonScalar(const std::string& s) {
   int64_t i;
@@ -55,8 +33,50 @@ GlobalOptions& Globals() {
   return options;
 }
 
+namespace {
+
+// The global options, before or after the command.
+const OptionSchema<GlobalOptions>& GlobalOptionSchema() {
+  using G = GlobalOptions;
+  static const OptionSchema<G> schema = [] {
+    const std::string group = "Global options";
+    OptionSchema<G> s("lrkv");
+    s.Value(
+         "server", [](G & g) -> auto& { return g.conn.server; },
+         "lrkvd address (default $LRKV_SERVER; with neither, commands run "
+         "here)")
+        .Group(group);
+    s.Value(
+         "token_file", [](G & g) -> auto& { return g.conn.token_file; },
+         "Bearer token file (default $LRKV_TOKEN_FILE)")
+        .Path()
+        .Group(group);
+    s.Value(
+         "tls_ca", [](G & g) -> auto& { return g.conn.tls_ca; },
+         "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)")
+        .Path()
+        .Group(group);
+    s.Value(
+         "json", [](G & g) -> auto& { return g.json; },
+         "Print the machine-readable result on stdout, nothing else there")
+        .Group(group);
+    s.Value(
+         "local", [](G & g) -> auto& { return g.local; },
+         "Run here even when $LRKV_SERVER is set")
+        .Group(group);
+    s.Value(
+         "verbose", [](G & g) -> auto& { return g.verbose; },
+         "gRPC's own logs and more detail")
+        .Short('v')
+        .Group(group);
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace
+
 void AddGlobalOptions(CLI::App& app) {
-  GlobalOptions& g = Globals();
   // Subcommands created after this pass options they do not know up to their
   // parent, so that `lrkv --server A jobs list` and `lrkv jobs list --server A`
   // both work.
@@ -73,24 +93,16 @@ void AddGlobalOptions(CLI::App& app) {
       "Exit codes: 0 ok, 1 a check failed, 2 usage or invalid input, 3 server "
       "or "
       "transport, 4 internal.");
-  app.add_option("--server", g.conn.server,
-                 "lrkvd address (default $LRKV_SERVER; with neither, commands "
-                 "run here)")
-      ->group("Global options");
-  app.add_option("--token-file", g.conn.token_file,
-                 "Bearer token file (default $LRKV_TOKEN_FILE)")
-      ->group("Global options");
-  app.add_option("--tls-ca", g.conn.tls_ca,
-                 "PEM CA certificate: speak TLS (or $LRKV_TLS_CA)")
-      ->group("Global options");
-  app.add_flag(
-         "--json", g.json,
-         "Print the machine-readable result on stdout, nothing else there")
-      ->group("Global options");
-  app.add_flag("--local", g.local, "Run here even when $LRKV_SERVER is set")
-      ->group("Global options");
-  app.add_flag("-v,--verbose", g.verbose, "gRPC's own logs and more detail")
-      ->group("Global options");
+  auto flags = AddSchemaFlags(&app, GlobalOptionSchema());
+  // Stored before any command's callback runs (CLI11 runs the root's
+  // parse-complete callback first). gRPC core logs (a bad certificate, a
+  // refused connection) go to stderr by default; the commands say what went
+  // wrong in one line instead, unless -v asks for them.
+  app.parse_complete_callback([flags] {
+    auto parsed = ParseFlags(*flags, GlobalOptionSchema(), GlobalOptions{});
+    if (parsed.ok()) Globals() = *std::move(parsed);
+    if (!Globals().verbose) setenv("GRPC_VERBOSITY", "NONE", 0);
+  });
 }
 
 std::string VersionString() { return lrkv::VersionString(); }

@@ -3,6 +3,7 @@
 // `lrkv jobs list|get|watch|cancel|delete`, `lrkv report`.
 // Exit codes as commands.h says; with --json each prints its result (a checkpoint, a
 // job, the list, a report) as JSON on stdout and nothing else there.
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <array>
@@ -11,13 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
+#include "clients/cli/schema_flags.h"
+#include "clients/cli/shared_options.h"
 #include "clients/cli/yaml_config.h"
 #include "lrkv/v1/lrkv.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -32,7 +34,48 @@ struct ClientArgs {
   int64_t since = -1;  // jobs watch: events after this sequence number (-1: from now)
   bool all = false;    // jobs watch: every event from the start
   std::string json_out, junit, html;
+  // pipeline: each stage's parameters, JSON objects.
+  std::string convert, heal, verify, bench;
 };
+
+using ClientSchema = OptionSchema<ClientArgs>;
+
+// The schema of one client command, declared by `declare` on first use and
+// kept for the process.
+const ClientSchema& SchemaOf(const std::string& command,
+                             void (*declare)(ClientSchema&)) {
+  static auto* schemas = new std::map<std::string, ClientSchema>();
+  auto it = schemas->find(command);
+  if (it == schemas->end()) {
+    ClientSchema s(command);
+    declare(s);
+    it = schemas->emplace(command, std::move(s)).first;
+  }
+  return it->second;
+}
+
+void AddJobId(ClientSchema& s) {
+  s.Value(
+       "job", [](ClientArgs & a) -> auto& { return a.job_id; }, "Job id")
+      .Positional()
+      .Required();
+}
+
+void AddDetach(ClientSchema& s) {
+  s.Value(
+      "detach", [](ClientArgs & a) -> auto& { return a.detach; },
+      "Print the job id and return");
+}
+
+// --json-out and --junit of a command that prints a job's report.
+void AddReportOutputs(ClientSchema& s) {
+  AddJsonOutOption(
+      s, [](ClientArgs & a) -> auto& { return a.json_out; });
+  s.Value(
+       "junit", [](ClientArgs & a) -> auto& { return a.junit; },
+       "Write the checks as JUnit XML (one testcase per check)")
+      .Path();
+}
 
 std::unique_ptr<v1::Lrkv::Stub> Connect(const ClientArgs&) {
   return lrkv::cli::Connect(Globals().conn);
@@ -268,112 +311,191 @@ int Submit(const ClientArgs& a) {
                          Outputs(a));
 }
 
-}  // namespace
+// The parameters of a pipeline job: each stage's object, and the option file
+// they came from.
+int Pipeline(ClientArgs a) {
+  std::string params = "{";
+  const std::pair<const char*, const std::string*> stages[] = {
+      {"convert", &a.convert},
+      {"heal", &a.heal},
+      {"verify", &a.verify},
+      {"bench", &a.bench}};
+  for (const auto& [name, value] : stages) {
+    if (value->empty()) continue;
+    if (params.size() > 1) params += ", ";
+    params += "\"" + std::string(name) + "\": " + *value;
+  }
+  if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) {
+    if (params.size() > 1) params += ", ";
+    params += "\"config_file\": " + file.dump();
+  }
+  a.params = params + "}";
+  a.kind = "pipeline";
+  return Submit(a);
+}
 
-void AddClientCommands(CLI::App& app, int* exit_code) {
-  auto a = std::make_shared<ClientArgs>();
-  auto* reg = app.add_subcommand(
-      "register", "Register a checkpoint on the server (server-side path)");
-  reg->add_option("path", a->path, "Path on the server")->required();
-  reg->callback([a, exit_code] { *exit_code = Register(*a); });
-  auto* up = app.add_subcommand("upload",
-                                "Upload a checkpoint to the server in 1 MiB "
-                                "chunks (resumes an interrupted upload)");
-  up->add_option(
-        "path", a->path,
-        "A .gguf file, or a folder with model.safetensors and config.json")
-      ->required();
-  up->callback([a, exit_code] { *exit_code = Upload(*a); });
-
+void AddJobsCommands(CLI::App& app, int* exit_code) {
   auto* jobs = app.add_subcommand(
       "jobs", "List, inspect, watch, cancel or delete server jobs");
   jobs->require_subcommand(1);
   auto* list = jobs->add_subcommand("list", "Jobs, oldest first");
-  list->add_option("--state", a->state,
-                   "queued | running | succeeded | failed | cancelled");
-  list->add_option("--kind", a->kind, "convert | heal | verify | bench | compare | pipeline");
-  list->add_option("--page-size", a->page_size, "Jobs per request");
-  list->callback([a, exit_code] { *exit_code = List(*a); });
-  struct Verb {
-    const char* name;
-    const char* help;
-    int (*fn)(const ClientArgs&);
-  };
-  for (const Verb& v : {Verb{"get", "One job", Get},
-                        Verb{"watch", "Stream a job's progress", Watch},
-                        Verb{"cancel", "Cancel a job", Cancel},
-                        Verb{"delete", "Delete a finished job", Delete}}) {
-    auto* cmd = jobs->add_subcommand(v.name, v.help);
-    cmd->add_option("job", a->job_id, "Job id")->required();
-    if (std::string(v.name) == "watch") {
-      auto* since = cmd->add_option("--since", a->since,
-                                    "Show the events after this sequence number (default: the "
-                                    "latest event, then new ones)");
-      cmd->add_flag("--all", a->all, "Show every event from the job's start")->excludes(since);
-    }
-    auto fn = v.fn;
-    cmd->callback([a, exit_code, fn] { *exit_code = fn(*a); });
-  }
+  AddSchemaCommand(
+      list,
+      SchemaOf("jobs list",
+               [](ClientSchema& s) {
+                 s.Value(
+                     "state", [](ClientArgs & a) -> auto& { return a.state; },
+                     "queued | running | succeeded | failed | cancelled");
+                 s.Value(
+                     "kind", [](ClientArgs & a) -> auto& { return a.kind; },
+                     "convert | heal | verify | bench | compare | pipeline");
+                 s.Value(
+                      "page_size",
+                      [](ClientArgs & a) -> auto& { return a.page_size; },
+                      "Jobs per request")
+                     .Range(1, 1000);
+               }),
+      exit_code, List);
+  AddSchemaCommand(jobs->add_subcommand("get", "One job"),
+                   SchemaOf("jobs get", AddJobId), exit_code, Get);
+  AddSchemaCommand(
+      jobs->add_subcommand("watch", "Stream a job's progress"),
+      SchemaOf("jobs watch",
+               [](ClientSchema& s) {
+                 AddJobId(s);
+                 s.Value(
+                      "since", [](ClientArgs & a) -> auto& { return a.since; },
+                      "Show the events after this sequence number (default: "
+                      "the latest "
+                      "event, then new ones)")
+                     .Min(0);
+                 s.Value(
+                     "all", [](ClientArgs & a) -> auto& { return a.all; },
+                     "Show every event from the job's start");
+                 s.Check([](const ClientArgs& a, OptionSource) -> absl::Status {
+                   if (a.all && a.since >= 0) {
+                     return absl::InvalidArgumentError(
+                         "--all and --since each say where the events start; "
+                         "give one");
+                   }
+                   return absl::OkStatus();
+                 });
+               }),
+      exit_code, Watch);
+  AddSchemaCommand(jobs->add_subcommand("cancel", "Cancel a job"),
+                   SchemaOf("jobs cancel", AddJobId), exit_code, Cancel);
+  AddSchemaCommand(jobs->add_subcommand("delete", "Delete a finished job"),
+                   SchemaOf("jobs delete", AddJobId), exit_code, Delete);
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int* exit_code) {
+  auto* reg = app.add_subcommand(
+      "register", "Register a checkpoint on the server (server-side path)");
+  AddSchemaCommand(
+      reg,
+      SchemaOf("register",
+               [](ClientSchema& s) {
+                 s.Value(
+                      "path", [](ClientArgs & a) -> auto& { return a.path; },
+                      "Path on the server")
+                     .Positional()
+                     .Required();
+               }),
+      exit_code, Register);
+  auto* up = app.add_subcommand("upload",
+                                "Upload a checkpoint to the server in 1 MiB "
+                                "chunks (resumes an interrupted upload)");
+  AddSchemaCommand(
+      up,
+      SchemaOf("upload",
+               [](ClientSchema& s) {
+                 s.Value(
+                      "path", [](ClientArgs & a) -> auto& { return a.path; },
+                      "A .gguf file, or a folder with model.safetensors and "
+                      "config.json")
+                     .Path()
+                     .Positional()
+                     .Required();
+               }),
+      exit_code, Upload);
+  AddJobsCommands(app, exit_code);
+
   auto* submit =
       app.add_subcommand("submit", "Submit a job to lrkvd and wait for it");
-  submit->add_option("kind", a->kind, "convert | heal | verify | ...")
-      ->required();
-  submit->add_option("--checkpoint-id", a->checkpoint_id,
+  AddSchemaCommand(
+      submit,
+      SchemaOf("submit",
+               [](ClientSchema& s) {
+                 s.Value(
+                      "kind", [](ClientArgs & a) -> auto& { return a.kind; },
+                      "convert | heal | verify | ...")
+                     .Positional()
+                     .Required();
+                 s.Value(
+                     "checkpoint_id",
+                     [](ClientArgs & a) -> auto& { return a.checkpoint_id; },
                      "From `lrkv register` or `lrkv upload`");
-  submit->add_option("--checkpoint", a->path,
-                     "A local checkpoint (registered or uploaded first)");
-  submit->add_option("--params", a->params,
+                 s.Value(
+                      "checkpoint",
+                      [](ClientArgs & a) -> auto& { return a.path; },
+                      "A local checkpoint (registered or uploaded first)")
+                     .Path();
+                 s.Value(
+                     "params", [](ClientArgs & a) -> auto& { return a.params; },
                      "JSON parameters (the lrkv option names)");
-  submit->add_flag("--detach", a->detach, "Print the job id and return");
-  submit->callback([a, exit_code] { *exit_code = Submit(*a); });
+                 AddDetach(s);
+               }),
+      exit_code, Submit);
 
   // The pipeline runs on lrkvd only: convert -> heal -> verify -> bench.
-  auto pipe = std::make_shared<ClientArgs>();
-  auto stages = std::make_shared<std::array<std::string, 4>>();
   auto* pipeline = app.add_subcommand("pipeline",
                                       "Run convert -> heal -> verify -> bench "
                                       "as one lrkvd job and print its report");
-  pipeline
-      ->add_option("--checkpoint", pipe->path,
-                   "Source checkpoint (registered or uploaded)")
-      ->required();
-  pipeline
-      ->add_option("--convert", (*stages)[0],
-                   "Convert parameters, a JSON object")
-      ->required();
-  pipeline->add_option("--heal", (*stages)[1],
-                       "Heal parameters, a JSON object (optional)");
-  pipeline->add_option("--verify", (*stages)[2],
-                       "Verify parameters, a JSON object");
-  pipeline->add_option("--bench", (*stages)[3],
-                       "{\"context\": L, \"tokens\": N}");
-  pipeline->add_flag("--detach", pipe->detach, "Print the job id and return");
-  pipeline->add_option("--json-out", pipe->json_out, "Write the JSON report to this file");
-  pipeline->add_option("--junit", pipe->junit, "Write the checks as JUnit XML");
-  pipeline->callback([pipe, stages, exit_code] {
-    std::string params = "{";
-    const char* names[] = {"convert", "heal", "verify", "bench"};
-    for (int i = 0; i < 4; ++i) {
-      if ((*stages)[i].empty()) continue;
-      if (params.size() > 1) params += ", ";
-      params += "\"" + std::string(names[i]) + "\": " + (*stages)[i];
-    }
-    if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) {
-      if (params.size() > 1) params += ", ";
-      params += "\"config_file\": " + file.dump();
-    }
-    pipe->params = params + "}";
-    pipe->kind = "pipeline";
-    *exit_code = Submit(*pipe);
-  });
+  AddSchemaCommand(
+      pipeline,
+      SchemaOf(
+          "pipeline",
+          [](ClientSchema& s) {
+            s.Value(
+                 "checkpoint", [](ClientArgs & a) -> auto& { return a.path; },
+                 "Source checkpoint (registered or uploaded)")
+                .Path()
+                .Required();
+            s.Value(
+                 "convert", [](ClientArgs & a) -> auto& { return a.convert; },
+                 "Convert parameters, a JSON object")
+                .Required();
+            s.Value(
+                "heal", [](ClientArgs & a) -> auto& { return a.heal; },
+                "Heal parameters, a JSON object (optional)");
+            s.Value(
+                "verify", [](ClientArgs & a) -> auto& { return a.verify; },
+                "Verify parameters, a JSON object");
+            s.Value(
+                "bench", [](ClientArgs & a) -> auto& { return a.bench; },
+                "`lrkv bench generate`'s timing options, a JSON object "
+                "(default "
+                "{\"context\": 512, \"tokens\": 16})");
+            AddDetach(s);
+            AddReportOutputs(s);
+          }),
+      exit_code, Pipeline);
 
   auto* report = app.add_subcommand("report", "A finished job's report");
-  report->add_option("job", a->job_id, "Job id")->required();
-  report->add_option("--json-out", a->json_out, "Write the JSON report to this file");
-  report->add_option("--junit", a->junit, "Write the checks as JUnit XML");
-  report->add_option("--html", a->html,
-                     "Write a compare job's page (tables and SVG plots)");
-  report->callback([a, exit_code] { *exit_code = Report(*a); });
+  AddSchemaCommand(
+      report,
+      SchemaOf("report",
+               [](ClientSchema& s) {
+                 AddJobId(s);
+                 AddReportOutputs(s);
+                 s.Value(
+                      "html", [](ClientArgs & a) -> auto& { return a.html; },
+                      "Write a compare job's page (tables and SVG plots)")
+                     .Path();
+               }),
+      exit_code, Report);
 }
 
 }  // namespace lrkv::cli

@@ -69,11 +69,6 @@ int Fail(const absl::Status& status);
 // Prints "lrkv: error: <message>" and returns kExitUsage.
 int UsageError(const std::string& message);
 
-// Option checks whose message reads well ("--rank: -1 must be 0 or more", not CLI11's
-// range up to DBL_MAX).
-extern const CLI::Validator kNotNegative;
-extern const CLI::Validator kPositive;
-
 // An option's text as the JSON value a job parameter takes: an integer, a number,
 // true/false, else the string itself.
 nlohmann::json JsonScalar(const std::string& text);
@@ -85,10 +80,6 @@ absl::Status WriteTextFile(const std::string& path, const std::string& text);
 // else `table`; and the JSON to `json_out` when given. kExitOk, or Fail's code.
 int EmitLocalReport(nlohmann::json report, const std::string& table,
                     const std::string& json_out);
-
-// `--products bf16|fp32` on `cmd` (eval, generate, bench generate): how prefill-sized
-// products with bf16-stored weights are computed (runtime/stored_linear.h).
-void AddProductsOption(CLI::App* cmd, std::string* products);
 
 void AddModelCommands(CLI::App& app, int* exit_code);  // eval, generate, sysinfo, version
 void AddSurgeryCommands(CLI::App& app,
@@ -102,7 +93,9 @@ void AddCompareCommands(CLI::App& app, int* exit_code);  // compare
 // After AddSurgeryCommands, which creates `bench`.
 void AddTokenizeCommands(CLI::App& app, int* exit_code);  // tokenize, bench tokenize
 void AddBenchCommands(CLI::App& app, int* exit_code);  // bench decode
-void AddServeCommands(CLI::App& app, int* exit_code);  // serve
+void AddServeCommands(CLI::App& app, int* exit_code);  // serve, bench serve
+// Last: lists the commands added before it.
+void AddOptionsCommand(CLI::App& app, int* exit_code);  // options (hidden)
 
 }  // namespace lrkv::cli
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/job_command.h"
 #include "clients/cli/remote.h"
 #include "clients/cli/schema_flags.h"
 #include "clients/cli/yaml_config.h"
@@ -27,15 +28,22 @@ namespace {
 
 // compare's options: the schema's flags, the checkpoint and the report files.
 struct CompareArgs {
-  std::string checkpoint;
-  std::shared_ptr<SchemaFlags> flags;
-  std::string json_path, html_path;
+  std::shared_ptr<SchemaFlags> flags, own;
 };
 
-int RunCompare(const CompareArgs& args) {
+const OptionSchema<JobCommandArgs>& CompareCommandSchema() {
+  static const auto schema =
+      JobCommandSchema("compare", "Source checkpoint", {"json_out", "html"});
+  return schema;
+}
+
+int RunCompare(const CompareArgs& c) {
+  auto own = ParseFlags(*c.own, CompareCommandSchema(), {});
+  if (!own.ok()) return Fail(own.status());
+  const JobCommandArgs& args = *own;
   CompareJobOptions base;
   base.checkpoint = args.checkpoint;
-  auto job = ParseFlags(*args.flags, CompareOptionSchema(), std::move(base));
+  auto job = ParseFlags(*c.flags, CompareOptionSchema(), std::move(base));
   if (!job.ok()) return Fail(job.status());
   CompareJobOptions& o = *job;
   if (o.work_dir.empty()) {
@@ -54,14 +62,16 @@ int RunCompare(const CompareArgs& args) {
   if (nlohmann::json file = ConfigFileRecord(); !file.is_null()) {
     report->run_config["config_file"] = file["name"];
   }
-  if (int rc = EmitLocalReport(report->ToJson(), report->ToTable(), args.json_path); rc != kExitOk) {
+  if (int rc =
+          EmitLocalReport(report->ToJson(), report->ToTable(), args.json_out);
+      rc != kExitOk) {
     return rc;
   }
-  if (!args.html_path.empty()) {
-    std::ofstream html(args.html_path);
+  if (!args.html.empty()) {
+    std::ofstream html(args.html);
     html << CompareReportHtml(*report, "lrkv compare (local run)");
     if (!html)
-      return Fail(absl::PermissionDeniedError(args.html_path + ": cannot write"));
+      return Fail(absl::PermissionDeniedError(args.html + ": cannot write"));
   }
   std::fprintf(stderr, "converted and healed checkpoints are in %s\n",
                o.work_dir.c_str());
@@ -75,11 +85,8 @@ void AddCompareCommands(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("compare",
                                  "GQA, MQA, MLA and LRKV at equal KV-cache "
                                  "budgets, converted and healed alike");
-  cmd->add_option("--checkpoint", c->checkpoint, "Source checkpoint")->required();
+  c->own = AddSchemaFlags(cmd, CompareCommandSchema());
   c->flags = AddSchemaFlags(cmd, CompareOptionSchema());
-  cmd->add_option("--json-out", c->json_path, "Write the report as JSON to this file");
-  cmd->add_option("--html", c->html_path,
-                  "Write the report as HTML with SVG plots");
   auto remote = RemoteJob::Attach(cmd, {"compare", c->flags});
   cmd->callback([c, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunCompare(*c);

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,9 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
-#include "nlohmann/json.hpp"
+#include "clients/cli/job_command.h"
 #include "clients/cli/remote.h"
 #include "clients/cli/schema_flags.h"
+#include "nlohmann/json.hpp"
 #include "train/heal_job.h"
 #include "train/heal_options_schema.h"
 #include "train/model_init.h"
@@ -29,12 +31,95 @@ namespace {
 // heal's options: the schema's flags, the checkpoint and output, and this machine's
 // processes and event file.
 struct HealArgs {
-  std::string checkpoint, out_dir;
-  std::shared_ptr<SchemaFlags> flags;
-  int nproc = 1;
-  std::string events_path;
-  HealJobOptions job;  // parsed from the flags by RunHeal
+  std::shared_ptr<SchemaFlags> flags, own;
+  JobCommandArgs command;  // parsed from `own` by RunHeal
+  HealJobOptions job;      // parsed from `flags` by RunHeal
 };
+
+const OptionSchema<JobCommandArgs>& HealCommandSchema() {
+  static const auto schema = JobCommandSchema("heal", "Converted checkpoint",
+                                              {"out", "nproc", "events"});
+  return schema;
+}
+
+// init's options: ModelInitOptions, all of them.
+const OptionSchema<ModelInitOptions>& InitSchema() {
+  using A = ModelInitOptions;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("init");
+    s.Value(
+         "tokenizer_from", [](A & a) -> auto& { return a.tokenizer_from; },
+         "Checkpoint (or, with --config, tokenizer folder) whose tokenizer "
+         "and vocabulary to use")
+        .Path()
+        .Required();
+    s.Value(
+         "layers", [](A & a) -> auto& { return a.layers; }, "Decoder layers")
+        .Range(1, 1024);
+    s.Value(
+         "hidden", [](A & a) -> auto& { return a.hidden; }, "Model width d")
+        .Range(1, 1 << 20);
+    s.Value(
+         "heads", [](A & a) -> auto& { return a.heads; },
+         "Query heads (head dim = hidden / heads)")
+        .Range(1, 4096);
+    s.Value(
+         "kv_heads", [](A & a) -> auto& { return a.kv_heads; },
+         "KV heads (0: MHA)")
+        .Range(0, 4096);
+    s.Value(
+         "ffn", [](A & a) -> auto& { return a.ffn; }, "SwiGLU width")
+        .Range(1, 1 << 22);
+    s.Value(
+         "context", [](A & a) -> auto& { return a.context; },
+         "max_position_embeddings")
+        .Range(1, 1 << 24);
+    s.Value(
+        "seed", [](A & a) -> auto& { return a.seed; },
+        "Seed of the random weights");
+    s.Value(
+         "config", [](A & a) -> auto& { return a.config_json; },
+         "An HF config.json (a real model's): its shape and settings, written "
+         "as the checkpoint's config.json; --layers etc. are then unused and "
+         "--tokenizer-from may be a tokenizer.json folder")
+        .Path();
+    s.Value(
+        "weight_dtype", [](A & a) -> auto& { return a.weight_dtype; },
+        "f32 | f16 | bf16 (default: the --config's torch_dtype, else f32)");
+    s.Bytes(
+        "max_shard_size", [](A & a) -> auto& { return a.max_shard_bytes; },
+        "Largest safetensors shard (5GB, 500MB, 2GiB, bytes)", "5GB");
+    s.Value(
+         "out", [](A & a) -> auto& { return a.out_dir; },
+         "Output folder (must not exist)")
+        .Path()
+        .Required();
+    return s;
+  }();
+  return schema;
+}
+
+int RunInit(const ModelInitOptions& init) {
+  if (const absl::Status st = WriteInitialCheckpoint(init); !st.ok()) {
+    return Fail(st);
+  }
+  if (Globals().json) {
+    std::printf("%s\n", nlohmann::json({{"out", init.out_dir}}).dump().c_str());
+    return kExitOk;
+  }
+  if (!init.config_json.empty()) {
+    std::printf("initialised a random-weight model of %s in %s\n",
+                init.config_json.c_str(), init.out_dir.c_str());
+    return kExitOk;
+  }
+  std::printf(
+      "initialised %lld-layer model (d %lld, %lld heads of %lld) in %s\n",
+      static_cast<long long>(init.layers), static_cast<long long>(init.hidden),
+      static_cast<long long>(init.heads),
+      static_cast<long long>(init.hidden / std::max<int64_t>(1, init.heads)),
+      init.out_dir.c_str());
+  return kExitOk;
+}
 
 // A TCP port that was free a moment ago, for the rendezvous.
 int FreePort() {
@@ -175,31 +260,33 @@ void PrintHealSummary(const HealReport& report, const HealJobOptions& job) {
 }
 
 int RunHeal(HealArgs a) {
-  if (a.out_dir.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
+  auto own = ParseFlags(*a.own, HealCommandSchema(), {});
+  if (!own.ok()) return Fail(own.status());
+  a.command = *std::move(own);
+  if (a.command.out.empty())
+    return Fail(absl::InvalidArgumentError("--out is required"));
   HealJobOptions base;
-  base.checkpoint = a.checkpoint;
-  base.out_dir = a.out_dir;
+  base.checkpoint = a.command.checkpoint;
+  base.out_dir = a.command.out;
   auto job = ParseFlags(*a.flags, HealOptionSchema(), std::move(base));
   if (!job.ok()) return Fail(job.status());
   a.job = *std::move(job);
   a.job.heal.should_stop = InterruptCheck();
   std::vector<pid_t> children;
-  if (a.nproc > 1) {
-    if (a.nproc > 64)
-      return Fail(absl::InvalidArgumentError("--nproc must lie in [1, 64]"));
-    a.job.distributed.world_size = a.nproc;
+  if (a.command.nproc > 1) {
+    a.job.distributed.world_size = a.command.nproc;
     a.job.distributed.rank = 0;
     a.job.distributed.master_addr = "127.0.0.1";
     a.job.distributed.master_port = FreePort();
-    children = SpawnRanks(a.nproc, a.job.distributed.master_port);
+    children = SpawnRanks(a.command.nproc, a.job.distributed.master_port);
   }
   const bool lead = a.job.distributed.rank == 0;
   std::ofstream events;  // written by rank 0 only
-  if (lead && !a.events_path.empty()) {
-    events.open(a.events_path);
+  if (lead && !a.command.events.empty()) {
+    events.open(a.command.events);
     if (!events) {
       return Fail(absl::PermissionDeniedError(
-          absl::StrCat(a.events_path, ": cannot write")));
+          absl::StrCat(a.command.events, ": cannot write")));
     }
   }
   const bool tty = lead && isatty(STDERR_FILENO) &&
@@ -241,75 +328,17 @@ int RunHeal(HealArgs a) {
 }  // namespace
 
 void AddHealCommands(CLI::App& app, int* exit_code) {
-  auto init = std::make_shared<ModelInitOptions>();
   auto* icmd = app.add_subcommand("init",
                                   "A randomly initialised Llama checkpoint to "
                                   "train from scratch (with lrkv heal "
                                   "--loss lm --trainable all)");
-  icmd->add_option("--tokenizer-from", init->tokenizer_from,
-                   "Checkpoint (or, with --config, tokenizer folder) whose tokenizer and "
-                   "vocabulary to use")
-      ->required();
-  icmd->add_option("--layers", init->layers, "Decoder layers");
-  icmd->add_option("--hidden", init->hidden, "Model width d");
-  icmd->add_option("--heads", init->heads,
-                   "Query heads (head dim = hidden / heads)");
-  icmd->add_option("--kv-heads", init->kv_heads, "KV heads (0: MHA)");
-  icmd->add_option("--ffn", init->ffn, "SwiGLU width");
-  icmd->add_option("--context", init->context, "max_position_embeddings");
-  icmd->add_option("--seed", init->seed, "Seed of the random weights");
-  icmd->add_option("--config", init->config_json,
-                   "An HF config.json (a real model's): its shape and settings, written "
-                   "as the checkpoint's config.json; --layers etc. are then unused and "
-                   "--tokenizer-from may be a tokenizer.json folder");
-  icmd->add_option("--weight-dtype", init->weight_dtype,
-                   "f32 | f16 | bf16 (default: the --config's torch_dtype, else f32)");
-  icmd->add_option("--max-shard-size", init->max_shard_bytes,
-                   "Largest safetensors shard (5GB, 500MB, bytes)")
-      ->transform(CLI::AsSizeValue(/*kb_is_1000=*/true))
-      ->default_str("5GB");
-  icmd->add_option("--out", init->out_dir, "Output folder (must not exist)")
-      ->required();
-  icmd->callback([init, exit_code] {
-    const absl::Status st = WriteInitialCheckpoint(*init);
-    if (!st.ok()) {
-      *exit_code = Fail(st);
-      return;
-    }
-    if (Globals().json) {
-      std::printf("%s\n", nlohmann::json({{"out", init->out_dir}}).dump().c_str());
-      *exit_code = kExitOk;
-      return;
-    }
-    if (!init->config_json.empty()) {
-      std::printf("initialised a random-weight model of %s in %s\n",
-                  init->config_json.c_str(), init->out_dir.c_str());
-      *exit_code = kExitOk;
-      return;
-    }
-    std::printf(
-        "initialised %lld-layer model (d %lld, %lld heads of %lld) in %s\n",
-        static_cast<long long>(init->layers),
-        static_cast<long long>(init->hidden),
-        static_cast<long long>(init->heads),
-        static_cast<long long>(init->hidden /
-                               std::max<int64_t>(1, init->heads)),
-        init->out_dir.c_str());
-    *exit_code = kExitOk;
-  });
+  AddSchemaCommand(icmd, InitSchema(), exit_code, RunInit);
 
   auto h = std::make_shared<HealArgs>();
   auto* cmd =
       app.add_subcommand("heal", "Continued training of a converted model");
-  cmd->add_option("--checkpoint", h->checkpoint, "Converted checkpoint")->required();
+  h->own = AddSchemaFlags(cmd, HealCommandSchema());
   h->flags = AddSchemaFlags(cmd, HealOptionSchema());
-  cmd->add_option("--nproc", h->nproc,
-                  "Data-parallel processes on this machine (Gloo)");
-  cmd->add_option("--events", h->events_path,
-                  "Write one JSON line per step/eval");
-  cmd->add_option("--out", h->out_dir,
-                  "Output folder (must not exist); with --server the healed checkpoint is "
-                  "downloaded there");
   auto remote = RemoteJob::Attach(cmd, {"heal", h->flags});
   cmd->callback([h, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunHeal(*h);

@@ -91,13 +91,8 @@ int main(int argc, char** argv) {
   lrkv::cli::AddBenchCommands(app, &exit_code);
   lrkv::cli::AddTokenizeCommands(app, &exit_code);
   lrkv::cli::AddServeCommands(app, &exit_code);
+  lrkv::cli::AddOptionsCommand(app, &exit_code);
   lrkv::ConfigureThreads();
-  // gRPC core logs (a bad certificate, a refused connection) go to stderr by
-  // default; the commands say what went wrong in one line instead, unless -v
-  // asks for them.
-  app.parse_complete_callback([] {
-    if (!lrkv::cli::Globals().verbose) setenv("GRPC_VERBOSITY", "NONE", 0);
-  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/schema_flags.h"
+#include "clients/cli/shared_options.h"
 #include "formats/text_corpus.h"
 #include "kernels/decode_attention.h"
 #include "nlohmann/json.hpp"
@@ -30,6 +32,57 @@ struct GenerateArgs {
   int64_t max_tokens = 32;
   std::string products = "bf16";
 };
+
+constexpr char kModelCheckpointHelp[] = "GGUF file or safetensors directory";
+
+const OptionSchema<EvalArgs>& EvalSchema() {
+  using A = EvalArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("eval");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+         kModelCheckpointHelp)
+        .Path()
+        .Required();
+    s.Value(
+         "text", [](A & a) -> auto& { return a.text; },
+         "Text file; documents separated by <|endoftext|> lines")
+        .Path()
+        .Required();
+    s.Value(
+         "limit", [](A & a) -> auto& { return a.limit; },
+         "Documents of --text to evaluate, the first ones (0: all); each is "
+         "scored in windows of the model's context, 2048 tokens at most")
+        .Min(0);
+    AddProductsOption(
+        s, [](A & a) -> auto& { return a.products; });
+    return s;
+  }();
+  return schema;
+}
+
+const OptionSchema<GenerateArgs>& GenerateSchema() {
+  using A = GenerateArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("generate");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+         kModelCheckpointHelp)
+        .Path()
+        .Required();
+    s.Value(
+         "prompt", [](A & a) -> auto& { return a.prompt; }, "Prompt text")
+        .Required();
+    s.Value(
+         "max_tokens", [](A & a) -> auto& { return a.max_tokens; },
+         "New tokens at most")
+        .Range(0, 1000000);
+    AddProductsOption(
+        s, [](A & a) -> auto& { return a.products; });
+    return s;
+  }();
+  return schema;
+}
 
 LanguageModelOptions ModelOptions(const std::string& products) {
   LanguageModelOptions o;
@@ -95,46 +148,12 @@ int RunGenerate(const GenerateArgs& a) {
 
 }  // namespace
 
-void AddProductsOption(CLI::App* cmd, std::string* products) {
-  cmd->add_option(
-         "--products", *products,
-         "Products of 2+ rows with bf16-stored weights (prefill, batched "
-         "decode steps): bf16 rounds the activations to bf16 and sums in fp32 "
-         "(llama.cpp's arithmetic; oneDNN or the AVX512-BF16 dot product), "
-         "fp32 widens the weights (exact). One sequence's decode step and "
-         "fp32 checkpoints are exact either way")
-      ->check(CLI::IsMember({"bf16", "fp32"}))
-      ->capture_default_str();
-}
-
 void AddModelCommands(CLI::App& app, int* exit_code) {
-  auto eval_args = std::make_shared<EvalArgs>();
   auto* eval =
       app.add_subcommand("eval", "Perplexity of a checkpoint on a text file");
-  eval->add_option("--checkpoint", eval_args->checkpoint,
-                   "GGUF file or safetensors directory")
-      ->required();
-  eval->add_option("--text", eval_args->text,
-                   "Text file; documents separated by <|endoftext|> lines")
-      ->required();
-  eval->add_option("--limit", eval_args->limit,
-                   "Documents of --text to evaluate, the first ones (0: all); each is "
-                   "scored in windows of the model's context, 2048 tokens at most")
-      ->check(kNotNegative)
-      ->capture_default_str();
-  AddProductsOption(eval, &eval_args->products);
-  eval->callback([eval_args, exit_code] { *exit_code = RunEval(*eval_args); });
-
-  auto gen_args = std::make_shared<GenerateArgs>();
+  AddSchemaCommand(eval, EvalSchema(), exit_code, RunEval);
   auto* gen = app.add_subcommand("generate", "Greedy continuation of a prompt");
-  gen->add_option("--checkpoint", gen_args->checkpoint,
-                  "GGUF file or safetensors directory")
-      ->required();
-  gen->add_option("--prompt", gen_args->prompt, "Prompt text")->required();
-  gen->add_option("--max-tokens", gen_args->max_tokens, "New tokens at most")
-      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
-  AddProductsOption(gen, &gen_args->products);
-  gen->callback([gen_args, exit_code] { *exit_code = RunGenerate(*gen_args); });
+  AddSchemaCommand(gen, GenerateSchema(), exit_code, RunGenerate);
 
   auto* sysinfo = app.add_subcommand(
       "sysinfo", "What this build runs on here: kernel builds, BLAS core, threads");

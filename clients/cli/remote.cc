@@ -5,9 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
 #include "clients/cli/grpc_client.h"
 #include "clients/cli/yaml_config.h"
@@ -19,20 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Never parameters: output and mode options (the global ones are not the command's).
-const std::set<std::string> kNotParams = {"detach", "checkpoint", "out",  "json-out",
-                                          "junit",  "html",       "help", "file"};
-// Parameters naming files the server reads: sent as absolute paths.
-const std::set<std::string> kPathParams = {"calib", "eval", "text", "data"};
-// Parameters naming another checkpoint: sent as its server id (registered or uploaded).
-const std::set<std::string> kCheckpointParams = {"teacher", "source"};
-
-std::string Underscored(std::string name) {
-  for (char& c : name) {
-    if (c == '-') c = '_';
-  }
-  return name;
-}
-
+const std::set<std::string> kNotParams = {
+    "detach", "checkpoint", "out", "json-out", "junit", "html", "help", "file"};
 CLI::Option* Find(CLI::App* cmd, const std::string& name) {
   for (CLI::Option* o : cmd->get_options()) {
     if (o->get_single_name() == name) return o;
@@ -74,46 +61,6 @@ grpc::Status SchemaParams(CLI::App* cmd, const RemoteSpec& spec, v1::Lrkv::Stub&
   return grpc::Status::OK;
 }
 
-// The job's parameters from every given option of the command, renamed and split as
-// `spec` lists them (commands without a schema).
-grpc::Status ListedParams(CLI::App* cmd, const RemoteSpec& spec, v1::Lrkv::Stub& stub,
-                          nlohmann::json* out) {
-  nlohmann::json params = nlohmann::json::object();
-  std::error_code ec;
-  for (CLI::Option* o : cmd->get_options()) {
-    const std::string name = o->get_single_name();
-    if (o->count() == 0 || kNotParams.count(name) || spec.skip.count(name))
-      continue;
-    const auto renamed = spec.rename.find(name);
-    const std::string key =
-        renamed != spec.rename.end() ? renamed->second : Underscored(name);
-    const std::vector<std::string>& results = o->results();
-    if (o->get_expected_min() == 0) {  // a flag
-      params[key] = true;
-    } else if (kCheckpointParams.count(name)) {
-      v1::Checkpoint other;
-      grpc::Status st = EnsureCheckpoint(Globals().conn, stub, results[0], &other);
-      if (!st.ok()) return st;
-      params[key] = other.id();
-    } else if (kPathParams.count(name)) {
-      params[key] = fs::absolute(results[0], ec).lexically_normal().string();
-    } else if (spec.lists.count(name)) {
-      nlohmann::json list = nlohmann::json::array();
-      for (const auto& r : results) {
-        for (absl::string_view part :
-             absl::StrSplit(r, ',', absl::SkipEmpty())) {
-          list.push_back(JsonScalar(std::string(part)));
-        }
-      }
-      params[key] = list;
-    } else {
-      params[key] = JsonScalar(results[0]);
-    }
-  }
-  *out = std::move(params);
-  return grpc::Status::OK;
-}
-
 }  // namespace
 
 int RemoteJob::Run() const {
@@ -130,8 +77,7 @@ int RemoteJob::Run() const {
       EnsureCheckpoint(Globals().conn, *stub, ckpt_opt->results()[0], &checkpoint);
   if (!st.ok()) return RpcError(st);
   nlohmann::json params;
-  st = spec_.flags != nullptr ? SchemaParams(cmd_, spec_, *stub, &params)
-                               : ListedParams(cmd_, spec_, *stub, &params);
+  st = SchemaParams(cmd_, spec_, *stub, &params);
   if (!st.ok()) return RpcError(st);
   if (params.is_string()) return UsageError(params.get<std::string>());
   // The option file the values came from is stored with the job.
@@ -155,7 +101,7 @@ int RemoteJob::Run() const {
   // --out names where the local command would write its checkpoint: the server's is
   // downloaded there (it used to be ignored).
   if (CLI::Option* o = Find(cmd_, "out"); o != nullptr && o->count() > 0) {
-    if (detach_) {
+    if (Detached()) {
       return UsageError("--out with --detach: nothing waits for the job; fetch its "
                         "checkpoint later with `lrkv artifacts get JOB --out DIR`");
     }
@@ -163,8 +109,8 @@ int RemoteJob::Run() const {
   }
   v1::JobKind kind;
   ParseJobKind(spec_.kind, &kind);
-  return SubmitAndReport(Globals().conn, *stub, kind, checkpoint.id(), params.dump(),
-                         detach_, out);
+  return SubmitAndReport(Globals().conn, *stub, kind, checkpoint.id(),
+                         params.dump(), Detached(), out);
 }
 
 }  // namespace lrkv::cli

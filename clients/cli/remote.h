@@ -8,9 +8,7 @@
 #define LRKV_CLIENTS_CLI_REMOTE_H_
 
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 
 #include "CLI/CLI.hpp"
@@ -22,18 +20,11 @@ namespace lrkv::cli {
 // How a local command maps onto a job.
 struct RemoteSpec {
   std::string kind;  // convert | verify | heal | bench | compare | pipeline
-  // The command's options from its schema: the job's parameters are their Given()
-  // values (paths made absolute, checkpoints sent as server ids); a local-only option,
-  // or a flag of the command outside the schema but its outputs, is refused.
+  // The command's options from its job's schema: the job's parameters are their
+  // Given() values (paths made absolute, checkpoints sent as server ids); a
+  // local-only option, or a flag of the command outside the schema but its
+  // outputs, is refused.
   std::shared_ptr<SchemaFlags> flags;
-  // Without a schema (bench decode): options that are not job parameters (outputs,
-  // connection options are always skipped).
-  std::set<std::string> skip;
-  // Option name -> parameter name where they differ ("rope_mode" ->
-  // "rope_modes").
-  std::map<std::string, std::string> rename;
-  // Options whose values are comma lists sent as JSON arrays.
-  std::set<std::string> lists;
 };
 
 class RemoteJob {
@@ -47,18 +38,40 @@ class RemoteJob {
   int Run() const;
 
  private:
+  // --detach, given.
+  bool Detached() const;
+
   CLI::App* cmd_ = nullptr;
   RemoteSpec spec_;
-  bool detach_ = false;
+  std::shared_ptr<SchemaFlags> own_;  // --detach
 };
+
+// The options RemoteJob adds to a command.
+struct RemoteFlags {
+  bool detach = false;
+};
+inline const OptionSchema<RemoteFlags>& RemoteFlagSchema() {
+  static const OptionSchema<RemoteFlags> schema = [] {
+    OptionSchema<RemoteFlags> s("remote");
+    s.Value(
+        "detach", [](RemoteFlags & f) -> auto& { return f.detach; },
+        "With a server: print the job id and return");
+    return s;
+  }();
+  return schema;
+}
 
 // Shared by remote.cc and, in builds without the gRPC client, remote_stub.cc.
 inline std::shared_ptr<RemoteJob> RemoteJob::Attach(CLI::App* cmd, RemoteSpec spec) {
   auto job = std::shared_ptr<RemoteJob>(new RemoteJob());
   job->cmd_ = cmd;
   job->spec_ = std::move(spec);
-  cmd->add_flag("--detach", job->detach_, "With a server: print the job id and return");
+  job->own_ = AddSchemaFlags(cmd, RemoteFlagSchema());
   return job;
+}
+
+inline bool RemoteJob::Detached() const {
+  return own_->Given().value("detach", false);
 }
 
 inline bool RemoteJob::Requested() const {

@@ -3,35 +3,37 @@
 #ifndef LRKV_CLIENTS_CLI_RENAMED_OPTIONS_H_
 #define LRKV_CLIENTS_CLI_RENAMED_OPTIONS_H_
 
-#include <cstdint>
+#include <set>
 #include <string>
 
 #include "CLI/CLI.hpp"
 
 namespace lrkv::cli {
 
+// The old spellings declared (`lrkv options` lists them apart).
+inline std::set<const CLI::Option*>& RenamedOptions() {
+  static auto* options = new std::set<const CLI::Option*>();
+  return *options;
+}
+
 // An old spelling of an option of `cmd`, hidden from --help, refused with
 // `hint`.
 inline void RefuseRenamedOption(CLI::App* cmd, const std::string& old_flag,
                                 const std::string& hint) {
-  cmd->add_option_function<std::string>(old_flag,
-                                        [old_flag, hint](const std::string&) {
-                                          throw CLI::ValidationError(old_flag,
-                                                                     hint);
-                                        })
-      ->group("");
+  CLI::Option* option = cmd->add_option_function<std::string>(
+      old_flag, [old_flag, hint](const std::string&) {
+        throw CLI::ValidationError(old_flag, hint);
+      });
+  option->group("");
+  RenamedOptions().insert(option);
 }
 
-// The KV heads of a source shape (`cache`, `bench convert`, `bench decode`):
-// --source-kv-heads, which `--kv-heads` (convert's GQA target, and init's
-// model's own) once also named here.
-inline CLI::Option* AddSourceKvHeads(CLI::App* cmd, int64_t* kv_heads,
-                                     const std::string& help) {
-  RefuseRenamedOption(cmd, "--kv-heads",
-                      "renamed --source-kv-heads here (the source's KV heads); "
-                      "--kv-heads is the GQA target of `lrkv convert`");
-  return cmd->add_option("--source-kv-heads", *kv_heads, help);
-}
+// `--kv-heads` in the commands that take a source shape (`cache`, `bench
+// decode`): the KV heads of the model written elsewhere (convert's GQA target,
+// init's model's own), so the source's are --source-kv-heads there.
+inline constexpr char kSourceKvHeadsHint[] =
+    "renamed --source-kv-heads here (the source's KV heads); --kv-heads is the "
+    "KV heads of the model a command writes (the GQA target of `lrkv convert`)";
 
 }  // namespace lrkv::cli
 

@@ -1,7 +1,10 @@
 // Flags from option schemas (see schema_flags.h).
 #include "clients/cli/schema_flags.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
@@ -11,7 +14,10 @@ namespace {
 // "--rope-mode,--rope-modes" (and ",!--no-keep-best" for a flag that defaults
 // to on).
 std::string FlagNames(const OptionInfo& info) {
+  if (info.positional) return info.name;
   std::string names = "--" + OptionFlagName(info.name);
+  if (info.short_name != 0)
+    names = std::string("-") + info.short_name + "," + names;
   for (const auto& alias : info.aliases) names += ",--" + OptionFlagName(alias);
   // A flag on by default, or unset (auto) until given, can be turned off.
   if (info.type == OptionType::kFlag &&
@@ -31,6 +37,26 @@ std::string DefaultText(const nlohmann::json& value) {
     return absl::StrJoin(parts, ",");
   }
   return value.dump();
+}
+
+// 1048576, 0.5: a bound as --help shows it.
+std::string Bound(double x) {
+  if (x == static_cast<double>(static_cast<int64_t>(x))) {
+    return absl::StrCat(static_cast<int64_t>(x));
+  }
+  return absl::StrCat(x);
+}
+
+// "[1, 256]", ">= 0", "(0, 1]": the range --help shows.
+std::string RangeText(const OptionInfo& info) {
+  if (info.min && info.max) {
+    return absl::StrCat(info.min_open ? "(" : "[", Bound(*info.min), ", ",
+                        Bound(*info.max), "]");
+  }
+  if (info.min) {
+    return absl::StrCat(info.min_open ? "> " : ">= ", Bound(*info.min));
+  }
+  return absl::StrCat("<= ", Bound(*info.max));
 }
 
 // What --help shows for the value: "lrkv|gqa|mqa|mla", "INT", "NUMBER,...",
@@ -56,6 +82,7 @@ std::string TypeName(const OptionInfo& info) {
         element = info.role == OptionRole::kValue ? "TEXT" : "PATH";
     }
   }
+  if (info.min || info.max) element += ":" + RangeText(info);
   return IsListType(info.type) ? element + ",..." : element;
 }
 
@@ -72,7 +99,24 @@ OptionType ElementType(OptionType type) {
   }
 }
 
+std::vector<const SchemaFlags*>& Registry() {
+  static auto* flags = new std::vector<const SchemaFlags*>();
+  return *flags;
+}
+
 }  // namespace
+
+bool OwnedBySchema(const CLI::Option* option) {
+  for (const SchemaFlags* flags : Registry()) {
+    if (flags->Owns(option)) return true;
+  }
+  return false;
+}
+
+SchemaFlags::~SchemaFlags() {
+  auto& all = Registry();
+  all.erase(std::remove(all.begin(), all.end(), this), all.end());
+}
 
 nlohmann::json FlagValue(const std::string& text, OptionType type) {
   int64_t i = 0;
@@ -100,6 +144,7 @@ nlohmann::json FlagValue(const std::string& text, OptionType type) {
 SchemaFlags::SchemaFlags(CLI::App* cmd, std::string command,
                          std::vector<OptionInfo> infos)
     : command_(std::move(command)) {
+  Registry().push_back(this);
   for (OptionInfo& info : infos) {
     Flag flag;
     const std::string help = info.scope == OptionScope::kLocalOnly
@@ -123,6 +168,7 @@ SchemaFlags::SchemaFlags(CLI::App* cmd, std::string command,
       }
     }
     if (info.required) flag.option->required();
+    if (!info.group.empty()) flag.option->group(info.group);
     flag.info = std::move(info);
     flags_.push_back(std::move(flag));
   }

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "base/option_schema.h"
+#include "clients/cli/commands.h"
 #include "nlohmann/json.hpp"
 
 namespace lrkv::cli {
@@ -23,6 +24,9 @@ class SchemaFlags {
   // Adds a flag per option of `infos` to `cmd` (kept alive by `cmd`'s owner).
   SchemaFlags(CLI::App* cmd, std::string command,
               std::vector<OptionInfo> infos);
+  ~SchemaFlags();
+  SchemaFlags(const SchemaFlags&) = delete;
+  SchemaFlags& operator=(const SchemaFlags&) = delete;
 
   // The options given, as a JSON object of their values: integers and numbers
   // where the text reads as one (else the text, which the schema refuses as the
@@ -58,6 +62,27 @@ absl::StatusOr<Options> ParseFlags(const SchemaFlags& flags,
                                    Options base) {
   return schema.Parse(flags.Given(), std::move(base),
                       OptionSource::kCommandLine);
+}
+
+// Whether `option` is a flag some live SchemaFlags made (the test that every
+// command's flags come from a schema, `lrkv options`).
+bool OwnedBySchema(const CLI::Option* option);
+
+// Adds `schema`'s flags to `cmd` and makes its callback run(options): the
+// options parsed from them (a usage error naming the flag, exit 2, otherwise);
+// run returns the exit code, stored in *exit_code. For the commands that are
+// not jobs; `schema` must outlive the app (a function-local static).
+template <typename Options, typename Run>
+std::shared_ptr<SchemaFlags> AddSchemaCommand(
+    CLI::App* cmd, const OptionSchema<Options>& schema, int* exit_code,
+    Run run) {
+  auto flags = AddSchemaFlags(cmd, schema);
+  cmd->callback([flags, &schema, exit_code, run] {
+    absl::StatusOr<Options> options = ParseFlags(*flags, schema, Options{});
+    *exit_code =
+        options.ok() ? run(*std::move(options)) : Fail(options.status());
+  });
+  return flags;
 }
 
 // One flag's text as the JSON value of `type`'s elements.

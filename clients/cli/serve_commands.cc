@@ -16,6 +16,8 @@
 #include "base/option_schema.h"
 #include "base/status_macros.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/schema_flags.h"
+#include "clients/cli/shared_options.h"
 #include "clients/cli/stage_progress.h"
 #include "runtime/language_model.h"
 #include "runtime/threads.h"
@@ -34,7 +36,7 @@ struct ServeArgs {
   int port = 8080;
   std::string tls_cert, tls_key, api_key_file;
   std::string model_id;
-  std::string kv_memory = "2GiB";
+  uint64_t kv_memory = uint64_t{2} << 30;
   int64_t max_seqs = 16;
   int64_t max_queue = 64;
   int64_t ctx = 4096;
@@ -44,9 +46,9 @@ struct ServeArgs {
   std::string products = "bf16";
   std::string chat_template_file;
   // The HTTP edge (serve/http/http_server.h).
-  std::string max_body = "1MiB";
-  std::string max_header = "16KiB";
-  size_t max_headers = 100;
+  uint64_t max_body = uint64_t{1} << 20;
+  uint64_t max_header = uint64_t{16} << 10;
+  int64_t max_headers = 100;
   double request_timeout = 10, idle_timeout = 30, write_timeout = 30;
   int64_t max_connections = 256;
   double shutdown_timeout = 5;
@@ -132,10 +134,8 @@ absl::StatusOr<ServeOptions> OptionsOf(const ServeArgs& a,
   o.tls_cert = a.tls_cert;
   o.tls_key = a.tls_key;
   ASSIGN_OR_RETURN(o.api_key, ApiKey(a.api_key_file));
-  ASSIGN_OR_RETURN(uint64_t body, ParseByteSize(a.max_body));
-  ASSIGN_OR_RETURN(uint64_t header, ParseByteSize(a.max_header));
-  o.http.max_body_bytes = body;
-  o.http.max_header_bytes = header;
+  o.http.max_body_bytes = a.max_body;
+  o.http.max_header_bytes = a.max_header;
   o.http.max_headers = a.max_headers;
   o.http.request_timeout = Millis(a.request_timeout);
   o.http.idle_timeout = Millis(a.idle_timeout);
@@ -147,8 +147,7 @@ absl::StatusOr<ServeOptions> OptionsOf(const ServeArgs& a,
                    : a.model_id;
   if (o.model_id.empty())
     o.model_id = std::filesystem::path(a.checkpoint).parent_path().filename();
-  ASSIGN_OR_RETURN(uint64_t kv, ParseByteSize(a.kv_memory));
-  o.batcher.kv_memory = static_cast<int64_t>(kv);
+  o.batcher.kv_memory = static_cast<int64_t>(a.kv_memory);
   o.batcher.max_seqs = a.max_seqs;
   o.batcher.max_queue = a.max_queue;
   o.batcher.context = a.ctx;
@@ -218,18 +217,16 @@ int RunServe(const ServeArgs& a) {
 
 struct ServeBenchArgs {
   ServeBenchOptions o;
-  std::string kv_memory = "1GiB";
+  uint64_t kv_memory = uint64_t{1} << 30;
   std::string cache_dtype = "bf16";
   std::string products = "bf16";
   std::string json_out;
   int threads = 0;
 };
 
-int RunServeBench(ServeBenchArgs& a) {
+int RunServeBench(ServeBenchArgs a) {
   ConfigureThreads(a.threads);
-  auto kv = ParseByteSize(a.kv_memory);
-  if (!kv.ok()) return Fail(kv.status());
-  a.o.batcher.kv_memory = static_cast<int64_t>(*kv);
+  a.o.batcher.kv_memory = static_cast<int64_t>(a.kv_memory);
   a.o.batcher.cache_dtype = a.cache_dtype == "f32" ? at::kFloat : at::kBFloat16;
   a.o.bf16_products = a.products == "bf16";
   StageProgress progress("bench serve");
@@ -242,162 +239,200 @@ int RunServeBench(ServeBenchArgs& a) {
   return EmitLocalReport(j, report->ToText(), a.json_out);
 }
 
-void AddServeBenchCommand(CLI::App& app, int* exit_code) {
-  auto a = std::make_shared<ServeBenchArgs>();
-  CLI::App* bench = app.get_subcommand("bench");
-  auto* cmd = bench->add_subcommand("serve",
-                                    "Streaming clients against lrkv serve "
-                                    "in-process: sequences admitted at the "
-                                    "same KV memory, batching throughput and "
-                                    "latency, a soak (docs/serving.md)");
-  cmd->add_option("--checkpoint", a->o.checkpoint,
-                  "Checkpoint served (source or converted)")
-      ->required();
-  cmd->add_option("--source", a->o.source,
-                  "Its source, measured in the same run at the same KV memory");
-  cmd->add_option("--clients", a->o.clients, "Concurrent streams")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--requests", a->o.requests,
-                  "Requests per stream in the batching phase")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--prompt-tokens", a->o.prompt_tokens,
-                  "Prompt tokens of a request")
-      ->capture_default_str();
-  cmd->add_option("--max-tokens", a->o.max_tokens,
-                  "Tokens generated per request")
-      ->capture_default_str();
-  cmd->add_option("--kv-memory", a->kv_memory, "The server's KV memory")
-      ->capture_default_str();
-  cmd->add_option("--max-seqs", a->o.batcher.max_seqs,
-                  "The server's most sequences at once")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--ctx", a->o.batcher.context,
-                  "The server's context (and the admission phase's sequences)")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--cache-dtype", a->cache_dtype, "Storage of the KV cache")
-      ->check(CLI::IsMember({"bf16", "f32"}))
-      ->capture_default_str();
-  cmd->add_option(
-         "--engine-steps", a->o.engine_steps,
+// The KV cache options both commands take.
+template <typename A>
+void AddCacheOptions(OptionSchema<A>& s) {
+  s.Value(
+       "cache_dtype", [](A & a) -> auto& { return a.cache_dtype; },
+       "Storage of the KV cache")
+      .Choices({"bf16", "f32"});
+  AddThreadsOption(
+      s, [](A & a) -> auto& { return a.threads; });
+  AddProductsOption(
+      s, [](A & a) -> auto& { return a.products; });
+}
+
+const OptionSchema<ServeBenchArgs>& ServeBenchSchema() {
+  using A = ServeBenchArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("bench serve");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.o.checkpoint; },
+         "Checkpoint served (source or converted)")
+        .Path()
+        .Required();
+    s.Value(
+         "source", [](A & a) -> auto& { return a.o.source; },
+         "Its source, measured in the same run at the same KV memory")
+        .Path();
+    s.Value(
+         "clients", [](A & a) -> auto& { return a.o.clients; },
+         "Concurrent streams")
+        .Min(1);
+    s.Value(
+         "requests", [](A & a) -> auto& { return a.o.requests; },
+         "Requests per stream in the batching phase")
+        .Min(1);
+    s.Value(
+        "prompt_tokens", [](A & a) -> auto& { return a.o.prompt_tokens; },
+        "Prompt tokens of a request");
+    s.Value(
+        "max_tokens", [](A & a) -> auto& { return a.o.max_tokens; },
+        "Tokens generated per request");
+    s.Bytes(
+        "kv_memory", [](A & a) -> auto& { return a.kv_memory; },
+        "The server's KV memory", "1GiB");
+    s.Value(
+         "max_seqs", [](A & a) -> auto& { return a.o.batcher.max_seqs; },
+         "The server's most sequences at once")
+        .Min(1);
+    s.Value(
+         "ctx", [](A & a) -> auto& { return a.o.batcher.context; },
+         "The server's context (and the admission phase's sequences)")
+        .Min(1);
+    s.Value(
+         "engine_steps", [](A & a) -> auto& { return a.o.engine_steps; },
          "Then the engines alone: this many 1-sequence and "
          "--clients-sequence decode steps alternated at --ctx (0: none)")
-      ->check(kNotNegative)
-      ->capture_default_str();
-  cmd->add_option(
-         "--soak-seconds", a->o.soak_seconds,
-         "Then random lengths and abandoned streams for this long (0: no soak)")
-      ->capture_default_str();
-  cmd->add_option("--abort-share", a->o.abort_share,
-                  "Share of soak requests abandoned mid-stream")
-      ->capture_default_str();
-  cmd->add_option("--threads", a->threads,
-                  "Compute threads (0: OMP_NUM_THREADS, else all CPUs)")
-      ->check(kNotNegative);
-  cmd->add_option("--json-out", a->json_out, "Also write the JSON report here");
-  AddProductsOption(cmd, &a->products);
-  cmd->callback([a, exit_code] { *exit_code = RunServeBench(*a); });
+        .Min(0);
+    s.Value(
+        "soak_seconds", [](A & a) -> auto& { return a.o.soak_seconds; },
+        "Then random lengths and abandoned streams for this long (0: no soak)");
+    s.Value(
+        "abort_share", [](A & a) -> auto& { return a.o.abort_share; },
+        "Share of soak requests abandoned mid-stream");
+    AddCacheOptions(s);
+    AddJsonOutOption(
+        s, [](A & a) -> auto& { return a.json_out; });
+    return s;
+  }();
+  return schema;
+}
+
+// The server's own options: where it listens, who may call, the batcher's
+// limits, the decode engine and the HTTP edge's limits.
+template <typename A>
+void AddListenOptions(OptionSchema<A>& s) {
+  s.Value(
+       "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+       "GGUF file or safetensors directory (source or converted)")
+      .Path()
+      .Required();
+  s.Value(
+      "host", [](A & a) -> auto& { return a.host; }, "Address to listen on");
+  s.Value(
+       "port", [](A & a) -> auto& { return a.port; },
+       "Port to listen on (0: any free port)")
+      .Range(0, 65535);
+  s.Value(
+       "tls_cert", [](A & a) -> auto& { return a.tls_cert; },
+       "PEM certificate: serve HTTPS (with --tls-key)")
+      .Path();
+  s.Value(
+       "tls_key", [](A & a) -> auto& { return a.tls_key; },
+       "PEM private key of --tls-cert")
+      .Path();
+  s.Value(
+       "api_key", [](A & a) -> auto& { return a.api_key_file; },
+       "File whose first line is the Bearer token every /v1/ request must "
+       "carry")
+      .Path();
+  s.Value(
+      "model_id", [](A & a) -> auto& { return a.model_id; },
+      "The model's name in /v1/models (default: the checkpoint's file name)");
+}
+
+template <typename A>
+void AddBatcherOptions(OptionSchema<A>& s) {
+  s.Bytes(
+      "kv_memory", [](A & a) -> auto& { return a.kv_memory; },
+      "Bytes the KV caches of all running sequences may hold (2GiB, 500MB)",
+      "2GiB");
+  s.Value(
+       "max_seqs", [](A & a) -> auto& { return a.max_seqs; },
+       "Most sequences decoding at once")
+      .Min(1);
+  s.Value(
+       "max_queue", [](A & a) -> auto& { return a.max_queue; },
+       "Most requests waiting for admission beyond free sequence slots (then "
+       "429)")
+      .Min(0);
+  s.Value(
+       "ctx", [](A & a) -> auto& { return a.ctx; },
+       "Longest sequence (prompt + max_tokens) a request may ask for")
+      .Min(1);
+  AddCacheOptions(s);
+  s.Value(
+      "mode", [](A & a) -> auto& { return a.mode; },
+      "Decode engine: auto (the checkpoint's factored engine; expanded for "
+      "dense K/V), or a mode `lrkv verify` lists");
+  s.Value(
+       "chat_template", [](A & a) -> auto& { return a.chat_template_file; },
+       "Jinja chat template file (default: the checkpoint tokenizer's)")
+      .Path();
+}
+
+template <typename A>
+void AddHttpOptions(OptionSchema<A>& s) {
+  s.Bytes(
+      "max_body", [](A & a) -> auto& { return a.max_body; },
+      "Largest request body, however framed (413 beyond; 1MiB, 64KB)", "1MiB");
+  s.Bytes(
+      "max_header", [](A & a) -> auto& { return a.max_header; },
+      "Largest request line and header section together (431 beyond)", "16KiB");
+  s.Value(
+       "max_headers", [](A & a) -> auto& { return a.max_headers; },
+       "Most header fields in a request (431 beyond)")
+      .Min(1);
+  s.Value(
+       "request_timeout", [](A & a) -> auto& { return a.request_timeout; },
+       "Seconds a request may take to arrive whole from its first byte (408 "
+       "beyond)")
+      .Above(0, 1e9);
+  s.Value(
+       "idle_timeout", [](A & a) -> auto& { return a.idle_timeout; },
+       "Seconds a kept-alive connection may wait for its next request")
+      .Above(0, 1e9);
+  s.Value(
+       "write_timeout", [](A & a) -> auto& { return a.write_timeout; },
+       "Seconds a client may leave a response write untaken before its "
+       "connection is dropped")
+      .Above(0, 1e9);
+  s.Value(
+       "max_connections", [](A & a) -> auto& { return a.max_connections; },
+       "Connections open at once (503 and closed beyond)")
+      .Min(1);
+  s.Value(
+       "shutdown_timeout", [](A & a) -> auto& { return a.shutdown_timeout; },
+       "On SIGTERM, seconds the running sequences may go on before they are "
+       "ended (finish_reason \"shutdown\")")
+      .Min(0);
+}
+
+const OptionSchema<ServeArgs>& ServeSchema() {
+  static const OptionSchema<ServeArgs> schema = [] {
+    OptionSchema<ServeArgs> s("serve");
+    AddListenOptions(s);
+    AddBatcherOptions(s);
+    AddHttpOptions(s);
+    return s;
+  }();
+  return schema;
 }
 
 }  // namespace
 
 void AddServeCommands(CLI::App& app, int* exit_code) {
-  AddServeBenchCommand(app, exit_code);
-  auto a = std::make_shared<ServeArgs>();
+  auto* bench = app.get_subcommand("bench")->add_subcommand(
+      "serve",
+      "Streaming clients against lrkv serve in-process: sequences admitted at "
+      "the same KV memory, batching throughput and latency, a soak "
+      "(docs/serving.md)");
+  AddSchemaCommand(bench, ServeBenchSchema(), exit_code, RunServeBench);
   auto* cmd = app.add_subcommand("serve",
                                  "OpenAI-compatible HTTP server with "
                                  "continuous batching (docs/serving.md)");
-  cmd->add_option("--checkpoint", a->checkpoint,
-                  "GGUF file or safetensors directory (source or converted)")
-      ->required();
-  cmd->add_option("--host", a->host, "Address to listen on")
-      ->capture_default_str();
-  cmd->add_option("--port", a->port, "Port to listen on (0: any free port)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  cmd->add_option("--tls-cert", a->tls_cert,
-                  "PEM certificate: serve HTTPS (with --tls-key)");
-  cmd->add_option("--tls-key", a->tls_key, "PEM private key of --tls-cert");
-  cmd->add_option("--api-key", a->api_key_file,
-                  "File whose first line is the Bearer token every /v1/ "
-                  "request must carry");
-  cmd->add_option(
-      "--model-id", a->model_id,
-      "The model's name in /v1/models (default: the checkpoint's file name)");
-  cmd->add_option(
-         "--kv-memory", a->kv_memory,
-         "Bytes the KV caches of all running sequences may hold (2GiB, 500MB)")
-      ->capture_default_str();
-  cmd->add_option("--max-seqs", a->max_seqs, "Most sequences decoding at once")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--max-queue", a->max_queue,
-                  "Most requests waiting for admission beyond free sequence "
-                  "slots (then 429)")
-      ->check(kNotNegative)
-      ->capture_default_str();
-  cmd->add_option(
-         "--ctx", a->ctx,
-         "Longest sequence (prompt + max_tokens) a request may ask for")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--threads", a->threads,
-                  "Compute threads (0: OMP_NUM_THREADS, else all CPUs)")
-      ->check(kNotNegative)
-      ->capture_default_str();
-  cmd->add_option("--cache-dtype", a->cache_dtype, "Storage of the KV cache")
-      ->check(CLI::IsMember({"bf16", "f32"}))
-      ->capture_default_str();
-  cmd->add_option("--mode", a->mode,
-                  "Decode engine: auto (the checkpoint's factored engine; "
-                  "expanded for dense "
-                  "K/V), or a mode `lrkv verify` lists")
-      ->capture_default_str();
-  cmd->add_option(
-      "--chat-template", a->chat_template_file,
-      "Jinja chat template file (default: the checkpoint tokenizer's)");
-  cmd->add_option(
-         "--max-body", a->max_body,
-         "Largest request body, however framed (413 beyond; 1MiB, 64KB)")
-      ->capture_default_str();
-  cmd->add_option(
-         "--max-header", a->max_header,
-         "Largest request line and header section together (431 beyond)")
-      ->capture_default_str();
-  cmd->add_option("--max-headers", a->max_headers,
-                  "Most header fields in a request (431 beyond)")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option(
-         "--request-timeout", a->request_timeout,
-         "Seconds a request may take to arrive whole from its first byte "
-         "(408 beyond)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option(
-         "--idle-timeout", a->idle_timeout,
-         "Seconds a kept-alive connection may wait for its next request")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--write-timeout", a->write_timeout,
-                  "Seconds a client may leave a response write untaken before "
-                  "its connection is dropped")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--max-connections", a->max_connections,
-                  "Connections open at once (503 and closed beyond)")
-      ->check(kPositive)
-      ->capture_default_str();
-  cmd->add_option("--shutdown-timeout", a->shutdown_timeout,
-                  "On SIGTERM, seconds the running sequences may go on before "
-                  "they are ended (finish_reason \"shutdown\")")
-      ->check(kNotNegative)
-      ->capture_default_str();
-  AddProductsOption(cmd, &a->products);
-  cmd->callback([a, exit_code] { *exit_code = RunServe(*a); });
+  AddSchemaCommand(cmd, ServeSchema(), exit_code, RunServe);
 }
 
 }  // namespace lrkv::cli

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/job_command.h"
 #include "clients/cli/remote.h"
 #include "clients/cli/renamed_options.h"
 #include "clients/cli/schema_flags.h"
@@ -22,16 +23,94 @@ namespace {
 
 struct CacheArgs {
   std::string checkpoint;  // the shape from this model (QK-norm included), as convert reads it
-  AttentionShape shape;
+  AttentionShape shape = [] {
+    AttentionShape s;
+    s.layers = 0;  // given, or from --checkpoint
+    return s;
+  }();
   CacheQuery query;
   std::string dtype = "bf16";
 };
 
 // convert's options: the schema's flags, and the command's own checkpoint and output.
 struct ConvertArgs {
-  std::string checkpoint, out_dir;
-  std::shared_ptr<SchemaFlags> flags;
+  std::shared_ptr<SchemaFlags> flags, own;
 };
+
+const OptionSchema<JobCommandArgs>& ConvertCommandSchema() {
+  static const auto schema =
+      JobCommandSchema("convert", "Source checkpoint", {"out"});
+  return schema;
+}
+
+// cache's options: the shape (or a checkpoint to take it from) and what to
+// compare.
+const OptionSchema<CacheArgs>& CacheSchema() {
+  using A = CacheArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("cache");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+         "Take the shape from this model (QK-norm included: the sizes convert "
+         "plans for it) instead of --layers, --heads, ...")
+        .Path();
+    s.Value(
+         "layers", [](A & a) -> auto& { return a.shape.layers; }, "Layers N")
+        .Min(0);
+    s.Value(
+         "heads", [](A & a) -> auto& { return a.shape.heads; }, "Query heads H")
+        .Min(0);
+    s.Value(
+         "source_kv_heads", [](A & a) -> auto& { return a.shape.kv_heads; },
+         "Source KV heads (0: H, MHA)")
+        .Min(0);
+    s.Value(
+         "head_dim", [](A & a) -> auto& { return a.shape.head_dim; },
+         "Head dim d_h")
+        .Min(0);
+    s.Value(
+         "hidden", [](A & a) -> auto& { return a.shape.hidden; },
+         "Model width d (0: H*d_h)")
+        .Min(0);
+    s.Value(
+        "qk_norm", [](A & a) -> auto& { return a.shape.qk_norm; },
+        "LRKV caches one QK-norm scale per KV head");
+    s.Value(
+         "rank", [](A & a) -> auto& { return a.query.rank; },
+         "LRKV rank r (MLA matched)")
+        .Min(0);
+    s.Value(
+         "latent", [](A & a) -> auto& { return a.query.latent; },
+         "MLA latent d_c (LRKV matched)")
+        .Min(0);
+    s.Value(
+         "budget", [](A & a) -> auto& { return a.query.budget; },
+         "Fraction of the source cache: every variant's largest config "
+         "within it")
+        .Above(0, 1);
+    s.Value(
+         "context", [](A & a) -> auto& { return a.query.context; }, "Tokens L")
+        .Min(1);
+    s.Value(
+         "batch", [](A & a) -> auto& { return a.query.batch; }, "Batch b")
+        .Min(1);
+    s.Value(
+         "dtype", [](A & a) -> auto& { return a.dtype; },
+         "Cache element: bf16 | fp16 | fp32 | fp8")
+        .Choices({"bf16", "fp16", "fp32", "fp8"});
+    s.Check([](const A& a, OptionSource) -> absl::Status {
+      if ((a.query.rank >= 0) + (a.query.latent >= 0) + (a.query.budget > 0) >
+          1) {
+        return absl::InvalidArgumentError(
+            "--rank, --latent and --budget each choose the sizes compared; "
+            "give one");
+      }
+      return absl::OkStatus();
+    });
+    return s;
+  }();
+  return schema;
+}
 
 int RunCache(CacheArgs a) {
   if (!a.checkpoint.empty()) {
@@ -45,11 +124,8 @@ int RunCache(CacheArgs a) {
     a.query.bytes_per_element = 2;
   } else if (a.dtype == "fp32") {
     a.query.bytes_per_element = 4;
-  } else if (a.dtype == "fp8") {
-    a.query.bytes_per_element = 1;
   } else {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--dtype '", a.dtype, "' is not one of bf16, fp16, fp32, fp8")));
+    a.query.bytes_per_element = 1;  // fp8
   }
   auto rows = CompareCacheFootprints(a.shape, a.query);
   if (!rows.ok()) return Fail(rows.status());
@@ -92,12 +168,15 @@ int RunCache(CacheArgs a) {
   return kExitOk;
 }
 
-int RunConvert(const ConvertArgs& a) {
-  if (a.out_dir.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
+int RunConvert(const ConvertArgs& v) {
+  auto own = ParseFlags(*v.own, ConvertCommandSchema(), {});
+  if (!own.ok()) return Fail(own.status());
+  if (own->out.empty())
+    return Fail(absl::InvalidArgumentError("--out is required"));
   ConvertJobOptions base;
-  base.checkpoint = a.checkpoint;
-  base.out_dir = a.out_dir;
-  auto job = ParseFlags(*a.flags, ConvertOptionSchema(), std::move(base));
+  base.checkpoint = own->checkpoint;
+  base.out_dir = own->out;
+  auto job = ParseFlags(*v.flags, ConvertOptionSchema(), std::move(base));
   if (!job.ok()) return Fail(job.status());
   StageProgress progress("convert");
   job->on_progress = progress.Sink();
@@ -118,16 +197,73 @@ int RunConvert(const ConvertArgs& a) {
 
 struct BenchConvertArgs {
   ConvertBenchOptions bench;
-  std::string variant = "lrkv", rope_mode = "reconstruct";
 };
 
+const OptionSchema<BenchConvertArgs>& BenchConvertSchema() {
+  using A = BenchConvertArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("bench convert");
+    s.Value(
+         "layers", [](A & a) -> auto& { return a.bench.layers; }, "Layers")
+        .Range(1, 1024);
+    s.Value(
+         "hidden", [](A & a) -> auto& { return a.bench.hidden; },
+         "Model width d")
+        .Range(1, 1 << 20);
+    s.Value(
+         "heads", [](A & a) -> auto& { return a.bench.heads; }, "Query heads H")
+        .Range(1, 4096);
+    s.Value(
+         "source_kv_heads", [](A & a) -> auto& { return a.bench.kv_heads; },
+         "Source KV heads H_kv (0: H, MHA)")
+        .Range(0, 4096);
+    s.Value(
+         "head_dim", [](A & a) -> auto& { return a.bench.head_dim; },
+         "Head dim d_h")
+        .Range(1, 4096);
+    s.Choice(
+        "variant", [](A & a) -> auto& { return a.bench.conversion.variant; },
+        {KvVariant::kLrkv, KvVariant::kGqa, KvVariant::kMqa, KvVariant::kMla},
+        KvVariantName, "Target: lrkv | gqa | mqa | mla");
+    s.Value(
+         "rank", [](A & a) -> auto& { return a.bench.conversion.rank; },
+         "LRKV rank r")
+        .Min(0);
+    s.Value(
+         "kv_heads", [](A & a) -> auto& { return a.bench.conversion.kv_heads; },
+         "GQA KV heads (the target's, as convert's --kv-heads)")
+        .Min(0);
+    s.Value(
+         "latent", [](A & a) -> auto& { return a.bench.conversion.latent; },
+         "MLA latent d_c")
+        .Min(0);
+    s.Value(
+         "budget", [](A & a) -> auto& { return a.bench.conversion.budget; },
+         "Cache budget as a fraction of the source cache (instead of --rank, "
+         "--kv-heads or --latent)")
+        .Above(0, 1);
+    s.Choice(
+        "rope_mode",
+        [](A & a) -> auto& { return a.bench.conversion.rope_mode; },
+        {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial,
+         RopeMode::kSharedPlane},
+        RopeModeName, "reconstruct | plane | partial | shared-plane");
+    s.Value(
+         "iters", [](A & a) -> auto& { return a.bench.conversion.max_iters; },
+         "LRKV: alternating iterations at most")
+        .Min(1);
+    s.Value(
+         "tol", [](A & a) -> auto& { return a.bench.conversion.tol; },
+         "Relative stopping tolerance")
+        .Min(0);
+    s.Value(
+        "seed", [](A & a) -> auto& { return a.bench.seed; }, "Random seed");
+    return s;
+  }();
+  return schema;
+}
+
 int RunBenchConvert(BenchConvertArgs a) {
-  auto variant = ParseKvVariant(a.variant);
-  if (!variant.ok()) return Fail(variant.status());
-  auto mode = ParseRopeMode(a.rope_mode);
-  if (!mode.ok()) return Fail(mode.status());
-  a.bench.conversion.variant = *variant;
-  a.bench.conversion.rope_mode = *mode;
   auto report = RunConvertBench(a.bench);
   if (!report.ok()) return Fail(report.status());
   if (Globals().json) {
@@ -145,49 +281,18 @@ int RunBenchConvert(BenchConvertArgs a) {
 }  // namespace
 
 void AddSurgeryCommands(CLI::App& app, int* exit_code) {
-  auto c = std::make_shared<CacheArgs>();
   auto* cache = app.add_subcommand(
       "cache",
       "KV-cache size of MHA, GQA, MQA, MLA and LRKV for an attention shape");
-  c->shape.layers = 0;  // given, or from --checkpoint
-  cache->add_option("--checkpoint", c->checkpoint,
-                    "Take the shape from this model (QK-norm included: the sizes convert "
-                    "plans for it) instead of --layers, --heads, ...");
-  cache->add_option("--layers", c->shape.layers, "Layers N");
-  cache->add_option("--heads", c->shape.heads, "Query heads H");
-  AddSourceKvHeads(cache, &c->shape.kv_heads,
-                   "Source KV heads (default H: MHA)");
-  cache->add_option("--head-dim", c->shape.head_dim, "Head dim d_h");
-  cache->add_option("--hidden", c->shape.hidden,
-                    "Model width d (default H*d_h)");
-  cache->add_flag("--qk-norm", c->shape.qk_norm,
-                  "LRKV caches one QK-norm scale per KV head");
-  auto* rank = cache->add_option("--rank", c->query.rank, "LRKV rank r (MLA matched)")
-                   ->check(kNotNegative);
-  auto* latent = cache->add_option("--latent", c->query.latent, "MLA latent d_c (LRKV matched)")
-                     ->check(kNotNegative);
-  auto* budget =
-      cache->add_option("--budget", c->query.budget,
-                        "Fraction of the source cache: every variant's largest "
-                        "config within it");
-  rank->excludes(latent)->excludes(budget);
-  latent->excludes(budget);
-  cache->add_option("--context", c->query.context, "Tokens L")
-      ->check(CLI::PositiveNumber);
-  cache->add_option("--batch", c->query.batch, "Batch b")
-      ->check(CLI::PositiveNumber);
-  cache->add_option("--dtype", c->dtype, "bf16 | fp16 | fp32 | fp8");
-  cache->callback([c, exit_code] { *exit_code = RunCache(*c); });
+  AddSchemaCommand(cache, CacheSchema(), exit_code, RunCache);
+  RefuseRenamedOption(cache, "--kv-heads", kSourceKvHeadsHint);
 
   auto v = std::make_shared<ConvertArgs>();
   auto* conv = app.add_subcommand(
       "convert",
       "Convert a checkpoint's K/V projections to LRKV, GQA, MQA or MLA");
-  conv->add_option("--checkpoint", v->checkpoint, "Source checkpoint")->required();
+  v->own = AddSchemaFlags(conv, ConvertCommandSchema());
   v->flags = AddSchemaFlags(conv, ConvertOptionSchema());
-  conv->add_option("--out", v->out_dir,
-                   "Output folder (must not exist; parents are made); with --server the "
-                   "job's checkpoint is downloaded there");
   auto remote = RemoteJob::Attach(conv, {"convert", v->flags});
   conv->callback([v, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunConvert(*v);
@@ -195,30 +300,13 @@ void AddSurgeryCommands(CLI::App& app, int* exit_code) {
 
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-  auto b = std::make_shared<BenchConvertArgs>();
   auto* bconv = bench->add_subcommand(
       "convert",
       "Time the K/V surgery of a random model of a given attention shape");
-  bconv->add_option("--layers", b->bench.layers, "Layers");
-  bconv->add_option("--hidden", b->bench.hidden, "Model width d");
-  bconv->add_option("--heads", b->bench.heads, "Query heads H");
-  AddSourceKvHeads(bconv, &b->bench.kv_heads, "Source KV heads H_kv");
-  bconv->add_option("--head-dim", b->bench.head_dim, "Head dim d_h");
-  bconv->add_option("--variant", b->variant, "lrkv | gqa | mqa | mla");
-  bconv->add_option("--rank", b->bench.conversion.rank, "LRKV rank r");
-  bconv->add_option("--kv-heads-target", b->bench.conversion.kv_heads,
-                    "GQA KV heads");
-  bconv->add_option("--latent", b->bench.conversion.latent, "MLA latent d_c");
-  bconv->add_option("--budget", b->bench.conversion.budget, "Cache budget");
-  bconv->add_option("--rope-mode", b->rope_mode,
-                    "reconstruct | plane | partial");
-  bconv->add_option("--iters", b->bench.conversion.max_iters,
-                    "Iterations at most")
-      ->capture_default_str();
-  bconv->add_option("--tol", b->bench.conversion.tol, "Relative stopping tolerance")
-      ->capture_default_str();
-  bconv->add_option("--seed", b->bench.seed, "Random seed");
-  bconv->callback([b, exit_code] { *exit_code = RunBenchConvert(*b); });
+  AddSchemaCommand(bconv, BenchConvertSchema(), exit_code, RunBenchConvert);
+  RefuseRenamedOption(bconv, "--kv-heads-target",
+                      "renamed --kv-heads (the GQA target, as `lrkv convert "
+                      "--kv-heads`); the source's is --source-kv-heads");
 }
 
 }  // namespace lrkv::cli

@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "clients/cli/commands.h"
+#include "clients/cli/schema_flags.h"
 #include "formats/text_corpus.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
@@ -17,7 +19,8 @@ namespace lrkv::cli {
 namespace {
 
 struct TokenizeArgs {
-  std::string checkpoint, text, prompt;
+  std::string checkpoint, text;
+  std::optional<std::string> prompt;
   bool add_special = false, decode = false;
 };
 
@@ -25,6 +28,66 @@ struct TokenizeBenchArgs {
   std::string checkpoint, text;
   int repeats = 5;
 };
+
+constexpr char kTokenizerCheckpointHelp[] =
+    "GGUF file, safetensors checkpoint, or a folder with tokenizer.json";
+
+const OptionSchema<TokenizeArgs>& TokenizeSchema() {
+  using A = TokenizeArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("tokenize");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+         kTokenizerCheckpointHelp)
+        .Path()
+        .Required();
+    s.Value(
+         "text", [](A & a) -> auto& { return a.text; },
+         "Text file; one id list per <|endoftext|>-separated document")
+        .Path();
+    s.Value(
+        "prompt", [](A & a) -> auto& { return a.prompt; },
+        "A text given on the command line");
+    s.Value(
+        "add_special", [](A & a) -> auto& { return a.add_special; },
+        "Add BOS/EOS as the tokenizer's configuration says (default: none)");
+    s.Value(
+        "decode", [](A & a) -> auto& { return a.decode; },
+        "Also print each id list decoded back to text");
+    s.Check([](const A& a, OptionSource) -> absl::Status {
+      if (a.text.empty() == !a.prompt.has_value()) {
+        return absl::InvalidArgumentError(
+            "tokenize: give one of --text FILE or --prompt TEXT");
+      }
+      return absl::OkStatus();
+    });
+    return s;
+  }();
+  return schema;
+}
+
+const OptionSchema<TokenizeBenchArgs>& TokenizeBenchSchema() {
+  using A = TokenizeBenchArgs;
+  static const OptionSchema<A> schema = [] {
+    OptionSchema<A> s("bench tokenize");
+    s.Value(
+         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
+         kTokenizerCheckpointHelp)
+        .Path()
+        .Required();
+    s.Value(
+         "text", [](A & a) -> auto& { return a.text; },
+         "Text file (documents separated by <|endoftext|>)")
+        .Path()
+        .Required();
+    s.Value(
+         "repeats", [](A & a) -> auto& { return a.repeats; },
+         "Timed warm passes after the cold one")
+        .Range(1, 1000);
+    return s;
+  }();
+  return schema;
+}
 
 int RunTokenize(const TokenizeArgs& a) {
   auto tok = LoadTokenizer(a.checkpoint);
@@ -35,7 +98,7 @@ int RunTokenize(const TokenizeArgs& a) {
     if (!read.ok()) return Fail(read.status());
     docs = std::move(*read);
   } else {
-    docs.push_back(a.prompt);
+    docs.push_back(*a.prompt);
   }
   nlohmann::json ids = nlohmann::json::array(), decoded = nlohmann::json::array();
   for (const auto& d : docs) {
@@ -108,38 +171,11 @@ int RunTokenizeBench(const TokenizeBenchArgs& a) {
 }  // namespace
 
 void AddTokenizeCommands(CLI::App& app, int* exit_code) {
-  auto a = std::make_shared<TokenizeArgs>();
   auto* cmd = app.add_subcommand("tokenize", "Token ids of a text under a checkpoint's tokenizer");
-  cmd->add_option("--checkpoint", a->checkpoint,
-                  "GGUF file, safetensors checkpoint, or a folder with tokenizer.json")
-      ->required();
-  auto* text = cmd->add_option("--text", a->text,
-                               "Text file; one id list per <|endoftext|>-separated document");
-  auto* prompt = cmd->add_option("--prompt", a->prompt, "A text given on the command line");
-  text->excludes(prompt);
-  cmd->add_flag("--add-special", a->add_special,
-                "Add BOS/EOS as the tokenizer's configuration says (default: none)");
-  cmd->add_flag("--decode", a->decode, "Also print each id list decoded back to text");
-  cmd->callback([a, text, prompt, exit_code] {
-    if (text->count() + prompt->count() == 0) {
-      *exit_code = UsageError("tokenize: one of --text FILE or --prompt TEXT is required");
-      return;
-    }
-    *exit_code = RunTokenize(*a);
-  });
-
-  auto b = std::make_shared<TokenizeBenchArgs>();
+  AddSchemaCommand(cmd, TokenizeSchema(), exit_code, RunTokenize);
   auto* bench = app.get_subcommand("bench")->add_subcommand(
       "tokenize", "Single-thread tokenizer throughput (MB/s) on a text file");
-  bench->add_option("--checkpoint", b->checkpoint,
-                    "GGUF file, safetensors checkpoint, or a folder with tokenizer.json")
-      ->required();
-  bench->add_option("--text", b->text, "Text file (documents separated by <|endoftext|>)")
-      ->required();
-  bench->add_option("--repeats", b->repeats, "Timed warm passes after the cold one")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  bench->callback([b, exit_code] { *exit_code = RunTokenizeBench(*b); });
+  AddSchemaCommand(bench, TokenizeBenchSchema(), exit_code, RunTokenizeBench);
 }
 
 }  // namespace lrkv::cli

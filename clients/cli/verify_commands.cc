@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "clients/cli/commands.h"
+#include "clients/cli/job_command.h"
 #include "clients/cli/remote.h"
 #include "clients/cli/schema_flags.h"
 #include "nlohmann/json.hpp"
@@ -21,15 +22,22 @@ namespace {
 
 // verify's options: the schema's flags, the checkpoint and the report files.
 struct VerifyArgs {
-  std::string checkpoint;
-  std::shared_ptr<SchemaFlags> flags;
-  std::string json_path, junit_path;
+  std::shared_ptr<SchemaFlags> flags, own;
 };
 
-int RunVerify(const VerifyArgs& a) {
+const OptionSchema<JobCommandArgs>& VerifyCommandSchema() {
+  static const auto schema =
+      JobCommandSchema("verify", "Checkpoint to verify", {"json_out", "junit"});
+  return schema;
+}
+
+int RunVerify(const VerifyArgs& v) {
+  auto own = ParseFlags(*v.own, VerifyCommandSchema(), {});
+  if (!own.ok()) return Fail(own.status());
+  const JobCommandArgs& a = *own;
   VerifyJobOptions base;
   base.checkpoint = a.checkpoint;
-  auto job = ParseFlags(*a.flags, VerifyOptionSchema(), std::move(base));
+  auto job = ParseFlags(*v.flags, VerifyOptionSchema(), std::move(base));
   if (!job.ok()) return Fail(job.status());
   StageProgress progress("verify");
   job->on_progress = progress.Sink();
@@ -38,13 +46,12 @@ int RunVerify(const VerifyArgs& a) {
   auto report = RunVerifyJob(*job);
   progress.Finish();
   if (!report.ok()) return Fail(report.status());
-  if (int rc =
-          EmitLocalReport(report->ToJson(), report->ToTable(), a.json_path);
+  if (int rc = EmitLocalReport(report->ToJson(), report->ToTable(), a.json_out);
       rc != kExitOk) {
     return rc;
   }
-  if (!a.junit_path.empty()) {
-    if (auto st = WriteTextFile(a.junit_path, report->ToJUnit()); !st.ok())
+  if (!a.junit.empty()) {
+    if (auto st = WriteTextFile(a.junit, report->ToJUnit()); !st.ok())
       return Fail(st);
   }
   return report->passed() ? kExitOk : kExitFailure;
@@ -57,13 +64,8 @@ void AddVerifyCommands(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("verify",
                                  "Prove factored decoding equals expanded "
                                  "decoding; fidelity to the source");
-  cmd->add_option("--checkpoint", v->checkpoint, "Checkpoint to verify")
-      ->required();
+  v->own = AddSchemaFlags(cmd, VerifyCommandSchema());
   v->flags = AddSchemaFlags(cmd, VerifyOptionSchema());
-  cmd->add_option("--json-out", v->json_path,
-                  "Write the report as JSON to this file");
-  cmd->add_option("--junit", v->junit_path,
-                  "Write JUnit XML (one testcase per check)");
   auto remote = RemoteJob::Attach(cmd, {"verify", v->flags});
   cmd->callback([v, remote, exit_code] {
     *exit_code = remote->Requested() ? remote->Run() : RunVerify(*v);

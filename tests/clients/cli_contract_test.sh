@@ -111,7 +111,7 @@ odd_mode=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["rope
 [ "$odd_mode" = reconstruct ] || { echo "FAIL: --rank 1 with RoPE mode auto used '$odd_mode', not reconstruct" >&2; failures=$((failures + 1)); }
 expect 0 -- convert --help
 grep -q "auto: LRKV plane (reconstruct for an odd --rank)" "$work/out" || { echo "FAIL: convert --help does not state the auto rule" >&2; failures=$((failures + 1)); }
-expect 2 --stderr "must be 0 or more" -- cache --layers 5 --heads 8 --head-dim 8 --rank -1
+expect 2 --stderr "--rank -1 must be at least 0" -- cache --layers 5 --heads 8 --head-dim 8 --rank -1
 # convert
 expect 2 --stderr "--out is required" -- convert --checkpoint "$model" --variant lrkv --rank 2
 expect 2 --stderr "not both" -- convert --checkpoint "$model" --variant lrkv --rank 2 --budget 0.5 --out "$work/x"
@@ -232,11 +232,11 @@ echo "bogus_key: 1" >>"$work/study.yaml"
 expect 2 --stderr "'bogus-key' is not an option" -- compare -f "$work/study.yaml"
 expect 2 -- compare -f "$work/nope.yaml"
 # bench
-expect 0 --json -- bench decode --heads 2 --head-dim 8 --rank 2 --batch 1 --context 32 --iters 1 --threads 1 --json
-expect 2 --stderr "must be cpu or cuda" -- bench decode --device tpu --context 32
+expect 0 --json -- bench decode --heads 2 --head-dim 8 --rank 2 --batch 1 --context 32 --iterations 1 --threads 1 --json
+expect 2 --stderr "must be one of cpu, cuda" -- bench decode --device tpu --context 32
 expect 0 --json -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --json
 expect 2 --stderr "unknown decode mode" -- bench generate --checkpoint "$work/free" --mode bogus --context 16 --tokens 2
-expect 2 --stderr "--rounds must lie in \[1, 100\] \(got 0\)" -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --rounds 0
+expect 2 --stderr "--rounds 0 must lie in \[1, 100\]" -- bench generate --checkpoint "$work/free" --context 16 --tokens 2 --rounds 0
 # Rounds against the source: every row pools rounds x tokens steps, and each
 # converted row carries one same-round ratio to the source per round.
 expect 0 --json -- bench generate --checkpoint "$work/free" --source "$model" --context 16 --tokens 2 --rounds 2 --json
@@ -255,7 +255,7 @@ for r in j["rows"]:
         assert "round_step_ratio_to_source" not in r, r
 PY
 expect 0 --json -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --rank 2 --iters 1 --json
-expect 2 --stderr "unknown variant 'foo'" -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --variant foo
+expect 2 --stderr "--variant 'foo' must be one of lrkv, gqa, mqa, mla" -- bench convert --layers 1 --hidden 64 --heads 4 --head-dim 16 --variant foo
 expect 2 -- bench tokenize --checkpoint "$model"
 expect 0 --json -- bench tokenize --checkpoint "$model" --text "$text" --repeats 1 --json
 # init
@@ -345,7 +345,7 @@ for pattern in '<testcase classname="[^"]*" name="[^"]*"' '<failure' '<skipped';
   fi
 done
 expect 0 --json -- heal --checkpoint "$work/free" --teacher "$model" --data "$text" --data-range 0:0.2 --steps 3 --batch 2 --seq-len 32 --json
-expect 0 --json -- bench decode --checkpoint "$model" --context 32 --iters 1 --json
+expect 0 --json -- bench decode --checkpoint "$model" --context 32 --iterations 1 --json
 expect 0 --json -- pipeline --checkpoint "$model" --convert '{"rank": 2, "rope_mode": "plane"}' --verify '{"prompt_tokens": 8, "decode_tokens": 4}' --bench '{"context": 16, "tokens": 2}' --json
 expect 2 -- pipeline --checkpoint "$model" --convert '{"rank": 2.5}'
 cat >"$work/job.yaml" <<EOF

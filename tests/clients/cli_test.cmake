@@ -143,11 +143,11 @@ endif()
 # runs (a GPU is present) or says why it cannot (no nvcc at configure time, or
 # no device), never silently falls back to the CPU.
 run_lrkv(bench decode --device tpu --context 64)
-if(rc EQUAL 0 OR NOT err MATCHES "--device 'tpu' must be cpu or cuda")
+if(rc EQUAL 0 OR NOT err MATCHES "--device 'tpu' must be one of cpu, cuda")
   message(FATAL_ERROR "bench decode --device tpu: rc=${rc} ${err}")
 endif()
 run_lrkv(bench decode --device cuda --heads 2 --head-dim 8 --rank 2 --batch 1
-         --context 64 --iters 1)
+         --context 64 --iterations 1)
 if(rc EQUAL 0)
   if(NOT out MATCHES "CUDA on " OR NOT out MATCHES "lrkv-plane")
     message(FATAL_ERROR "bench decode --device cuda ran but printed: ${out}")
@@ -159,13 +159,13 @@ message(STATUS "bench decode --device cuda: rc=${rc} ${err}")
 
 # lrkv-kernel-bench: the same bench without LibTorch or gRPC.
 execute_process(COMMAND ${KERNEL_BENCH} --heads 2 --head-dim 8 --rank 2 --batch 1
-                        --context 64 --iters 1 --threads 1
+                        --context 64 --iterations 1 --threads 1
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "lrkv-norope" OR NOT out MATCHES "stream")
   message(FATAL_ERROR "lrkv-kernel-bench: rc=${rc} ${out} ${err}")
 endif()
 execute_process(COMMAND ${KERNEL_BENCH} --context 64,x
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(rc EQUAL 0 OR NOT err MATCHES "--context '64,x' must be comma-separated integers")
+if(rc EQUAL 0 OR NOT err MATCHES "--context has the wrong type")
   message(FATAL_ERROR "lrkv-kernel-bench --context 64,x: rc=${rc} ${err}")
 endif()

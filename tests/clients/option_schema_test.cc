@@ -19,7 +19,9 @@
 #include "clients/cli/schema_flags.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/decode_bench_options_schema.h"
 #include "nlohmann/json.hpp"
+#include "runtime/generate_bench_options_schema.h"
 #include "service/job_params.h"
 #include "study/compare_options_schema.h"
 #include "surgery/convert_options_schema.h"
@@ -111,7 +113,14 @@ Value GoodValue(const OptionInfo& info) {
   const bool numeric =
       info.type == OptionType::kInteger || info.type == OptionType::kNumber;
   if (d.is_null() && numeric) {  // unset by default (a gate): its least value
-    const json least = info.min ? json(*info.min) : json(0);
+    // (its greatest where the least is excluded: a budget in (0, 1])
+    const double x = !info.min        ? 0
+                     : !info.min_open ? *info.min
+                     : info.max       ? *info.max
+                                      : *info.min + 1;
+    const json least = info.type == OptionType::kInteger
+                           ? json(static_cast<int64_t>(x))
+                           : json(x);
     return {Text(least), least};
   }
   if (info.role != OptionRole::kValue || d.is_null() || d == "") {
@@ -149,9 +158,14 @@ template <typename Options>
 absl::Status CliVerdict(const OptionSchema<Options>& schema,
                         std::vector<std::string> args) {
   CLI::App app;
-  CLI::App* cmd = app.add_subcommand(schema.command());
+  // "bench decode": a subcommand of a subcommand.
+  CLI::App* cmd = &app;
+  std::vector<std::string> argv = {"lrkv"};
+  for (absl::string_view word : absl::StrSplit(schema.command(), ' ')) {
+    cmd = cmd->add_subcommand(std::string(word));
+    argv.push_back(std::string(word));
+  }
   auto flags = cli::AddSchemaFlags(cmd, schema);
-  std::vector<std::string> argv = {"lrkv", schema.command()};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<const char*> raw;
   for (const auto& a : argv) raw.push_back(a.c_str());
@@ -282,6 +296,23 @@ TEST(OptionSchemaTest, CliAndJobsAcceptTheSameNamesAndRefuseTheSameValues) {
       CompareOptionSchema(), [](const std::string& p) {
         return service::ParseCompareParams(p, "", "").status();
       }});
+  // A bench job times the kernels at its checkpoint's shape.
+  ExpectSameNamesAndVerdicts(Kind<kernels::DecodeBenchJobOptions>{
+      kernels::DecodeBenchOptionSchema(), [](const std::string& p) {
+        ModelConfig config;
+        config.num_layers = 2;
+        config.num_heads = 4;
+        config.num_kv_heads = 4;
+        config.head_dim = 16;
+        return service::ParseBenchParams(p, config).status();
+      }});
+  // A pipeline's bench stage takes `lrkv bench generate`'s timing options.
+  ExpectSameNamesAndVerdicts(Kind<GenerateBenchOptions>{
+      GenerateBenchOptionSchema(), [](const std::string& p) {
+        return service::ParsePipelineParams(
+                   absl::StrCat(R"({"bench": )", p, "}"))
+            .status();
+      }});
 }
 
 // The same values end in the same options whichever way they came.
@@ -382,6 +413,10 @@ TEST(OptionSchemaTest, TheBinaryCommandsCarryTheirSchemas) {
   ExpectBinaryUsesSchema(VerifyOptionSchema(), {"json-out", "junit"});
   ExpectBinaryUsesSchema(HealOptionSchema(), {"out", "nproc", "events"});
   ExpectBinaryUsesSchema(CompareOptionSchema(), {"json-out", "html"});
+  ExpectBinaryUsesSchema(kernels::DecodeBenchOptionSchema(), {"json-out"});
+  ExpectBinaryUsesSchema(
+      GenerateBenchOptionSchema(),
+      {"source", "products", "against-llama-cpp", "llama-cpp-source"});
 }
 
 }  // namespace

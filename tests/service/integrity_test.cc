@@ -248,13 +248,18 @@ TEST_F(IntegrityTest, EveryPipelineStageIsValidatedAtSubmission) {
     std::string params, phrase;
   };
   const std::vector<Case> cases = {
-      {R"({"convert": {"rank": 2}, "bench": {"context": -5}})", "bench: --context must lie in"},
-      {R"({"convert": {"rank": 2}, "bench": {"tokens": -1}})", "(got 512, -1)"},
+      {R"({"convert": {"rank": 2}, "bench": {"context": -5}})",
+       "bench: 'context' -5 must lie in"},
+      {R"({"convert": {"rank": 2}, "bench": {"tokens": -1}})",
+       "bench: 'tokens' -1 must lie in"},
       {R"({"convert": {"rank": 2}, "bench": {"context": 1e9}})", "wrong type"},
-      {R"({"convert": {"rank": 2}, "bench": {"context": 1000000000}})", "[1, 1048576]"},
-      {R"({"convert": {"rank": 2}, "bench": {"contxt": 64}})", "unknown parameter 'contxt'"},
+      {R"({"convert": {"rank": 2}, "bench": {"context": 1000000000}})",
+       "[1, 1048576]"},
+      {R"({"convert": {"rank": 2}, "bench": {"contxt": 64}})",
+       "unknown parameter 'contxt'"},
       {R"({"convert": {"rank": 2}, "bench": []})", "'bench' must be an object"},
-      {R"({"convert": {"rank": 2}, "verify": {"prompt_tokens": 0}})", "[1, 4096]"},
+      {R"({"convert": {"rank": 2}, "verify": {"prompt_tokens": 0}})",
+       "[1, 4096]"},
       {R"({"convert": {"rank": 99}})", "rank"},
       {R"({"convert": {"rank": 2}, "heal": {"steps": 1}})", "'data'"},
   };

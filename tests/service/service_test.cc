@@ -489,7 +489,8 @@ TEST_F(ServiceTest, EveryRpcRefusesBadInputClearly) {
   expect(Submit(v1::HEAL, ck.id(), R"({"steps": 3})", &job),
          grpc::StatusCode::INVALID_ARGUMENT, "'data'");
   expect(Submit(v1::BENCH, ck.id(), R"({"rank": 9})", &job),
-         grpc::StatusCode::INVALID_ARGUMENT, "'rank' 9 must lie in [0, 8]");
+         grpc::StatusCode::INVALID_ARGUMENT,
+         "rank 9 must lie in [0, 8] (the head dimension)");
   expect(Submit(v1::BENCH, ck.id(), R"({"context": [0]})", &job),
          grpc::StatusCode::INVALID_ARGUMENT, "'context' 0");
   expect(Submit(v1::CONVERT, ck.id(),
