@@ -71,6 +71,29 @@ nlohmann::json UserFacingPaths(const nlohmann::json& value,
   return out;
 }
 
+v1::Evaluation Evaluation(const std::string& label, int64_t tokens,
+                          double perplexity) {
+  v1::Evaluation e;
+  e.set_label(label);
+  e.set_tokens(tokens);
+  e.set_perplexity(perplexity);
+  return e;
+}
+
+v1::LatencyRow Latency(const std::string& variant, const std::string& engine,
+                       int64_t context, double median_ms, double gbps,
+                       double ratio_to_mha, double tokens_per_second) {
+  v1::LatencyRow l;
+  l.set_variant(variant);
+  l.set_engine(engine);
+  l.set_context(context);
+  l.set_median_ms(median_ms);
+  l.set_gbps(gbps);
+  l.set_ratio_to_mha(ratio_to_mha);
+  l.set_tokens_per_second(tokens_per_second);
+  return l;
+}
+
 }  // namespace
 
 JobRunner::JobRunner(Store* store, RunnerOptions options)
@@ -315,24 +338,32 @@ absl::Status JobRunner::StoreConversion(const std::string& job_id,
   for (const auto& l : r.layers)
     row.layers.push_back({l.layer, l.k.rel_error, l.v.rel_error});
   RETURN_IF_ERROR(store_->AddConversion(job_id, row));
-  std::vector<EvaluationRow> evals;
+  std::vector<v1::Evaluation> evals;
   if (r.perplexity_before)
-    evals.push_back({"source", r.eval_tokens, *r.perplexity_before});
-  if (r.perplexity_after)
-    evals.push_back({"converted", r.eval_tokens, *r.perplexity_after});
-  return store_->AddEvaluations(job_id, evals);
+    evals.push_back(Evaluation("source", r.eval_tokens, *r.perplexity_before));
+  if (r.perplexity_after) {
+    evals.push_back(
+        Evaluation("converted", r.eval_tokens, *r.perplexity_after));
+  }
+  return store_->AddRows(job_id, evals);
 }
 
 absl::Status JobRunner::StoreEvaluations(const std::string& job_id,
                                          const HealReport& r) {
-  std::vector<EvaluationRow> evals;
-  if (r.perplexity_before)
-    evals.push_back({"before healing", r.eval_tokens, *r.perplexity_before});
-  if (r.perplexity_after)
-    evals.push_back({"after healing", r.eval_tokens, *r.perplexity_after});
-  if (r.teacher_perplexity)
-    evals.push_back({"teacher", r.eval_tokens, *r.teacher_perplexity});
-  return store_->AddEvaluations(job_id, evals);
+  std::vector<v1::Evaluation> evals;
+  if (r.perplexity_before) {
+    evals.push_back(
+        Evaluation("before healing", r.eval_tokens, *r.perplexity_before));
+  }
+  if (r.perplexity_after) {
+    evals.push_back(
+        Evaluation("after healing", r.eval_tokens, *r.perplexity_after));
+  }
+  if (r.teacher_perplexity) {
+    evals.push_back(
+        Evaluation("teacher", r.eval_tokens, *r.teacher_perplexity));
+  }
+  return store_->AddRows(job_id, evals);
 }
 
 absl::StatusOr<nlohmann::json> JobRunner::RunBench(
@@ -342,14 +373,14 @@ absl::StatusOr<nlohmann::json> JobRunner::RunBench(
                    ParseBenchParams(job.params_json, ckpt->config()));
   RETURN_IF_ERROR(Stage(job.id, "bench", 1, 1, "timing decode kernels"));
   ASSIGN_OR_RETURN(kernels::DecodeBenchReport r, kernels::RunDecodeBench(o));
-  std::vector<LatencyRow> rows;
+  std::vector<v1::LatencyRow> rows;
   for (const auto& b : r.rows) {
     // The streaming-read reference is in the report, not a decode latency.
     if (b.variant == "stream") continue;
-    rows.push_back({b.config, b.variant, b.context, b.median_ms, b.gbps,
-                    b.ratio_to_mha, 1e3 * o.batch / b.median_ms});
+    rows.push_back(Latency(b.config, b.variant, b.context, b.median_ms, b.gbps,
+                           b.ratio_to_mha, 1e3 * o.batch / b.median_ms));
   }
-  RETURN_IF_ERROR(store_->AddLatency(job.id, rows));
+  RETURN_IF_ERROR(store_->AddRows(job.id, rows));
   return nlohmann::json::parse(r.ToJson());
 }
 
@@ -367,55 +398,56 @@ absl::StatusOr<nlohmann::json> JobRunner::RunCompare(
   for (const CompareRow& row : r.rows) {
     RETURN_IF_ERROR(store_->AddComparison(job.id, row));
   }
-  std::vector<LatencyRow> latency;
+  std::vector<v1::LatencyRow> latency;
   for (const auto& l : r.latency) {
-    latency.push_back({l.config, l.rope_mode, l.context, l.step_ms, 0,
-                       l.ratio_to_mha, 1e3 / l.step_ms});
+    latency.push_back(Latency(l.config, l.rope_mode, l.context, l.step_ms, 0,
+                              l.ratio_to_mha, 1e3 / l.step_ms));
   }
-  RETURN_IF_ERROR(store_->AddLatency(job.id, latency));
-  RETURN_IF_ERROR(store_->AddEvaluations(
-      job.id, {{"source", r.eval_tokens, r.source_perplexity}}));
+  RETURN_IF_ERROR(store_->AddRows(job.id, latency));
+  RETURN_IF_ERROR(store_->AddRows(
+      job.id, std::vector<v1::Evaluation>{
+                  Evaluation("source", r.eval_tokens, r.source_perplexity)}));
   return r.ToJson();
 }
 
 absl::Status JobRunner::StoreVerification(const std::string& job_id,
                                           const VerifyReport& r) {
-  std::vector<VerificationRow> rows;
+  std::vector<v1::Check> rows;
   for (const auto& e : r.equivalence) {
-    VerificationRow row;
-    row.check = e.mode + " " + e.dtype;
-    row.passed = e.applicable && e.passed();
-    row.max_rel = e.worst_layer.max_rel;
-    row.cos_dist = e.worst_layer.cos_dist;
-    row.detail = e.applicable ? DescribeEquivalence(e) : e.reason;
-    row.verdict = EquivalenceVerdict(e);
-    if (!e.applicable && e.required) row.verdict = "n/a (required)";
-    row.error = e.candidate_error;
-    row.bound = e.bound;
-    row.ratio = e.ratio;
-    rows.push_back(std::move(row));
+    v1::Check& row = rows.emplace_back();
+    row.set_name(e.mode + " " + e.dtype);
+    row.set_passed(e.applicable && e.passed());
+    row.set_max_rel(e.worst_layer.max_rel);
+    row.set_cos_dist(e.worst_layer.cos_dist);
+    row.set_detail(e.applicable ? DescribeEquivalence(e) : e.reason);
+    row.set_verdict(!e.applicable && e.required ? "n/a (required)"
+                                                : EquivalenceVerdict(e));
+    row.set_error(e.candidate_error);
+    row.set_bound(e.bound);
+    row.set_ratio(e.ratio);
   }
+  std::vector<v1::CacheRow> cache;
   for (const auto& c : r.cache) {
-    VerificationRow row;
-    row.check = absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens");
-    row.passed = c.passed();
-    row.detail =
-        absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes);
-    row.verdict = c.passed() ? "pass" : "FAIL";
-    rows.push_back(std::move(row));
+    v1::Check& row = rows.emplace_back();
+    row.set_name(absl::StrCat("cache ", c.engine, " ", c.tokens, " tokens"));
+    row.set_passed(c.passed());
+    row.set_detail(
+        absl::StrCat(c.used_bytes, " bytes used, formula ", c.formula_bytes));
+    row.set_verdict(c.passed() ? "pass" : "FAIL");
+    v1::CacheRow& measured = cache.emplace_back();
+    measured.set_engine(c.engine);
+    measured.set_variant(c.variant);
+    measured.set_tokens(c.tokens);
+    measured.set_used_bytes(c.used_bytes);
+    measured.set_formula_bytes(c.formula_bytes);
   }
-  RETURN_IF_ERROR(store_->AddVerification(job_id, rows));
-  std::vector<CacheRow> cache;
-  for (const auto& c : r.cache) {
-    cache.push_back(
-        {c.engine, c.variant, c.tokens, c.used_bytes, c.formula_bytes});
-  }
-  return store_->AddCache(job_id, cache);
+  RETURN_IF_ERROR(store_->AddRows(job_id, rows));
+  return store_->AddRows(job_id, cache);
 }
 
 absl::StatusOr<HealReport> JobRunner::Heal(const std::string& job_id,
                                            const HealJobOptions& options) {
-  std::vector<LossRow> curve;
+  std::vector<v1::LossPoint> curve;
   HealJobOptions stoppable = options;
   stoppable.heal.should_stop = StopCheck(job_id);
   ASSIGN_OR_RETURN(
@@ -429,9 +461,13 @@ absl::StatusOr<HealReport> JobRunner::Heal(const std::string& job_id,
         ev.loss = loss;
         ev.message = e.kind;
         (void)store_->AppendEvent(job_id, ev);
-        curve.push_back({e.step, e.kind, loss, e.lr});
+        v1::LossPoint& point = curve.emplace_back();
+        point.set_step(e.step);
+        point.set_kind(e.kind);
+        point.set_loss(loss);
+        point.set_lr(e.lr);
       }));
-  RETURN_IF_ERROR(store_->AddLossCurve(job_id, curve));
+  RETURN_IF_ERROR(store_->AddRows(job_id, curve));
   return report;
 }
 
@@ -490,14 +526,14 @@ absl::StatusOr<nlohmann::json> JobRunner::RunPipeline(
   for (const auto& r : rows) {
     if (r.model == "source") source_ms = 1e3 / r.tokens_per_second;
   }
-  std::vector<LatencyRow> latency;
+  std::vector<v1::LatencyRow> latency;
   for (const auto& r : rows) {
     const double ms = 1e3 / r.tokens_per_second;
-    latency.push_back({r.model, r.engine, r.context, ms, 0,
-                       source_ms > 0 ? ms / source_ms : 0,
-                       r.tokens_per_second});
+    latency.push_back(Latency(r.model, r.engine, r.context, ms, 0,
+                              source_ms > 0 ? ms / source_ms : 0,
+                              r.tokens_per_second));
   }
-  RETURN_IF_ERROR(store_->AddLatency(job.id, latency));
+  RETURN_IF_ERROR(store_->AddRows(job.id, latency));
   for (const auto& r : rows) {
     bench.push_back({{"model", r.model},
                      {"engine", r.engine},

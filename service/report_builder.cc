@@ -24,61 +24,25 @@ absl::Status FillReportSections(Store& store, const std::string& job_id,
       layer->set_v_rel_error(l.v_rel);
     }
   }
-  ASSIGN_OR_RETURN(auto checks, store.Verification(job_id));
+  ASSIGN_OR_RETURN(auto checks, store.Rows<v1::Check>(job_id));
   if (!checks.empty()) {
     bool all = true;
-    for (const auto& c : checks) {
-      auto* check = out->mutable_verification()->add_checks();
-      check->set_name(c.check);
-      check->set_passed(c.passed);
-      check->set_max_rel_error(c.max_rel);
-      check->set_cos_dist(c.cos_dist);
-      check->set_detail(c.detail);
-      check->set_verdict(c.verdict);
-      check->set_error(c.error);
-      check->set_bound(c.bound);
-      check->set_ratio(c.ratio);
+    for (v1::Check& c : checks) {
       // A check that does not apply neither passes nor fails the job, unless
       // it was asked for by name ("n/a (required)").
-      all = all && (c.passed || c.verdict == "n/a");
+      all = all && (c.passed() || c.verdict() == "n/a");
+      *out->mutable_verification()->add_checks() = std::move(c);
     }
     out->mutable_verification()->set_passed(all);
   }
-  ASSIGN_OR_RETURN(auto cache, store.Cache(job_id));
-  for (const auto& c : cache) {
-    auto* row = out->add_cache();
-    row->set_engine(c.engine);
-    row->set_variant(c.variant);
-    row->set_tokens(c.tokens);
-    row->set_used_bytes(c.used_bytes);
-    row->set_formula_bytes(c.formula_bytes);
-  }
-  ASSIGN_OR_RETURN(auto latency, store.Latency(job_id));
-  for (const auto& l : latency) {
-    auto* row = out->add_latency();
-    row->set_variant(l.variant);
-    row->set_engine(l.engine);
-    row->set_context(l.context);
-    row->set_median_ms(l.median_ms);
-    row->set_gbps(l.gbps);
-    row->set_ratio_to_mha(l.ratio_to_mha);
-    row->set_tokens_per_second(l.tokens_per_second);
-  }
-  ASSIGN_OR_RETURN(auto curve, store.LossCurve(job_id));
-  for (const auto& p : curve) {
-    auto* point = out->add_loss_curve();
-    point->set_step(p.step);
-    point->set_kind(p.kind);
-    point->set_loss(p.loss);
-    point->set_lr(p.lr);
-  }
-  ASSIGN_OR_RETURN(auto evals, store.Evaluations(job_id));
-  for (const auto& e : evals) {
-    auto* row = out->add_evaluations();
-    row->set_label(e.label);
-    row->set_tokens(e.tokens);
-    row->set_perplexity(e.perplexity);
-  }
+  ASSIGN_OR_RETURN(auto cache, store.Rows<v1::CacheRow>(job_id));
+  for (v1::CacheRow& c : cache) *out->add_cache() = std::move(c);
+  ASSIGN_OR_RETURN(auto latency, store.Rows<v1::LatencyRow>(job_id));
+  for (v1::LatencyRow& l : latency) *out->add_latency() = std::move(l);
+  ASSIGN_OR_RETURN(auto curve, store.Rows<v1::LossPoint>(job_id));
+  for (v1::LossPoint& p : curve) *out->add_loss_curve() = std::move(p);
+  ASSIGN_OR_RETURN(auto evals, store.Rows<v1::Evaluation>(job_id));
+  for (v1::Evaluation& e : evals) *out->add_evaluations() = std::move(e);
   ASSIGN_OR_RETURN(auto comparison, store.Comparison(job_id));
   for (const auto& c : comparison) {
     auto* row = out->add_comparison();

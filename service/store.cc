@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "service/proto_rows.h"
 
 namespace lrkv::service {
 
@@ -90,6 +91,11 @@ constexpr const char* kMigrations[] = {
     ALTER TABLE comparison_rows ADD COLUMN verify_error REAL NOT NULL DEFAULT 0;
     ALTER TABLE comparison_rows ADD COLUMN verify_bound REAL NOT NULL DEFAULT 0;
     ALTER TABLE comparison_rows ADD COLUMN step_context INTEGER NOT NULL DEFAULT 0;
+    )sql",
+    // 5: the result tables' columns named as their proto message's fields
+    // (proto_rows.h): a check's name.
+    R"sql(
+    ALTER TABLE verification_checks RENAME COLUMN check_name TO name;
     )sql",
 };
 
@@ -494,77 +500,57 @@ absl::StatusOr<std::optional<JobEvent>> Store::LastEvent(
   return ReadEvent(s);
 }
 
-absl::Status Store::AddVerification(const std::string& job_id,
-                                    const std::vector<VerificationRow>& rows) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
-  constexpr char kSql[] =
-      "INSERT OR REPLACE INTO verification_checks (job_id, check_name, passed, "
-      "max_rel, cos_dist, detail, verdict, error, bound, ratio) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  for (const auto& r : rows) {
-    RETURN_IF_ERROR(s.Bind(1, job_id)
-                        .Bind(2, r.check)
-                        .Bind(3, int64_t{r.passed})
-                        .Bind(4, r.max_rel)
-                        .Bind(5, r.cos_dist)
-                        .Bind(6, r.detail)
-                        .Bind(7, r.verdict)
-                        .Bind(8, r.error)
-                        .Bind(9, r.bound)
-                        .Bind(10, r.ratio)
-                        .Run());
-  }
-  return tx->Commit();
+namespace {
+
+// Each result table: its rows' message and the order of a job's rows.
+template <typename M>
+ProtoTable TableOf();
+template <>
+ProtoTable TableOf<v1::Check>() {
+  return {"verification_checks", "name"};
+}
+template <>
+ProtoTable TableOf<v1::LossPoint>() {
+  return {"loss_curve", "kind, step"};
+}
+template <>
+ProtoTable TableOf<v1::CacheRow>() {
+  return {"cache_measurements", "engine, variant, tokens"};
+}
+template <>
+ProtoTable TableOf<v1::LatencyRow>() {
+  return {"latency_measurements", "context, variant, engine"};
+}
+template <>
+ProtoTable TableOf<v1::Evaluation>() {
+  return {"evaluations", "label"};
 }
 
-absl::StatusOr<std::vector<VerificationRow>> Store::Verification(
-    const std::string& job_id) {
+}  // namespace
+
+template <typename M>
+absl::Status Store::AddRows(const std::string& job_id,
+                            const std::vector<M>& rows) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  constexpr char kSql[] =
-      "SELECT check_name, passed, max_rel, cos_dist, detail, verdict, error, bound, "
-      "ratio FROM verification_checks WHERE job_id = ? ORDER BY check_name";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  s.Bind(1, job_id);
-  return ReadRows<VerificationRow>(s, [](const Statement& q) {
-    return VerificationRow{q.Text(0),   q.Int64(1) != 0, q.Double(2),
-                           q.Double(3), q.Text(4),       q.Text(5),
-                           q.Double(6), q.Double(7),     q.Double(8)};
-  });
+  return InsertRows(*db_, TableOf<M>(), job_id, rows);
 }
 
-absl::Status Store::AddLossCurve(const std::string& job_id,
-                                 const std::vector<LossRow>& rows) {
+template <typename M>
+absl::StatusOr<std::vector<M>> Store::Rows(const std::string& job_id) {
   std::lock_guard<std::recursive_mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
-  constexpr char kSql[] =
-      "INSERT OR REPLACE INTO loss_curve (job_id, step, kind, loss, lr) VALUES "
-      "(?, ?, ?, ?, ?)";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  for (const auto& r : rows) {
-    RETURN_IF_ERROR(s.Bind(1, job_id)
-                        .Bind(2, r.step)
-                        .Bind(3, r.kind)
-                        .Bind(4, r.loss)
-                        .Bind(5, r.lr)
-                        .Run());
-  }
-  return tx->Commit();
+  return SelectRows<M>(*db_, TableOf<M>(), job_id);
 }
 
-absl::StatusOr<std::vector<LossRow>> Store::LossCurve(
-    const std::string& job_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  constexpr char kSql[] =
-      "SELECT step, kind, loss, lr FROM loss_curve WHERE job_id = ? ORDER BY "
-      "kind, step";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  s.Bind(1, job_id);
-  return ReadRows<LossRow>(s, [](const Statement& q) {
-    return LossRow{q.Int64(0), q.Text(1), q.Double(2), q.Double(3)};
-  });
-}
+#define LRKV_STORE_ROWS(M)                                        \
+  template absl::Status Store::AddRows<M>(const std::string&,     \
+                                          const std::vector<M>&); \
+  template absl::StatusOr<std::vector<M>> Store::Rows<M>(const std::string&);
+LRKV_STORE_ROWS(v1::Check)
+LRKV_STORE_ROWS(v1::LossPoint)
+LRKV_STORE_ROWS(v1::CacheRow)
+LRKV_STORE_ROWS(v1::LatencyRow)
+LRKV_STORE_ROWS(v1::Evaluation)
+#undef LRKV_STORE_ROWS
 
 absl::StatusOr<std::string> Store::IntegrityCheck() {
   std::lock_guard<std::recursive_mutex> lock(mu_);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lrkv/v1/lrkv.pb.h"
 #include "service/sqlite_db.h"
 #include "study/compare_row.h"
 
@@ -67,21 +68,6 @@ struct JobPage {
   std::string next_page_token;  // empty on the last page
 };
 
-struct VerificationRow {
-  std::string check;  // e.g. "plane fp32"
-  bool passed = false;  // false for n/a: never stored as a pass
-  double max_rel = 0, cos_dist = 0;
-  std::string detail;
-  std::string verdict;  // see lrkv.v1.Check.verdict
-  double error = 0, bound = 0, ratio = 0;  // the error model (equivalence rows)
-};
-
-struct LossRow {
-  int64_t step = 0;
-  std::string kind;  // step | eval
-  double loss = 0, lr = 0;
-};
-
 struct ConversionRow {
   std::string config;  // e.g. "lrkv r=2"
   double cache_ratio = 0, kv_param_ratio = 0, wall_seconds = 0;
@@ -92,25 +78,6 @@ struct ConversionRow {
   std::vector<Layer> layers;
 };
 
-struct CacheRow {
-  std::string engine, variant;
-  int64_t tokens = 0, used_bytes = 0, formula_bytes = 0;
-};
-
-struct LatencyRow {
-  std::string variant;  // e.g. "source", "converted", "lrkv r=51"
-  std::string engine;   // expanded | plane | reconstruct | kernel names
-  int64_t context = 0;
-  double median_ms = 0, gbps = 0, ratio_to_mha = 0, tokens_per_second = 0;
-};
-
-struct EvaluationRow {
-  std::string label;  // e.g. "source", "before", "after"
-  int64_t tokens = 0;
-  double perplexity = 0;
-};
-
-
 class Store {
  public:
   // Opens (creating) `path` and migrates the schema to the current version. With
@@ -118,7 +85,7 @@ class Store {
   // when there is room), given up when a job's end cannot be written for lack of space.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path,
                                                      int64_t reserve_bytes = 0);
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
   int schema_version() const { return version_; }
 
   absl::Status PutCheckpoint(const CheckpointRecord& c);
@@ -170,29 +137,21 @@ class Store {
   // The newest event (GetJob's progress) without reading the others.
   absl::StatusOr<std::optional<JobEvent>> LastEvent(const std::string& job_id);
 
-  absl::Status AddVerification(const std::string& job_id,
-                               const std::vector<VerificationRow>& rows);
-  absl::StatusOr<std::vector<VerificationRow>> Verification(
-      const std::string& job_id);
-  absl::Status AddLossCurve(const std::string& job_id,
-                            const std::vector<LossRow>& rows);
-  absl::StatusOr<std::vector<LossRow>> LossCurve(const std::string& job_id);
+  // A job's result rows described by their proto message (proto_rows.h):
+  // verification checks (v1::Check), loss curves (v1::LossPoint), cache and
+  // latency measurements (v1::CacheRow, v1::LatencyRow) and evaluations
+  // (v1::Evaluation), each a table with a column per field. AddRows replaces
+  // rows with the same key; Rows returns a job's rows in the table's order.
+  template <typename M>
+  absl::Status AddRows(const std::string& job_id, const std::vector<M>& rows);
+  template <typename M>
+  absl::StatusOr<std::vector<M>> Rows(const std::string& job_id);
 
   // Measurement tables (store_results.cc); each Add replaces rows with the same
   // key.
   absl::Status AddConversion(const std::string& job_id,
                              const ConversionRow& row);
   absl::StatusOr<std::vector<ConversionRow>> Conversions(
-      const std::string& job_id);
-  absl::Status AddCache(const std::string& job_id,
-                        const std::vector<CacheRow>& rows);
-  absl::StatusOr<std::vector<CacheRow>> Cache(const std::string& job_id);
-  absl::Status AddLatency(const std::string& job_id,
-                          const std::vector<LatencyRow>& rows);
-  absl::StatusOr<std::vector<LatencyRow>> Latency(const std::string& job_id);
-  absl::Status AddEvaluations(const std::string& job_id,
-                              const std::vector<EvaluationRow>& rows);
-  absl::StatusOr<std::vector<EvaluationRow>> Evaluations(
       const std::string& job_id);
   absl::Status AddComparison(const std::string& job_id,
                              const CompareRow& row);

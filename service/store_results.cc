@@ -1,5 +1,6 @@
-// The store's measurement tables (see store.h): conversions and their per-layer
-// errors, cache and latency measurements, evaluations and comparison rows.
+// The store's measurement tables with rows of their own shape (see store.h):
+// conversions and their per-layer errors, and comparison rows. The tables of
+// proto rows (cache, latency, evaluations, ...) are store.cc's AddRows/Rows.
 // Every write is one IMMEDIATE transaction; every read is ordered.
 #include <mutex>
 
@@ -85,111 +86,6 @@ absl::StatusOr<std::vector<ConversionRow>> Store::Conversions(
         }));
   }
   return rows;
-}
-
-absl::Status Store::AddCache(const std::string& job_id,
-                             const std::vector<CacheRow>& rows) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
-  constexpr char kSql[] =
-      "INSERT OR REPLACE INTO cache_measurements (job_id, engine, variant, "
-      "tokens, used_bytes, "
-      "formula_bytes) VALUES (?, ?, ?, ?, ?, ?)";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  for (const auto& r : rows) {
-    RETURN_IF_ERROR(s.Bind(1, job_id)
-                        .Bind(2, r.engine)
-                        .Bind(3, r.variant)
-                        .Bind(4, r.tokens)
-                        .Bind(5, r.used_bytes)
-                        .Bind(6, r.formula_bytes)
-                        .Run());
-  }
-  return tx->Commit();
-}
-
-absl::StatusOr<std::vector<CacheRow>> Store::Cache(const std::string& job_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  constexpr char kSql[] =
-      "SELECT engine, variant, tokens, used_bytes, formula_bytes FROM "
-      "cache_measurements "
-      "WHERE job_id = ? ORDER BY engine, variant, tokens";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  s.Bind(1, job_id);
-  return ReadRows<CacheRow>(s, [](const Statement& q) {
-    return CacheRow{q.Text(0), q.Text(1), q.Int64(2), q.Int64(3), q.Int64(4)};
-  });
-}
-
-absl::Status Store::AddLatency(const std::string& job_id,
-                               const std::vector<LatencyRow>& rows) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
-  constexpr char kSql[] =
-      "INSERT OR REPLACE INTO latency_measurements (job_id, variant, engine, "
-      "context, "
-      "median_ms, gbps, ratio_to_mha, tokens_per_second) VALUES (?, ?, ?, ?, "
-      "?, ?, ?, ?)";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  for (const auto& r : rows) {
-    RETURN_IF_ERROR(s.Bind(1, job_id)
-                        .Bind(2, r.variant)
-                        .Bind(3, r.engine)
-                        .Bind(4, r.context)
-                        .Bind(5, r.median_ms)
-                        .Bind(6, r.gbps)
-                        .Bind(7, r.ratio_to_mha)
-                        .Bind(8, r.tokens_per_second)
-                        .Run());
-  }
-  return tx->Commit();
-}
-
-absl::StatusOr<std::vector<LatencyRow>> Store::Latency(
-    const std::string& job_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  constexpr char kSql[] =
-      "SELECT variant, engine, context, median_ms, gbps, ratio_to_mha, "
-      "tokens_per_second "
-      "FROM latency_measurements WHERE job_id = ? ORDER BY context, variant, "
-      "engine";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  s.Bind(1, job_id);
-  return ReadRows<LatencyRow>(s, [](const Statement& q) {
-    return LatencyRow{q.Text(0),   q.Text(1),   q.Int64(2), q.Double(3),
-                      q.Double(4), q.Double(5), q.Double(6)};
-  });
-}
-
-absl::Status Store::AddEvaluations(const std::string& job_id,
-                                   const std::vector<EvaluationRow>& rows) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  ASSIGN_OR_RETURN(auto tx, Transaction::Begin(*db_));
-  constexpr char kSql[] =
-      "INSERT OR REPLACE INTO evaluations (job_id, label, tokens, perplexity) "
-      "VALUES (?, ?, ?, ?)";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  for (const auto& r : rows) {
-    RETURN_IF_ERROR(s.Bind(1, job_id)
-                        .Bind(2, r.label)
-                        .Bind(3, r.tokens)
-                        .Bind(4, r.perplexity)
-                        .Run());
-  }
-  return tx->Commit();
-}
-
-absl::StatusOr<std::vector<EvaluationRow>> Store::Evaluations(
-    const std::string& job_id) {
-  std::lock_guard<std::recursive_mutex> lock(mu_);
-  constexpr char kSql[] =
-      "SELECT label, tokens, perplexity FROM evaluations WHERE job_id = ? "
-      "ORDER BY label";
-  ASSIGN_OR_RETURN(auto s, Statement::Prepare(*db_, kSql));
-  s.Bind(1, job_id);
-  return ReadRows<EvaluationRow>(s, [](const Statement& q) {
-    return EvaluationRow{q.Text(0), q.Int64(1), q.Double(2)};
-  });
 }
 
 absl::Status Store::AddComparison(const std::string& job_id, const CompareRow& r) {

@@ -68,7 +68,7 @@ TEST(Recovery, KilledServerResumesItsJobs) {
   auto store = Store::Open(data_dir + "/lrkv.db");
   ASSERT_TRUE(store.ok());
   EXPECT_EQ(*(*store)->IntegrityCheck(), "ok");
-  auto curve = (*store)->LossCurve(heal.id());
+  auto curve = (*store)->Rows<v1::LossPoint>(heal.id());
   ASSERT_TRUE(curve.ok());
   // The completed attempt's curve: 60 steps and keep-best's two evaluations (the
   // unhealed model and the last step).

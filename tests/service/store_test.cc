@@ -3,10 +3,13 @@
 // result rows.
 #include "service/store.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <filesystem>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/service/faulty_sqlite_vfs.h"
 #include "tests/test_paths.h"
 
@@ -14,6 +17,22 @@ namespace lrkv::service {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Rows of message M from a JSON array, as lrkvd's reports print them
+// (protobuf's parser: a misspelt field fails the test).
+template <typename M>
+std::vector<M> RowsFrom(const std::string& json_array) {
+  std::vector<M> rows;
+  const nlohmann::json parsed = nlohmann::json::parse(json_array);
+  for (const auto& row : parsed) {
+    M m;
+    EXPECT_TRUE(
+        google::protobuf::util::JsonStringToMessage(row.dump(), &m).ok())
+        << row.dump();
+    rows.push_back(std::move(m));
+  }
+  return rows;
+}
 
 std::unique_ptr<Store> OpenFresh(const std::string& name) {
   const auto dir = lrkv::testing::FreshTempDir(name);
@@ -45,6 +64,41 @@ TEST(Store, MigratesOnceAndReopens) {
   auto again = Store::Open(path);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*again)->GetJob("a")->kind, "convert");
+  EXPECT_EQ(*(*again)->IntegrityCheck(), "ok");
+}
+
+// A version 4 database (verification_checks.check_name) keeps its checks
+// through migration 5, which names the columns as the proto's fields.
+TEST(Store, AVersion4DatabaseKeepsItsChecks) {
+  const auto dir = lrkv::testing::FreshTempDir("store_v4");
+  const std::string path = (dir / "lrkv.db").string();
+  {
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE((*s)->CreateJob(Job("v", 1, "verify")).ok());
+    ASSERT_TRUE((*s)->AddRows("v", RowsFrom<v1::Check>(R"([
+                    {"name": "plane fp32", "passed": true, "max_rel": 1e-6,
+                     "verdict": "EQUIVALENT"}])"))
+                    .ok());
+  }
+  {
+    // Version 5 differs from 4 only by that column's name: undone here.
+    auto db = Database::Open(path);
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE((*db)
+                    ->Execute("ALTER TABLE verification_checks RENAME COLUMN "
+                              "name TO check_name; UPDATE schema_version SET "
+                              "version = 4;")
+                    .ok());
+  }
+  auto again = Store::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->schema_version(), 5);
+  auto checks = (*again)->Rows<v1::Check>("v");
+  ASSERT_TRUE(checks.ok()) << checks.status();
+  ASSERT_EQ(checks->size(), 1u);
+  EXPECT_EQ(checks->front().name(), "plane fp32");
+  EXPECT_DOUBLE_EQ(checks->front().max_rel(), 1e-6);
   EXPECT_EQ(*(*again)->IntegrityCheck(), "ok");
 }
 
@@ -147,33 +201,39 @@ TEST(Store, EventsAndResultsFollowTheirJob) {
   ASSERT_TRUE(tail.ok());
   ASSERT_EQ(tail->size(), 2u);
   EXPECT_DOUBLE_EQ(*(*tail)[0].loss, 0.5);
-  ASSERT_TRUE(
-      s->AddVerification(
-           "j", {{"plane fp32", true, 6.9e-6, 1e-12, "", "EQUIVALENT", 1.2e-6, 2.1e-6, 0.57},
-                 {"naive fp32", true, 3.9, 1.4, "control",
-                  "expected NOT EQUIVALENT: confirmed", 1.3, 1.3e-6, 1e6},
-                 {"partial fp32", false, 0, 0, "not a partial model", "n/a"}})
-          .ok());
+  ASSERT_TRUE(s->AddRows("j", RowsFrom<v1::Check>(R"([
+           {"name": "plane fp32", "passed": true, "max_rel": 6.9e-6, "cos_dist": 1e-12,
+            "verdict": "EQUIVALENT", "error": 1.2e-6, "bound": 2.1e-6, "ratio": 0.57},
+           {"name": "naive fp32", "passed": true, "max_rel": 3.9, "cos_dist": 1.4,
+            "detail": "control", "verdict": "expected NOT EQUIVALENT: confirmed",
+            "error": 1.3, "bound": 1.3e-6, "ratio": 1e6},
+           {"name": "partial fp32", "passed": false, "detail": "not a partial model",
+            "verdict": "n/a"}])"))
+                  .ok());
   {
-    auto rows = s->Verification("j");
+    auto rows = s->Rows<v1::Check>("j");
     ASSERT_TRUE(rows.ok());
     ASSERT_EQ(rows->size(), 3u);
-    EXPECT_EQ((*rows)[1].verdict, "n/a");  // partial, never stored as a pass
-    EXPECT_FALSE((*rows)[1].passed);
-    EXPECT_DOUBLE_EQ((*rows)[2].ratio, 0.57);
-    EXPECT_EQ((*rows)[2].verdict, "EQUIVALENT");
+    EXPECT_EQ((*rows)[1].verdict(), "n/a");  // partial, never stored as a pass
+    EXPECT_FALSE((*rows)[1].passed());
+    EXPECT_DOUBLE_EQ((*rows)[2].ratio(), 0.57);
+    EXPECT_DOUBLE_EQ((*rows)[2].max_rel(), 6.9e-6);
+    EXPECT_EQ((*rows)[2].verdict(), "EQUIVALENT");
+    EXPECT_EQ((*rows)[0].detail(), "control");
   }
-  ASSERT_TRUE(
-      s->AddLossCurve("j", {{1, "step", 1.1, 1e-3}, {2, "step", 0.9, 2e-3}})
-          .ok());
-  EXPECT_EQ(s->Verification("j")->front().check,
+  ASSERT_TRUE(s->AddRows("j", RowsFrom<v1::LossPoint>(R"([
+                  {"step": 1, "kind": "step", "loss": 1.1, "lr": 1e-3},
+                  {"step": 2, "kind": "step", "loss": 0.9, "lr": 2e-3}])"))
+                  .ok());
+  EXPECT_EQ(s->Rows<v1::Check>("j")->front().name(),
             "naive fp32");  // ordered by name
-  EXPECT_EQ(s->LossCurve("j")->size(), 2u);
+  EXPECT_EQ(s->Rows<v1::LossPoint>("j")->size(), 2u);
+  EXPECT_DOUBLE_EQ(s->Rows<v1::LossPoint>("j")->back().lr(), 2e-3);
   // An event for an unknown job violates the foreign key.
   EXPECT_FALSE(s->AppendEvent("ghost", JobEvent()).ok());
   ASSERT_TRUE(s->DeleteJob("j").ok());
   EXPECT_TRUE(s->Events("j", 0)->empty());
-  EXPECT_TRUE(s->LossCurve("j")->empty());
+  EXPECT_TRUE(s->Rows<v1::LossPoint>("j")->empty());
 }
 
 TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
@@ -186,15 +246,21 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   c.wall_seconds = 1.5;
   c.layers = {{1, 0.2, 0.3}, {0, 0.1, 0.4}};
   ASSERT_TRUE(s->AddConversion("p", c).ok());
-  ASSERT_TRUE(s->AddCache("p", {{"plane", "lrkv r=2", 48, 1920, 1920},
-                                {"expanded", "lrkv r=2", 48, 3840, 3840}})
+  ASSERT_TRUE(s->AddRows("p", RowsFrom<v1::CacheRow>(R"([
+                  {"engine": "plane", "variant": "lrkv r=2", "tokens": 48,
+                   "used_bytes": 1920, "formula_bytes": 1920},
+                  {"engine": "expanded", "variant": "lrkv r=2", "tokens": 48,
+                   "used_bytes": 3840, "formula_bytes": 3840}])"))
                   .ok());
-  ASSERT_TRUE(
-      s->AddLatency("p", {{"source", "expanded", 512, 2.0, 0, 1.0, 500},
-                          {"converted", "plane", 128, 1.0, 0, 0.5, 1000}})
-          .ok());
-  ASSERT_TRUE(s->AddEvaluations("p", {{"before healing", 900, 21.8},
-                                      {"after healing", 900, 5.9}})
+  ASSERT_TRUE(s->AddRows("p", RowsFrom<v1::LatencyRow>(R"([
+                  {"variant": "source", "engine": "expanded", "context": 512,
+                   "median_ms": 2.0, "ratio_to_mha": 1.0, "tokens_per_second": 500},
+                  {"variant": "converted", "engine": "plane", "context": 128,
+                   "median_ms": 1.0, "ratio_to_mha": 0.5, "tokens_per_second": 1000}])"))
+                  .ok());
+  ASSERT_TRUE(s->AddRows("p", RowsFrom<v1::Evaluation>(R"([
+                  {"label": "before healing", "tokens": 900, "perplexity": 21.8},
+                  {"label": "after healing", "tokens": 900, "perplexity": 5.9}])"))
                   .ok());
   CompareRow r;  // the study's own row type, stored whole
   r.model = "stories260K";
@@ -221,9 +287,13 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   ASSERT_EQ(conv->front().layers.size(), 2u);
   EXPECT_EQ(conv->front().layers[0].layer, 0);  // ordered by layer
   EXPECT_DOUBLE_EQ(conv->front().layers[0].v_rel, 0.4);
-  EXPECT_EQ(s->Cache("p")->front().engine, "expanded");
-  EXPECT_EQ(s->Latency("p")->front().context, 128);
-  EXPECT_EQ(s->Evaluations("p")->front().label, "after healing");
+  EXPECT_EQ(s->Rows<v1::CacheRow>("p")->front().engine(), "expanded");
+  EXPECT_EQ(s->Rows<v1::CacheRow>("p")->front().used_bytes(), 3840);
+  EXPECT_EQ(s->Rows<v1::LatencyRow>("p")->front().context(), 128);
+  EXPECT_DOUBLE_EQ(s->Rows<v1::LatencyRow>("p")->front().tokens_per_second(),
+                   1000);
+  EXPECT_EQ(s->Rows<v1::Evaluation>("p")->front().label(), "after healing");
+  EXPECT_DOUBLE_EQ(s->Rows<v1::Evaluation>("p")->front().perplexity(), 5.9);
   auto cmp = s->Comparison("p");
   ASSERT_EQ(cmp->size(), 2u);
   EXPECT_EQ((*cmp)[0].variant, "lrkv");
@@ -238,9 +308,9 @@ TEST(Store, MeasurementTablesRoundTripInOrderAndFollowTheirJob) {
   EXPECT_FALSE((*cmp)[1].heal_kept_step.has_value());
   ASSERT_TRUE(s->DeleteJob("p").ok());
   EXPECT_TRUE(s->Conversions("p")->empty());
-  EXPECT_TRUE(s->Cache("p")->empty());
-  EXPECT_TRUE(s->Latency("p")->empty());
-  EXPECT_TRUE(s->Evaluations("p")->empty());
+  EXPECT_TRUE(s->Rows<v1::CacheRow>("p")->empty());
+  EXPECT_TRUE(s->Rows<v1::LatencyRow>("p")->empty());
+  EXPECT_TRUE(s->Rows<v1::Evaluation>("p")->empty());
   EXPECT_TRUE(s->Comparison("p")->empty());
   EXPECT_EQ(*s->IntegrityCheck(), "ok");
 }
