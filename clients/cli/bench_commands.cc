@@ -62,11 +62,9 @@ const OptionSchema<GenerateArgs>& GenerateArgsSchema() {
   using A = GenerateArgs;
   static const OptionSchema<A> schema = [] {
     OptionSchema<A> s("bench generate");
-    s.Value(
-         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-         "Checkpoint (usually converted)")
-        .Path()
-        .Required();
+    AddCheckpointOption(
+        s, [](A & a) -> auto& { return a.checkpoint; },
+        "Checkpoint (usually converted)");
     s.Value(
          "source", [](A & a) -> auto& { return a.source; },
          "The source model, timed beside it")

@@ -458,11 +458,9 @@ void AddClientCommands(CLI::App& app, int* exit_code) {
       SchemaOf(
           "pipeline",
           [](ClientSchema& s) {
-            s.Value(
-                 "checkpoint", [](ClientArgs & a) -> auto& { return a.path; },
-                 "Source checkpoint (registered or uploaded)")
-                .Path()
-                .Required();
+            AddCheckpointOption(
+                s, [](ClientArgs & a) -> auto& { return a.path; },
+                "Source checkpoint (registered or uploaded)");
             s.Value(
                  "convert", [](ClientArgs & a) -> auto& { return a.convert; },
                  "Convert parameters, a JSON object")

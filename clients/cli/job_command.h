@@ -26,11 +26,8 @@ inline OptionSchema<JobCommandArgs> JobCommandSchema(
     const std::set<std::string>& outputs) {
   using A = JobCommandArgs;
   OptionSchema<A> s(command);
-  s.Value(
-       "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-       checkpoint_help)
-      .Path()
-      .Required();
+  AddCheckpointOption(
+      s, [](A & a) -> auto& { return a.checkpoint; }, checkpoint_help);
   if (outputs.count("out")) {
     s.Value(
          "out", [](A & a) -> auto& { return a.out; },

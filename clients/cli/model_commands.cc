@@ -39,11 +39,8 @@ const OptionSchema<EvalArgs>& EvalSchema() {
   using A = EvalArgs;
   static const OptionSchema<A> schema = [] {
     OptionSchema<A> s("eval");
-    s.Value(
-         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-         kModelCheckpointHelp)
-        .Path()
-        .Required();
+    AddCheckpointOption(
+        s, [](A & a) -> auto& { return a.checkpoint; }, kModelCheckpointHelp);
     s.Value(
          "text", [](A & a) -> auto& { return a.text; },
          "Text file; documents separated by <|endoftext|> lines")
@@ -65,11 +62,8 @@ const OptionSchema<GenerateArgs>& GenerateSchema() {
   using A = GenerateArgs;
   static const OptionSchema<A> schema = [] {
     OptionSchema<A> s("generate");
-    s.Value(
-         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-         kModelCheckpointHelp)
-        .Path()
-        .Required();
+    AddCheckpointOption(
+        s, [](A & a) -> auto& { return a.checkpoint; }, kModelCheckpointHelp);
     s.Value(
          "prompt", [](A & a) -> auto& { return a.prompt; }, "Prompt text")
         .Required();

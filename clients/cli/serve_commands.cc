@@ -256,11 +256,9 @@ const OptionSchema<ServeBenchArgs>& ServeBenchSchema() {
   using A = ServeBenchArgs;
   static const OptionSchema<A> schema = [] {
     OptionSchema<A> s("bench serve");
-    s.Value(
-         "checkpoint", [](A & a) -> auto& { return a.o.checkpoint; },
-         "Checkpoint served (source or converted)")
-        .Path()
-        .Required();
+    AddCheckpointOption(
+        s, [](A & a) -> auto& { return a.o.checkpoint; },
+        "Checkpoint served (source or converted)");
     s.Value(
          "source", [](A & a) -> auto& { return a.o.source; },
          "Its source, measured in the same run at the same KV memory")
@@ -313,11 +311,9 @@ const OptionSchema<ServeBenchArgs>& ServeBenchSchema() {
 // limits, the decode engine and the HTTP edge's limits.
 template <typename A>
 void AddListenOptions(OptionSchema<A>& s) {
-  s.Value(
-       "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-       "GGUF file or safetensors directory (source or converted)")
-      .Path()
-      .Required();
+  AddCheckpointOption(
+      s, [](A & a) -> auto& { return a.checkpoint; },
+      "GGUF file or safetensors directory (source or converted)");
   s.Value(
       "host", [](A & a) -> auto& { return a.host; }, "Address to listen on");
   s.Value(

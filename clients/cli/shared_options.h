@@ -3,9 +3,20 @@
 #ifndef LRKV_CLIENTS_CLI_SHARED_OPTIONS_H_
 #define LRKV_CLIENTS_CLI_SHARED_OPTIONS_H_
 
+#include <string>
+#include <utility>
+
 #include "base/option_schema.h"
 
 namespace lrkv::cli {
+
+// --checkpoint PATH, required: the model a command reads (`help` says which
+// files it takes).
+template <typename Options, typename Field>
+OptionSpec<Options>& AddCheckpointOption(OptionSchema<Options>& s, Field field,
+                                         std::string help) {
+  return s.Value("checkpoint", field, std::move(help)).Path().Required();
+}
 
 // --json-out FILE: the command's report or results, as JSON, in this file too.
 template <typename Options, typename Field>

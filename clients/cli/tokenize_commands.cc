@@ -11,6 +11,7 @@
 
 #include "clients/cli/commands.h"
 #include "clients/cli/schema_flags.h"
+#include "clients/cli/shared_options.h"
 #include "formats/text_corpus.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
@@ -36,11 +37,9 @@ const OptionSchema<TokenizeArgs>& TokenizeSchema() {
   using A = TokenizeArgs;
   static const OptionSchema<A> schema = [] {
     OptionSchema<A> s("tokenize");
-    s.Value(
-         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-         kTokenizerCheckpointHelp)
-        .Path()
-        .Required();
+    AddCheckpointOption(
+        s, [](A & a) -> auto& { return a.checkpoint; },
+        kTokenizerCheckpointHelp);
     s.Value(
          "text", [](A & a) -> auto& { return a.text; },
          "Text file; one id list per <|endoftext|>-separated document")
@@ -70,11 +69,9 @@ const OptionSchema<TokenizeBenchArgs>& TokenizeBenchSchema() {
   using A = TokenizeBenchArgs;
   static const OptionSchema<A> schema = [] {
     OptionSchema<A> s("bench tokenize");
-    s.Value(
-         "checkpoint", [](A & a) -> auto& { return a.checkpoint; },
-         kTokenizerCheckpointHelp)
-        .Path()
-        .Required();
+    AddCheckpointOption(
+        s, [](A & a) -> auto& { return a.checkpoint; },
+        kTokenizerCheckpointHelp);
     s.Value(
          "text", [](A & a) -> auto& { return a.text; },
          "Text file (documents separated by <|endoftext|>)")
