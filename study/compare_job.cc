@@ -145,40 +145,37 @@ absl::StatusOr<std::vector<Plan>> MakePlans(const CompareJobOptions& o,
     plans.push_back({budget, v, mode, *target, latent_norm});
     return absl::OkStatus();
   };
-  const bool mqa = variants.count("mqa") > 0;
-  const double mqa_ratio = 1.0 / static_cast<double>(config.num_kv_heads);
-  bool mqa_done = false;
-  for (double b : budgets) {
-    if (mqa && !mqa_done && mqa_ratio <= b + 1e-12) {
-      RETURN_IF_ERROR(
-          add(b, KvVariant::kMqa, "expanded", RopeMode::kReconstruct));
-      mqa_done = true;
-    }
-    if (variants.count("gqa")) {
-      RETURN_IF_ERROR(
-          add(b, KvVariant::kGqa, "expanded", RopeMode::kReconstruct));
-    }
-    const bool partial = std::find(o.rope_modes.begin(), o.rope_modes.end(),
-                                   "partial") != o.rope_modes.end();
-    if (variants.count("mla")) {
-      RETURN_IF_ERROR(
-          add(b, KvVariant::kMla, "reconstruct", RopeMode::kReconstruct));
-      // Decoupled RoPE (the DeepSeek layout), when partial RoPE is compared:
-      // without and with the latent norm llama.cpp and DeepSeek code apply.
-      if (partial) {
-        RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial));
-        RETURN_IF_ERROR(add(b, KvVariant::kMla, "partial", RopeMode::kPartial,
-                            /*latent_norm=*/true));
-      }
-    }
-    if (variants.count("lrkv")) {
-      for (const auto& m : o.rope_modes) {
-        RETURN_IF_ERROR(add(b, KvVariant::kLrkv, m, RopeModeOf(m)));
-      }
-    }
+  // Each compared variant in KvVariant order, those without a size (MQA)
+  // first: measured once, at the first budget their cache fits.
+  const AttentionShape shape = ShapeOf(config);
+  std::vector<const KvVariantType*> once, sized;
+  for (const KvVariantType* t : AllKvVariantTypes()) {
+    if (!variants.count(t->name())) continue;
+    (t->size_label() == nullptr ? once : sized).push_back(t);
   }
-  if (mqa && !mqa_done) {
-    notes->push_back(absl::StrCat("mqa: its cache ratio ", mqa_ratio,
+  std::set<const KvVariantType*> done;
+  auto add_modes = [&](double b, const KvVariantType* t) -> absl::Status {
+    for (const StudyMode& m : t->StudyModes(o.rope_modes)) {
+      RETURN_IF_ERROR(add(b, t->id(), m.mode, m.rope_mode, m.latent_norm));
+    }
+    return absl::OkStatus();
+  };
+  auto ratio = [&](const KvVariantType* t) {
+    return static_cast<double>(
+               t->CacheElements(shape, t->DefaultBudgetBase())) /
+           static_cast<double>(SourceCacheElements(shape));
+  };
+  for (double b : budgets) {
+    for (const KvVariantType* t : once) {
+      if (done.count(t) || ratio(t) > b + 1e-12) continue;
+      RETURN_IF_ERROR(add_modes(b, t));
+      done.insert(t);
+    }
+    for (const KvVariantType* t : sized) RETURN_IF_ERROR(add_modes(b, t));
+  }
+  for (const KvVariantType* t : once) {
+    if (done.count(t)) continue;
+    notes->push_back(absl::StrCat(t->name(), ": its cache ratio ", ratio(t),
                                   " exceeds every budget"));
   }
   return plans;

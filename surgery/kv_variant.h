@@ -24,6 +24,16 @@
 
 namespace lrkv {
 
+// One conversion the study (study/compare_job.h) measures at a budget: the
+// decode mode its row is labelled with ("expanded" for dense K/V, else a RoPE
+// mode's name), the RoPE mode it converts with, and whether with MLA's latent
+// norm.
+struct StudyMode {
+  std::string mode;
+  RopeMode rope_mode = RopeMode::kReconstruct;
+  bool latent_norm = false;
+};
+
 class KvVariantType {
  public:
   virtual ~KvVariantType() = default;
@@ -112,6 +122,16 @@ class KvVariantType {
   // accounting configuration.
   virtual bool Describes(const ModelConfig& c) const = 0;
   virtual KvConfig FromModel(const ModelConfig& c) const = 0;
+
+  // The conversions the study measures at each budget, given the RoPE modes
+  // it compares (its --rope-mode list). Dense K/V: one, expanded. A variant
+  // without a size (size_label() null: MQA) is measured once, at the first
+  // budget its cache fits.
+  virtual std::vector<StudyMode> StudyModes(
+      const std::vector<std::string>& rope_modes) const {
+    (void)rope_modes;
+    return {{"expanded", RopeMode::kReconstruct}};
+  }
 
   // Multiply-adds of one decode step's attention over `positions` cached
   // positions, decoding in `mode` (the study's MACs column).

@@ -69,6 +69,15 @@ class Lrkv : public KvVariantType {
     return {RopeMode::kReconstruct, RopeMode::kPlane, RopeMode::kPartial,
             RopeMode::kSharedPlane};
   }
+  // Each RoPE mode compared, as its own row.
+  std::vector<StudyMode> StudyModes(
+      const std::vector<std::string>& rope_modes) const override {
+    std::vector<StudyMode> modes;
+    for (const std::string& m : rope_modes) {
+      modes.push_back({m, ParseRopeMode(m).value_or(RopeMode::kReconstruct)});
+    }
+    return modes;
+  }
   // Plane mode, exact and O(r) per position, unless an odd rank was asked.
   RopeMode DefaultRopeMode(const ConversionOptions& o) const override {
     return o.rank >= 0 && o.rank % 2 != 0 ? RopeMode::kReconstruct

@@ -68,6 +68,19 @@ class Mla : public KvVariantType {
   std::vector<RopeMode> rope_modes() const override {
     return {RopeMode::kReconstruct, RopeMode::kPartial};
   }
+  // The exact latent, and when partial RoPE is compared the decoupled RoPE of
+  // the DeepSeek layout without and with the latent norm llama.cpp and
+  // DeepSeek code apply.
+  std::vector<StudyMode> StudyModes(
+      const std::vector<std::string>& rope_modes) const override {
+    std::vector<StudyMode> modes = {{"reconstruct", RopeMode::kReconstruct}};
+    if (std::find(rope_modes.begin(), rope_modes.end(),
+                  RopeModeName(RopeMode::kPartial)) != rope_modes.end()) {
+      modes.push_back({"partial", RopeMode::kPartial});
+      modes.push_back({"partial", RopeMode::kPartial, /*latent_norm=*/true});
+    }
+    return modes;
+  }
   bool CachesRopeDims(RopeMode mode) const override {
     return RopeModeTraitsOf(mode).keeps_some_planes;
   }
