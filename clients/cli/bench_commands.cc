@@ -27,22 +27,27 @@
 #include "runtime/generate_bench_options_schema.h"
 #include "runtime/threads.h"
 #include "surgery/cache_accounting.h"
+#include "surgery/conversion_options.h"
 
 namespace lrkv::cli {
 namespace {
 
+// The attention shape timed: the checkpoint's (QK-norm included, as lrkvd's
+// bench job plans it), else the flags'.
 int RunDecode(DecodeBenchArgs a, const std::string& checkpoint) {
+  AttentionShape shape;
   if (!checkpoint.empty()) {
     auto ckpt = Checkpoint::Open(checkpoint);
     if (!ckpt.ok()) return Fail(ckpt.status());
-    a.job.bench.heads = (*ckpt)->config().num_heads;
-    a.job.bench.kv_heads = (*ckpt)->config().num_kv_heads;
-    a.job.bench.head_dim = (*ckpt)->config().head_dim;
+    shape = ShapeOf((*ckpt)->config());
+    a.job.bench.heads = shape.heads;
+    a.job.bench.kv_heads = shape.source_kv_heads();
+    a.job.bench.head_dim = shape.head_dim;
+  } else {
+    shape.heads = a.job.bench.heads;
+    shape.kv_heads = a.job.bench.kv_heads;
+    shape.head_dim = a.job.bench.head_dim;
   }
-  AttentionShape shape;
-  shape.heads = a.job.bench.heads;
-  shape.kv_heads = a.job.bench.kv_heads;
-  shape.head_dim = a.job.bench.head_dim;
   auto rank = LrkvRankFor(shape, a.job.rank, a.job.budget);
   if (!rank.ok()) return Fail(rank.status());
   a.job.bench.rank = *rank;

@@ -1,7 +1,7 @@
 // lrkv-kernel-bench: `lrkv bench decode` without the rest of lrkv (no LibTorch,
 // no gRPC, no model files), for timing the decode kernels on a machine that
 // has only a CPU or a GPU driver. The budget planner is lrkv's: here the LRKV
-// rank is --rank, 51 when not given.
+// rank is --rank, DecodeBenchOptions' default (51) when not given.
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
         "--budget needs lrkv's budget planner (`lrkv bench decode`); give "
         "--rank here"));
   }
-  args->job.bench.rank = args->job.rank.value_or(51);
+  args->job.bench.rank =
+      args->job.rank.value_or(lrkv::kernels::DecodeBenchOptions{}.rank);
   const absl::Status st = lrkv::cli::RunDecodeBenchArgs(*args);
   return st.ok() ? 0 : Error(st);
 }

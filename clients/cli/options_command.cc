@@ -26,7 +26,6 @@ std::string Origin(const CLI::App& app, const CLI::Option* o) {
 
 void List(const CLI::App& app, const std::string& path, nlohmann::json* out) {
   for (const CLI::Option* o : app.get_options()) {
-    std::string name = o->get_name();
     (*out).push_back(
         {{"command", path.empty() ? "lrkv" : path},
          {"option", o->get_name()},
