@@ -1,6 +1,8 @@
 // Dequantization of GGUF block types (see block_quant.h).
 #include "base/block_quant.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace lrkv {
@@ -15,6 +17,46 @@ float Half(const uint8_t* p) {
 void Q8_0(const uint8_t* b, float* y) {
   const float d = Half(b);
   for (int i = 0; i < 32; ++i) y[i] = d * static_cast<int8_t>(b[2 + i]);
+}
+
+void Q4_0(const uint8_t* b, float* y) {
+  const float d = Half(b);
+  for (int i = 0; i < 16; ++i) {
+    y[i] = d * ((b[2 + i] & 0xf) - 8);
+    y[16 + i] = d * ((b[2 + i] >> 4) - 8);
+  }
+}
+
+void QuantizeQ8_0(const float* x, uint8_t* b) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127;
+  const float id = d != 0 ? 1 / d : 0;
+  const uint16_t h = FloatToHalf(d);
+  std::memcpy(b, &h, 2);
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[i] * id)));
+}
+
+void QuantizeQ4_0(const float* x, uint8_t* b) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < 32; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  const float d = max / -8;
+  const float id = d != 0 ? 1 / d : 0;
+  const uint16_t h = FloatToHalf(d);
+  std::memcpy(b, &h, 2);
+  for (int i = 0; i < 16; ++i) {
+    const int lo =
+        std::min(15, static_cast<int>(static_cast<int8_t>(x[i] * id + 8.5f)));
+    const int hi = std::min(
+        15, static_cast<int>(static_cast<int8_t>(x[16 + i] * id + 8.5f)));
+    b[2 + i] = static_cast<uint8_t>(lo | (hi << 4));
+  }
 }
 
 // Scale and min of sub-block j (0..7) from the 12 packed bytes: the first four
@@ -71,7 +113,9 @@ void Q6_K(const uint8_t* b, float* y) {
 
 size_t BlockValues(DType dtype) {
   switch (dtype) {
-    case DType::kQ8_0: return 32;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      return 32;
     case DType::kQ4_K:
     case DType::kQ6_K: return 256;
     default: return 0;
@@ -81,6 +125,8 @@ size_t BlockValues(DType dtype) {
 size_t BlockBytes(DType dtype) {
   switch (dtype) {
     case DType::kQ8_0: return kQ8_0BlockBytes;
+    case DType::kQ4_0:
+      return kQ4_0BlockBytes;
     case DType::kQ4_K: return kQ4_KBlockBytes;
     case DType::kQ6_K: return kQ6_KBlockBytes;
     default: return 0;
@@ -94,10 +140,21 @@ void DequantizeBlocks(DType dtype, const uint8_t* src, size_t n, float* dst) {
     float* y = dst + i * values;
     switch (dtype) {
       case DType::kQ8_0: Q8_0(b, y); break;
+      case DType::kQ4_0:
+        Q4_0(b, y);
+        break;
       case DType::kQ4_K: Q4_K(b, y); break;
       case DType::kQ6_K: Q6_K(b, y); break;
       default: break;
     }
+  }
+}
+
+void QuantizeBlocks(DType dtype, const float* src, size_t n, uint8_t* dst) {
+  const size_t bytes = BlockBytes(dtype);
+  for (size_t i = 0; i < n / 32; ++i) {
+    if (dtype == DType::kQ8_0) QuantizeQ8_0(src + 32 * i, dst + bytes * i);
+    if (dtype == DType::kQ4_0) QuantizeQ4_0(src + 32 * i, dst + bytes * i);
   }
 }
 

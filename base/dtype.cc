@@ -29,8 +29,11 @@ constexpr std::array<DTypeInfo, 15> kDTypes = {{
 }};
 
 // GGUF block types: not safetensors dtypes, so not in kDTypes (ParseDTypeName).
-constexpr std::array<DTypeInfo, 3> kBlockDTypes = {{
-    {DType::kQ8_0, "Q8_0", 0}, {DType::kQ4_K, "Q4_K", 0}, {DType::kQ6_K, "Q6_K", 0},
+constexpr std::array<DTypeInfo, 4> kBlockDTypes = {{
+    {DType::kQ8_0, "Q8_0", 0},
+    {DType::kQ4_0, "Q4_0", 0},
+    {DType::kQ4_K, "Q4_K", 0},
+    {DType::kQ6_K, "Q6_K", 0},
 }};
 
 const DTypeInfo& Info(DType dtype) {
@@ -137,6 +140,7 @@ void ConvertToFloat32(DType dtype, const void* src, size_t n, float* dst) {
       }
       return;
     case DType::kQ8_0:
+    case DType::kQ4_0:
     case DType::kQ4_K:
     case DType::kQ6_K:
       DequantizeBlocks(dtype, bytes, n, dst);

@@ -14,9 +14,25 @@ namespace lrkv {
 // Every dtype the safetensors format defines, then the GGUF block-quantized types
 // lrkv dequantizes on load (block_quant.h). The runtime reads F32, F16, BF16 and those.
 enum class DType {
-  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16,
-  kI32, kU32, kF32, kF64, kI64, kU64,
-  kQ8_0, kQ4_K, kQ6_K,
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64,
+  kQ8_0,
+  kQ4_0,
+  kQ4_K,
+  kQ6_K,
 };
 
 // Bytes per element; 0 for block types (see TensorBytes).

@@ -149,6 +149,8 @@ std::optional<DType> DTypeOfGgmlType(uint32_t type) {
   switch (type) {
     case 0: return DType::kF32;
     case 1: return DType::kF16;
+    case 2:
+      return DType::kQ4_0;
     case 8: return DType::kQ8_0;
     case 12: return DType::kQ4_K;
     case 14: return DType::kQ6_K;
@@ -158,7 +160,7 @@ std::optional<DType> DTypeOfGgmlType(uint32_t type) {
 }
 
 std::optional<uint32_t> GgmlTypeOfDType(DType dtype) {
-  for (uint32_t t : {0u, 1u, 8u, 12u, 14u, 30u}) {
+  for (uint32_t t : {0u, 1u, 2u, 8u, 12u, 14u, 30u}) {
     if (DTypeOfGgmlType(t) == dtype) return t;
   }
   return std::nullopt;

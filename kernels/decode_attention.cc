@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/block_quant.h"
 #include "kernels/cache_layout.h"
 
 namespace lrkv::kernels {
@@ -43,6 +44,15 @@ std::string Isa() {
 }
 
 double Element(const void* base, CacheDType t, int64_t i) {
+  if (IsBlockQuantized(t)) {
+    // The naive dequantization of base/block_quant.h, a block at a time.
+    const auto* block = static_cast<const uint8_t*>(base) +
+                        CacheBytes(t, i / kQuantBlock * kQuantBlock);
+    float values[kQuantBlock];
+    DequantizeBlocks(t == CacheDType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0,
+                     block, kQuantBlock, values);
+    return values[i % kQuantBlock];
+  }
   if (t == CacheDType::kF32) return static_cast<const float*>(base)[i];
   uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i])
                   << 16;
@@ -65,6 +75,26 @@ std::vector<double> Softmax(const std::vector<double>& scores) {
 
 absl::Status Invalid(const std::string& m) {
   return absl::InvalidArgumentError(m);
+}
+
+const char* QuantName(CacheDType t) {
+  return t == CacheDType::kQ8_0 ? "Q8_0" : "Q4_0";
+}
+
+// A block-quantized cache's rows hold whole blocks: each named width (and
+// stride) a multiple of kQuantBlock.
+absl::Status CheckBlockWidths(
+    const char* kernel, CacheDType t,
+    std::initializer_list<std::pair<const char*, int64_t>> widths) {
+  if (!IsBlockQuantized(t)) return absl::OkStatus();
+  for (const auto& [name, width] : widths) {
+    if (width % kQuantBlock != 0) {
+      return Invalid(absl::StrCat(
+          kernel, ": a ", QuantName(t), " cache stores blocks of ", kQuantBlock,
+          " values, which do not divide the ", name, " of ", width));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Runs the row-layout kernel of `isa` on p.
@@ -138,6 +168,10 @@ absl::Status ValidateMha(const MhaDecodeParams& p) {
                                 " must lie in [1, capacity ", p.capacity, "]"));
   }
   if (!p.q || !p.out) return Invalid("MHA decode: missing buffer");
+  if (auto st =
+          CheckBlockWidths("MHA decode", p.dtype, {{"head dim", p.head_dim}});
+      !st.ok())
+    return st;
   const bool per_sequence = p.k_seqs || p.v_seqs || p.lengths;
   if (!per_sequence) {
     if (!p.k || !p.v) return Invalid("MHA decode: missing buffer");
@@ -178,6 +212,27 @@ absl::Status ValidateFactored(const FactoredDecodeParams& p) {
         absl::StrCat("factored decode: a segment's stride is smaller than its "
                      "width (dim ",
                      p.dim, ", latents ", latent, ")"));
+  }
+  if (IsBlockQuantized(p.dtype)) {
+    if (p.layout == CacheLayout::kTiles || p.up_k_t != nullptr) {
+      return Invalid(absl::StrCat("factored decode: a ", QuantName(p.dtype),
+                                  " cache has no tiled or reconstruct kernel"));
+    }
+    std::initializer_list<std::pair<const char*, int64_t>> widths = {
+        {"shared width", p.dim},
+        {"key stride", p.k.stride},
+        {"value stride", p.v.stride}};
+    if (auto st = CheckBlockWidths("factored decode", p.dtype, widths);
+        !st.ok())
+      return st;
+    if (p.rank > 0) {
+      if (auto st = CheckBlockWidths("factored decode", p.dtype,
+                                     {{"latent width", latent},
+                                      {"latent key stride", p.zk.stride},
+                                      {"latent value stride", p.zv.stride}});
+          !st.ok())
+        return st;
+    }
   }
   if (p.layout == CacheLayout::kTiles) {
     const int64_t lane = ElementsPerLane(p.dtype);

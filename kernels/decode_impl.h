@@ -871,20 +871,35 @@ void Factored(const FactoredDecodeParams& p) {
 }
 
 }  // namespace
+}  // namespace lrkv::kernels::LRKV_KERNEL_NS
+
+#include "kernels/decode_quantized_impl.h"
+
+namespace lrkv::kernels::LRKV_KERNEL_NS {
 
 void MhaDecodeImpl(const MhaDecodeParams& p) {
-  if (p.dtype == CacheDType::kF32) {
-    Mha<float>(p);
-  } else {
-    Mha<uint16_t>(p);
+  switch (p.dtype) {
+    case CacheDType::kF32:
+      return Mha<float>(p);
+    case CacheDType::kBF16:
+      return Mha<uint16_t>(p);
+    case CacheDType::kQ8_0:
+      return MhaQuantized<CacheDType::kQ8_0>(p);
+    case CacheDType::kQ4_0:
+      return MhaQuantized<CacheDType::kQ4_0>(p);
   }
 }
 
 void FactoredDecodeImpl(const FactoredDecodeParams& p) {
-  if (p.dtype == CacheDType::kF32) {
-    Factored<float>(p);
-  } else {
-    Factored<uint16_t>(p);
+  switch (p.dtype) {
+    case CacheDType::kF32:
+      return Factored<float>(p);
+    case CacheDType::kBF16:
+      return Factored<uint16_t>(p);
+    case CacheDType::kQ8_0:
+      return FactoredQuantized<CacheDType::kQ8_0>(p);
+    case CacheDType::kQ4_0:
+      return FactoredQuantized<CacheDType::kQ4_0>(p);
   }
 }
 

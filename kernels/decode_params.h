@@ -1,6 +1,8 @@
 // Parameters of the decode-step attention kernels (one new query per sequence
-// over a cache of `length` positions). Caches are stored in fp32 or bf16;
-// arithmetic is fp32.
+// over a cache of `length` positions). Caches are stored in fp32 or bf16, or
+// as ggml's Q8_0 / Q4_0 blocks (base/block_quant.h: 32 values and one fp16
+// scale in 34 / 18 bytes, every row a whole number of blocks); arithmetic is
+// fp32.
 #ifndef LRKV_KERNELS_DECODE_PARAMS_H_
 #define LRKV_KERNELS_DECODE_PARAMS_H_
 
@@ -15,10 +17,24 @@
 
 namespace lrkv::kernels {
 
-enum class CacheDType { kF32, kBF16 };
+enum class CacheDType { kF32, kBF16, kQ8_0, kQ4_0 };
 
-LRKV_HOST_DEVICE inline int64_t CacheDTypeSize(CacheDType t) {
-  return t == CacheDType::kF32 ? 4 : 2;
+// Values per block of a block-quantized cache; rows of such a cache hold whole
+// blocks, so their widths and offsets are multiples of it.
+constexpr int64_t kQuantBlock = 32;
+
+LRKV_HOST_DEVICE constexpr bool IsBlockQuantized(CacheDType t) {
+  return t == CacheDType::kQ8_0 || t == CacheDType::kQ4_0;
+}
+// Bytes per element of the float caches (fp32, bf16); 0 for block types.
+LRKV_HOST_DEVICE constexpr int64_t CacheDTypeSize(CacheDType t) {
+  return t == CacheDType::kF32 ? 4 : t == CacheDType::kBF16 ? 2 : 0;
+}
+// Bytes of `elements` values (for block types a multiple of kQuantBlock).
+LRKV_HOST_DEVICE constexpr int64_t CacheBytes(CacheDType t, int64_t elements) {
+  if (t == CacheDType::kQ8_0) return elements / kQuantBlock * 34;
+  if (t == CacheDType::kQ4_0) return elements / kQuantBlock * 18;
+  return elements * CacheDTypeSize(t);
 }
 
 // Standard MHA/GQA attention. By default K and V caches are [B, H_kv, capacity,
@@ -70,7 +86,7 @@ struct MhaDecodeParams {
                                              const void* all, int64_t b) const {
     if (seqs != nullptr) return seqs[b];
     return static_cast<const unsigned char*>(all) +
-           Offset(b, 0, 0) * CacheDTypeSize(dtype);
+           CacheBytes(dtype, Offset(b, 0, 0));
   }
 };
 

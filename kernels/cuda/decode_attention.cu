@@ -419,6 +419,11 @@ absl::Status LaunchCoreSplits(const SplitArgs& a, CacheDType dtype,
 absl::Status Launch(SplitArgs a, CacheDType dtype, int64_t groups, float* out,
                     float* out_latent, DecodeWorkspace* workspace,
                     cudaStream_t stream, const char* what) {
+  if (IsBlockQuantized(dtype)) {
+    return absl::UnimplementedError(absl::StrCat(
+        what,
+        ": the CUDA kernels read fp32 and bf16 caches only, not Q8_0 or Q4_0"));
+  }
   const int64_t es = CacheDTypeSize(dtype);
   for (SegmentArgs* s : {&a.k, &a.v, &a.zk, &a.zv}) {
     if (s->width > 0) s->vector = VectorBytes(*s, es);

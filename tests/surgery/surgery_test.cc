@@ -1098,7 +1098,7 @@ TEST_F(ConvertJobTest, ImpossibleRequestsFailAndWriteNothing) {
   job = Job("bad");
   job.conversion.rank = 2;
   job.checkpoint = testing::FixturePath("malformed/gguf_quantized.gguf");
-  ExpectRejected(job, "Q4_0");
+  ExpectRejected(job, "Q4_1");
   EXPECT_EQ(ParseKvVariant("mamba").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseDocumentRange("0.5:0.2").status().code(),
