@@ -2,6 +2,7 @@
 #include "runtime/decode_engine.h"
 
 #include "absl/strings/str_cat.h"
+#include "base/block_quant.h"
 #include "runtime/engines.h"
 #include "runtime/kv_layout.h"
 #include "runtime/layers.h"
@@ -48,25 +49,95 @@ DecodeEngine::DecodeEngine(const ModelConfig& config,
       capacity_(std::max<int64_t>(1, options.capacity)) {}
 
 at::Tensor DecodeEngine::NewCache(std::vector<int64_t> rest) const {
+  if (!options_.cache_blocks) return NewScaleCache(std::move(rest));
+  const int64_t width = rest.empty() ? 1 : rest.back();
+  const std::optional<uint64_t> bytes =
+      TensorBytes(*options_.cache_blocks, width, width);
+  TORCH_CHECK(bytes.has_value(), "a ", DTypeName(*options_.cache_blocks),
+              " cache stores blocks of 32 values, which do not divide a cached "
+              "row of ",
+              width, " (", DecodeModeName(mode_), " decoding of this model)");
+  rest.back() = static_cast<int64_t>(*bytes);
+  rest.insert(rest.begin(), {options_.batch, capacity_});
+  return at::zeros(rest, at::TensorOptions().dtype(at::kByte));
+}
+
+at::Tensor DecodeEngine::NewScaleCache(std::vector<int64_t> rest) const {
   rest.insert(rest.begin(), {options_.batch, capacity_});
   return at::zeros(rest, at::TensorOptions().dtype(options_.cache_dtype));
 }
 
+namespace {
+
+// value's rows of `width` values (value.numel() a multiple of it) as blocks,
+// shaped like `slot` (kByte, whose last dimension is the bytes of a row).
+at::Tensor QuantizeRows(DType blocks, const at::Tensor& value,
+                        const at::Tensor& slot) {
+  const auto x = value.to(at::kFloat).contiguous();
+  auto out = at::empty(slot.sizes(), at::kByte);
+  TORCH_CHECK(out.numel() == static_cast<int64_t>(*TensorBytes(
+                                 blocks, x.numel(), BlockValues(blocks))),
+              "cache entry of ", x.numel(), " values for a slot of ",
+              out.numel(), " bytes");
+  QuantizeBlocks(blocks, x.data_ptr<float>(), x.numel(),
+                 out.data_ptr<uint8_t>());
+  return out;
+}
+
+// The inverse: stored [..., bytes] as fp32 [..., values].
+at::Tensor DequantizeRows(DType blocks, const at::Tensor& stored) {
+  const auto x = stored.contiguous();
+  auto sizes = x.sizes().vec();
+  sizes.back() = sizes.back() / static_cast<int64_t>(BlockBytes(blocks)) *
+                 static_cast<int64_t>(BlockValues(blocks));
+  auto out = at::empty(sizes, at::kFloat);
+  DequantizeBlocks(blocks, x.data_ptr<uint8_t>(), out.numel(),
+                   out.data_ptr<float>());
+  return out;
+}
+
+}  // namespace
+
 void DecodeEngine::Write(at::Tensor& cache, int64_t pos,
                          const at::Tensor& value) const {
-  cache.select(1, pos).copy_(value);
+  auto slot = cache.select(1, pos);
+  slot.copy_(cache.scalar_type() == at::kByte
+                 ? QuantizeRows(*options_.cache_blocks, value, slot)
+                 : value);
 }
 
 void DecodeEngine::Write(at::Tensor& cache, const RowPositions& at,
                          const at::Tensor& value) const {
   if (!at.consecutive) return Write(cache, at.pos, value);
-  cache.select(0, 0).narrow(0, at.pos, value.size(0)).copy_(value);
+  auto slot = cache.select(0, 0).narrow(0, at.pos, value.size(0));
+  slot.copy_(cache.scalar_type() == at::kByte
+                 ? QuantizeRows(*options_.cache_blocks, value, slot)
+                 : value);
 }
 
-at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) {
+at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) const {
+  if (cache.scalar_type() == at::kByte)
+    return DequantizeRows(*options_.cache_blocks, cache.narrow(1, 0, n));
   // bf16 storage is read in fp32; the float64 reference engine stays in float64.
   const auto dtype = cache.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   return cache.narrow(1, 0, n).to(dtype);
+}
+
+at::Tensor DecodeEngine::QueryForKeys(const at::Tensor& q) const {
+  if (!options_.q8_query) return q;
+  const auto blocks = at::empty(
+      {q.numel() / kernels::kQuantBlock, static_cast<int64_t>(kQ8_0BlockBytes)},
+      at::kByte);
+  return DequantizeRows(DType::kQ8_0, QuantizeRows(DType::kQ8_0, q, blocks))
+      .view(q.sizes())
+      .to(q.scalar_type());
+}
+
+kernels::CacheDType DecodeEngine::KernelCacheDType() const {
+  if (options_.cache_blocks == DType::kQ8_0) return kernels::CacheDType::kQ8_0;
+  if (options_.cache_blocks == DType::kQ4_0) return kernels::CacheDType::kQ4_0;
+  return options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
+                                               : kernels::CacheDType::kF32;
 }
 
 at::Tensor DecodeEngine::Grouped(const at::Tensor& q) const {
@@ -405,9 +476,22 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
              options.cache_dtype != at::kBFloat16) {
     return absl::InvalidArgumentError("cache dtype must be fp32 or bf16");
   }
-  if (mode == DecodeMode::kExpanded)
-    return MakeExpandedEngine(config, weights, options);
-  return KvLayoutTypeOf(config.kv.layout).MakeEngine(config, weights, mode, options);
+  if (options.cache_blocks && ((options.cache_blocks != DType::kQ8_0 &&
+                                options.cache_blocks != DType::kQ4_0) ||
+                               options.cache_dtype != at::kFloat)) {
+    return absl::InvalidArgumentError(
+        "a block-quantized cache is Q8_0 or Q4_0, with fp32 scales");
+  }
+  // A cached row that is not whole blocks is refused while the engine
+  // allocates its cache (NewCache).
+  try {
+    if (mode == DecodeMode::kExpanded)
+      return MakeExpandedEngine(config, weights, options);
+    return KvLayoutTypeOf(config.kv.layout)
+        .MakeEngine(config, weights, mode, options);
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(e.what_without_backtrace());
+  }
 }
 
 }  // namespace lrkv

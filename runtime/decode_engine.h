@@ -24,11 +24,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/dtype.h"
 #include "formats/config.h"
+#include "kernels/decode_params.h"
 #include "runtime/llama_weights.h"
 #include "runtime/rope.h"
 
@@ -70,6 +73,17 @@ struct EngineOptions {
   /// kDouble with float64 weights and `materialize` makes the expanded engine the
   /// float64 reference of verify's error model.
   at::ScalarType cache_dtype = at::kFloat;
+  /// DType::kQ8_0 or kQ4_0: the K/V rows (keys, values, latents) stored as
+  /// ggml's blocks of 32 values with an fp16 scale, quantized once when written
+  /// and read by the kernels block by block; the cache's scales (QK-norm σ)
+  /// stay in cache_dtype, which must then be kFloat. Unset: every tensor in
+  /// cache_dtype. An engine whose rows are not whole blocks is refused, naming
+  /// the width.
+  std::optional<DType> cache_blocks;
+  /// Expanded engine: round each rotated query to Q8_0 blocks before its
+  /// product with the keys, as llama.cpp's CPU attention does over a Q8_0 or
+  /// Q4_0 key cache (ggml's vec_dot_type of both is Q8_0). Off: fp32 queries.
+  bool q8_query = false;
   int64_t batch = 1;
   /// Positions allocated up front; the cache doubles when full.
   int64_t capacity = 64;
@@ -195,14 +209,24 @@ class DecodeEngine {
   static at::Tensor SlotLinear(const at::Tensor& x, const at::Tensor& w,
                                const at::Tensor& b = {});
 
-  // Allocates a cache tensor [B, capacity, rest...] in the cache dtype.
+  // Allocates a cache tensor [B, capacity, rest...] of K/V values in the cache
+  // dtype; with cache_blocks, as blocks of the last dimension ([B, capacity,
+  // rest[:-1]..., its bytes], kByte), which must be a multiple of 32 (else a
+  // c10::Error naming it, which CreateDecodeEngine returns as InvalidArgument).
   at::Tensor NewCache(std::vector<int64_t> rest) const;
-  // Writes value [B, rest...] at position pos of cache.
+  // A cache tensor of scales (QK-norm σ): in the cache dtype, never blocks.
+  at::Tensor NewScaleCache(std::vector<int64_t> rest) const;
+  // Writes value [B, rest...] at position pos of cache (quantized to the
+  // cache's blocks where it holds them).
   void Write(at::Tensor& cache, int64_t pos, const at::Tensor& value) const;
   // Writes value [R, rest...] at `at` (rows at consecutive positions of sequence 0).
   void Write(at::Tensor& cache, const RowPositions& at, const at::Tensor& value) const;
-  // Positions 0..n-1 of cache, as fp32.
-  static at::Tensor Read(const at::Tensor& cache, int64_t n);
+  // Positions 0..n-1 of cache, as fp32 (blocks dequantized).
+  at::Tensor Read(const at::Tensor& cache, int64_t n) const;
+  // The kernels' name for this engine's K/V storage.
+  kernels::CacheDType KernelCacheDType() const;
+  // q [.., d] rounded to Q8_0 blocks and back where q8_query asks, else q.
+  at::Tensor QueryForKeys(const at::Tensor& q) const;
   // The query grouped by KV head: [B, H_kv, g, d].
   at::Tensor Grouped(const at::Tensor& q) const;
   // Rotates x [B, n, d_h] at one position.

@@ -69,7 +69,7 @@ class ExpandedEngine : public DecodeEngine {
     }
     // Through the fused CPU kernel (kernels/), reading the position-major
     // cache.
-    const auto qr = RotateAt(layer, q, pos).contiguous();
+    const auto qr = QueryForKeys(RotateAt(layer, q, pos)).contiguous();
     kernels::MhaDecodeParams p = KernelParams(qr, pos + 1);
     p.capacity = k_[layer].size(1);
     p.k = k_[layer].data_ptr();
@@ -92,6 +92,7 @@ class ExpandedEngine : public DecodeEngine {
     for (size_t i = 0; i < engines.size(); ++i) {
       const auto* e = dynamic_cast<const ExpandedEngine*>(engines[i]);
       if (e == nullptr || e->options_.cache_dtype != options_.cache_dtype ||
+          e->options_.cache_blocks != options_.cache_blocks ||
           e->options_.batch != 1 || e->options_.materialize ||
           !e->options_.kernels) {
         return {};
@@ -100,7 +101,8 @@ class ExpandedEngine : public DecodeEngine {
       v_seqs.push_back(e->v_[layer].data_ptr());
       lengths.push_back(positions[i] + 1);
     }
-    const auto qr = RotateEachAt(layer, q, positions).contiguous();
+    const auto qr =
+        QueryForKeys(RotateEachAt(layer, q, positions)).contiguous();
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     kernels::MhaDecodeParams p = KernelParams(qr, longest);
     p.capacity = longest;
@@ -121,8 +123,7 @@ class ExpandedEngine : public DecodeEngine {
     p.head_dim = config_.head_dim;
     p.length = length;
     p.position_major = true;
-    p.dtype = options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
-                                                    : kernels::CacheDType::kF32;
+    p.dtype = KernelCacheDType();
     p.scale = static_cast<float>(
         1.0 / std::sqrt(static_cast<double>(config_.head_dim)));
     return p;
@@ -142,8 +143,8 @@ class ExpandedEngine : public DecodeEngine {
   // The same attention with ATen operations (materialize = true).
   at::Tensor AttendAten(int64_t layer, const at::Tensor& q, int64_t pos) {
     const int64_t n = pos + 1;
-    const auto qr =
-        Grouped(RotateQuery(layer, q, {pos, false}));  // [B, Hkv, g, dq]
+    const auto qr = Grouped(
+        QueryForKeys(RotateQuery(layer, q, {pos, false})));  // [B, Hkv, g, dq]
     const auto k = Read(k_[layer], n),
                v = Read(v_[layer], n);  // [B, L, Hkv, dq | dh]
     auto scores = at::einsum("bhgd,blhd->bhgl", {qr, k}) /
@@ -162,7 +163,8 @@ class ExpandedEngine : public DecodeEngine {
     if (!at.consecutive || q.size(0) == 1)
       return DecodeEngine::AttendRows(layer, q, at);
     const int64_t rows = q.size(0), n = at.pos + rows, dh = config_.head_dim;
-    const auto qr = Grouped(RotateQuery(layer, q, at));  // [T, Hkv, g, dq]
+    const auto qr =
+        Grouped(QueryForKeys(RotateQuery(layer, q, at)));  // [T, Hkv, g, dq]
     const auto k = Read(k_[layer], n)[0],
                v = Read(v_[layer], n)[0];  // [L, Hkv, dh]
     const int64_t chunk = PrefillRowChunk(n);

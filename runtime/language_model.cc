@@ -6,13 +6,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "model/checkpoint.h"
+#include "runtime/cache_dtype.h"
+#include "runtime/kv_layout.h"
 #include "runtime/llama_weights.h"
 #include "runtime/perplexity.h"
 #include "runtime/stored_linear.h"
-#include "base/status_macros.h"
 #include "runtime/transformer.h"
 
 namespace lrkv {
@@ -58,13 +61,30 @@ absl::StatusOr<std::unique_ptr<LanguageModel>> LanguageModel::Load(
 }
 
 absl::StatusOr<PerplexityResult> LanguageModel::Perplexity(
-    const std::vector<std::string>& docs, const StopCheck& stop) const {
+    const std::vector<std::string>& docs, const StopCheck& stop,
+    const std::string& cache_dtype, bool q8_query) const {
   const auto t0 = std::chrono::steady_clock::now();
   PerplexityResult r;
   r.products = products_;
+  std::optional<CacheScoring> cache;
+  if (q8_query && cache_dtype.empty()) {
+    return absl::InvalidArgumentError(
+        "rounding the query to Q8_0 needs a cache dtype");
+  }
+  if (!cache_dtype.empty()) {
+    ASSIGN_OR_RETURN(const CacheDtype storage, ParseCacheDtype(cache_dtype));
+    cache.emplace();
+    cache->mode = KvLayoutTypeOf(config().kv.layout).ServingMode(config());
+    storage.ApplyTo(&cache->engine);
+    cache->engine.q8_query = q8_query;
+    r.cache_dtype = storage.name;
+    r.decode_mode = DecodeModeName(cache->mode);
+  }
   try {
     const Bf16ProductsScope bf16(products_ == "bf16");
-    ASSIGN_OR_RETURN(PerplexityStats stats, MeasurePerplexity(*transformer_, tokenizer_, docs, stop));
+    ASSIGN_OR_RETURN(PerplexityStats stats,
+                     MeasurePerplexity(*transformer_, tokenizer_, docs, stop,
+                                       cache ? &*cache : nullptr));
     r.documents = stats.documents;
     r.tokens = stats.tokens;
     r.total_nll = stats.total_nll;

@@ -37,6 +37,9 @@ struct PerplexityResult {
   // How weights met activations: "bf16" (activations rounded to bf16 for bf16
   // weights, fp32 sums) or "fp32".
   std::string products;
+  // Scored through a decode engine's cache: its storage ("q8") and engine
+  // ("expanded"); empty for one forward pass per window.
+  std::string cache_dtype, decode_mode;
 };
 
 struct GenerationResult {
@@ -54,11 +57,15 @@ class LanguageModel {
       const std::string& path, const LanguageModelOptions& options = {});
   ~LanguageModel();
 
-  // Perplexity over documents: each is [BOS] + encode(doc); NLL is summed over all
-  // document tokens; ppl = exp(total / tokens).
-  // CancelledError once `stop` returns true (polled per window).
-  absl::StatusOr<PerplexityResult> Perplexity(const std::vector<std::string>& docs,
-                                              const StopCheck& stop = {}) const;
+  // Perplexity over documents: each is [BOS] + encode(doc); NLL is summed over
+  // all document tokens; ppl = exp(total / tokens). CancelledError once `stop`
+  // returns true (polled per window). With a cache dtype
+  // (runtime/cache_dtype.h), scored through the serving engine's cache in that
+  // storage (CacheScoring); InvalidArgument where that engine cannot store it
+  // (its reason); q8_query as EngineOptions::q8_query.
+  absl::StatusOr<PerplexityResult> Perplexity(
+      const std::vector<std::string>& docs, const StopCheck& stop = {},
+      const std::string& cache_dtype = "", bool q8_query = false) const;
   // Greedy continuation of [BOS] + encode(prompt), at most max_tokens new tokens.
   absl::StatusOr<GenerationResult> Generate(const std::string& prompt,
                                             int64_t max_tokens) const;

@@ -60,7 +60,9 @@ class LrkvEngine : public DecodeEngine {
                      : at::kFloat;
     kernel_ = mode_ == DecodeMode::kPlane && !options_.materialize &&
               options_.kernels && kernel_types && !split_;
+    // A block-quantized cache keeps rows (the tiled layout has no blocks).
     tiled_ = mode_ == DecodeMode::kPlane && kernel_types && !split_ &&
+             !options_.cache_blocks &&
              (options_.factored_layout == FactoredCacheLayout::kTiles ||
               (options_.factored_layout == FactoredCacheLayout::kAuto &&
                kernels::TiledKernelAvailable()));
@@ -123,7 +125,8 @@ class LrkvEngine : public DecodeEngine {
       layer.zk = NewSegment(true, {hkv, r});
       layer.zv = NewSegment(false, {hkv, r});
       // σ: one per KV head and token, or one per token over all heads.
-      if (config_.qk_norm) layer.sigma = NewCache({config_.qk_norm_over_heads ? 1 : hkv});
+      if (config_.qk_norm)
+        layer.sigma = NewScaleCache({config_.qk_norm_over_heads ? 1 : hkv});
       layers_.push_back(std::move(layer));
     }
     return absl::OkStatus();
@@ -379,7 +382,7 @@ class LrkvEngine : public DecodeEngine {
     p.rank = r;
     p.length = length;
     p.capacity = capacity();
-    p.dtype = KernelDType();
+    p.dtype = KernelCacheDType();
     p.layout =
         tiled_ ? kernels::CacheLayout::kTiles : kernels::CacheLayout::kRows;
     p.k = {L.ks.data.data_ptr(), L.ks.stride};
@@ -499,11 +502,6 @@ class LrkvEngine : public DecodeEngine {
     bool key = false;
   };
 
-  kernels::CacheDType KernelDType() const {
-    return options_.cache_dtype == at::kBFloat16 ? kernels::CacheDType::kBF16
-                                                 : kernels::CacheDType::kF32;
-  }
-
   Segment NewSegment(bool key, std::vector<int64_t> rest) const {
     Segment s;
     s.rest = rest;
@@ -511,13 +509,16 @@ class LrkvEngine : public DecodeEngine {
     s.width = 1;
     for (int64_t d : rest) s.width *= d;
     if (!tiled_) {
+      // Blocks run along a position's whole row (the kernel's segment), so a
+      // quantized segment is stored flat.
       s.stride = s.width;
-      s.data = NewCache(rest);
+      s.data = NewCache(options_.cache_blocks ? std::vector<int64_t>{s.width}
+                                              : rest);
       return s;
     }
-    const int64_t lane = kernels::ElementsPerLane(KernelDType());
+    const int64_t lane = kernels::ElementsPerLane(KernelCacheDType());
     const int64_t tile = kernels::kCacheTile;
-    s.stride = kernels::TiledStride(KernelDType(), key, s.width);
+    s.stride = kernels::TiledStride(KernelCacheDType(), key, s.width);
     const std::vector<int64_t> shape =
         key ? std::vector<int64_t>{options_.batch, capacity() / tile,
                                    s.stride / lane, tile, lane}
@@ -568,8 +569,12 @@ class LrkvEngine : public DecodeEngine {
 
   // Positions 0..n-1 as fp32 rows [B, n, rest...].
   at::Tensor ReadSegment(const Segment& s, int64_t n) const {
-    if (!tiled_) return Read(s.data, n);
     const int64_t b = options_.batch;
+    if (!tiled_) {
+      std::vector<int64_t> shape = {b, n};
+      shape.insert(shape.end(), s.rest.begin(), s.rest.end());
+      return Read(s.data, n).view(shape);
+    }
     const auto rows = (s.key ? s.data.permute({0, 1, 3, 2, 4})
                              : s.data.permute({0, 1, 2, 4, 3}))
                           .reshape({b, capacity(), s.stride})
@@ -666,6 +671,7 @@ class LrkvEngine : public DecodeEngine {
           l->apply_sigma_ != apply_sigma_ || l->options_.batch != 1 ||
           l->options_.fault != options_.fault ||
           l->options_.cache_dtype != options_.cache_dtype ||
+          l->options_.cache_blocks != options_.cache_blocks ||
           l->options_.materialize != options_.materialize) {
         return false;
       }

@@ -125,9 +125,7 @@ class MlaEngine : public DecodeEngine {
       p.rank = w;
       p.length = n;
       p.capacity = capacity();
-      p.dtype = options_.cache_dtype == at::kBFloat16
-                    ? kernels::CacheDType::kBF16
-                    : kernels::CacheDType::kF32;
+      p.dtype = KernelCacheDType();
       p.layout = kernels::CacheLayout::kRows;
       p.k = p.v = {latent_[layer].data_ptr(), dc};
       p.zk = p.zv = {rope_key_[layer].data_ptr(), w};

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
+#include "runtime/decode_engine.h"
 #include "runtime/transformer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,12 +32,23 @@ struct PerplexityStats {
 inline constexpr int64_t kMaxEvalWindow = 2048;
 int64_t EvalWindow(const ModelConfig& config);
 
-// InvalidArgument when no document has a token to predict.
-// CancelledError when `stop` asks (polled per window).
-absl::StatusOr<PerplexityStats> MeasurePerplexity(const Transformer& model,
-                                                  const Tokenizer& tokenizer,
-                                                  const std::vector<std::string>& docs,
-                                                  const StopCheck& stop = {});
+// Scoring through a decode engine's cache (`lrkv eval --cache-dtype`): each
+// window's tokens go through the engine of `mode` in prefill chunks, every
+// position's K/V written to its cache and read back from it by attention (a
+// quantized cache as stored), as llama.cpp's perplexity scores through its KV
+// cache. Without it, a window is one forward pass that caches nothing.
+struct CacheScoring {
+  DecodeMode mode = DecodeMode::kExpanded;
+  EngineOptions engine;
+};
+
+// InvalidArgument when no document has a token to predict, or when the engine
+// does not apply to the model (its reason). CancelledError when `stop` asks
+// (polled per window).
+absl::StatusOr<PerplexityStats> MeasurePerplexity(
+    const Transformer& model, const Tokenizer& tokenizer,
+    const std::vector<std::string>& docs, const StopCheck& stop = {},
+    const CacheScoring* cache = nullptr);
 
 }  // namespace lrkv
 

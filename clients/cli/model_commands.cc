@@ -15,6 +15,7 @@
 #include "kernels/decode_attention.h"
 #include "nlohmann/json.hpp"
 #include "runtime/blas_core.h"
+#include "runtime/cache_dtype.h"
 #include "runtime/language_model.h"
 #include "runtime/threads.h"
 
@@ -25,6 +26,8 @@ struct EvalArgs {
   std::string checkpoint, text;
   int64_t limit = 0;  // documents at most (0: all)
   std::string products = "bf16";
+  std::string cache_dtype = "none";
+  bool q8_query = false;
 };
 
 struct GenerateArgs {
@@ -53,6 +56,20 @@ const OptionSchema<EvalArgs>& EvalSchema() {
         .Min(0);
     AddProductsOption(
         s, [](A & a) -> auto& { return a.products; });
+    std::vector<std::string> storages = {"none"};
+    for (const auto& name : CacheDtypeNames()) storages.push_back(name);
+    s.Value(
+         "cache_dtype", [](A & a) -> auto& { return a.cache_dtype; },
+         "Score through the serving decode engine's KV cache stored in this "
+         "dtype (q8, q4: ggml's Q8_0, Q4_0), every position's K/V written to "
+         "the cache and read back by attention, as llama.cpp's perplexity "
+         "does; none: one forward pass per window, no cache")
+        .Choices(storages);
+    s.Value(
+        "q8_query", [](A & a) -> auto& { return a.q8_query; },
+        "With --cache-dtype: round each query to Q8_0 before its product with "
+        "the keys, as llama.cpp's CPU attention does over a Q8_0 or Q4_0 key "
+        "cache");
     return s;
   }();
   return schema;
@@ -99,15 +116,23 @@ int RunEval(const EvalArgs& a) {
   if (!model.ok()) return Fail(model.status());
   StageProgress progress("eval");
   progress.Sink()(absl::StrCat("perplexity of ", docs->size(), " documents"), 1, 1);
-  auto r = (*model)->Perplexity(*docs, InterruptCheck());
+  auto r = (*model)->Perplexity(*docs, InterruptCheck(),
+                                a.cache_dtype == "none" ? "" : a.cache_dtype,
+                                a.q8_query);
   progress.Finish();
   if (!r.ok()) return Fail(r.status());
   if (Globals().json) {
     nlohmann::json j = {
-        {"checkpoint", a.checkpoint}, {"text", a.text},
-        {"stories", r->documents},    {"tokens", r->tokens},
-        {"mean_nll", r->mean_nll},    {"perplexity", r->perplexity},
-        {"seconds", r->seconds},      {"products", r->products},
+        {"checkpoint", a.checkpoint},
+        {"text", a.text},
+        {"stories", r->documents},
+        {"tokens", r->tokens},
+        {"mean_nll", r->mean_nll},
+        {"perplexity", r->perplexity},
+        {"seconds", r->seconds},
+        {"products", r->products},
+        {"cache_dtype", r->cache_dtype.empty() ? "none" : r->cache_dtype},
+        {"decode_mode", r->decode_mode},
         {"provenance", BuildProvenance()}};
     std::cout << j.dump(2) << "\n";
   } else {
@@ -119,6 +144,12 @@ int RunEval(const EvalArgs& a) {
         static_cast<long long>(r->documents), static_cast<long long>(r->tokens),
         r->mean_nll, r->perplexity, r->seconds, r->tokens / std::max(r->seconds, 1e-9),
         DescribeProducts(r->products).c_str());
+    if (!r->cache_dtype.empty()) {
+      std::printf(
+          "KV cache    %s, %s decode engine (every position through the "
+          "cache)\n",
+          r->cache_dtype.c_str(), r->decode_mode.c_str());
+    }
   }
   return kExitOk;
 }

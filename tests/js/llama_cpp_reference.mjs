@@ -18,9 +18,11 @@ const longest = Math.max(input.prompt.length + steps, ...input.docs.map((d) => d
 // F32 throughout: llama.cpp's defaults (an F16 KV cache, and flash attention, which
 // rounds to F16 inside on CPU) put 1e-4 relative into the perplexity of the sharper
 // converted models; with them off llama.cpp agrees with a float64 evaluation to 1e-6.
+const kvType = process.env.LRKV_KV_TYPE ?? "F32";
 const context = await model.createContext({
   contextSize: longest + 8, batchSize: longest + 8, sequences: 1,
-  experimentalKvCacheKeyType: "F32", experimentalKvCacheValueType: "F32", flashAttention: false,
+  experimentalKvCacheKeyType: kvType, experimentalKvCacheValueType: kvType,
+  flashAttention: process.env.LRKV_FLASH === "1",
 });
 const seq = context.getSequence();
 
