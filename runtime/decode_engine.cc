@@ -117,7 +117,8 @@ void DecodeEngine::Write(at::Tensor& cache, const RowPositions& at,
 
 at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) const {
   if (cache.scalar_type() == at::kByte)
-    return DequantizeRows(*options_.cache_blocks, cache.narrow(1, 0, n));
+    return DequantizeRows(*options_.cache_blocks, cache.narrow(1, 0, n))
+        .to(compute_dtype());
   // bf16 storage is read in fp32; the float64 reference engine stays in float64.
   const auto dtype = cache.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   return cache.narrow(1, 0, n).to(dtype);
@@ -478,9 +479,11 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> CreateDecodeEngine(
   }
   if (options.cache_blocks && ((options.cache_blocks != DType::kQ8_0 &&
                                 options.cache_blocks != DType::kQ4_0) ||
-                               options.cache_dtype != at::kFloat)) {
+                               (options.cache_dtype != at::kFloat &&
+                                options.cache_dtype != at::kDouble))) {
     return absl::InvalidArgumentError(
-        "a block-quantized cache is Q8_0 or Q4_0, with fp32 scales");
+        "a block-quantized cache is Q8_0 or Q4_0, with fp32 scales (float64 in "
+        "the error model's reference engines)");
   }
   // A cached row that is not whole blocks is refused while the engine
   // allocates its cache (NewCache).

@@ -73,7 +73,8 @@ TEST_P(QuantizedKernelTest, MhaMatchesTheReference) {
     int64_t b, h, hkv, dh, length, capacity;
   } shapes[] = {{1, 4, 4, 64, 1, 1},        {2, 8, 2, 32, 37, 40},
                 {3, 12, 12, 128, 300, 300}, {1, 16, 8, 128, 1025, 1030},
-                {2, 32, 8, 64, 130, 140},   {1, 6, 1, 96, 17, 17}};
+                {2, 32, 8, 64, 130, 140},   {1, 6, 1, 96, 17, 17},
+                {1, 4, 1, 64, 41, 64}};
   for (const auto& s : shapes) {
     for (CacheDType t : {CacheDType::kQ8_0, CacheDType::kQ4_0}) {
       const size_t kv = s.b * s.hkv * s.capacity * s.dh;
