@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
+#include "tests/kernels/isa_test.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace lrkv::kernels {
@@ -48,11 +49,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& ref,
 }
 
 // Every implementation this CPU can run: the best one, AVX2, and generic.
-class KernelTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { ForceKernelIsa(GetParam()); }
-  void TearDown() override { ForceKernelIsa(""); }
-};
+class KernelTest : public testing::IsaTest {};
 
 TEST_P(KernelTest, MhaAndGqaMatchTheReference) {
   std::mt19937 rng(1);
@@ -460,12 +457,7 @@ TEST_P(KernelTest, BadShapesAreRejected) {
   EXPECT_EQ(FactoredDecode(f).code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, KernelTest,
-                         ::testing::Values("", "avx2", "generic"),
-                         [](const auto& info) {
-                           return info.param.empty() ? std::string("best")
-                                                     : info.param;
-                         });
+LRKV_INSTANTIATE_ISA_TESTS(KernelTest);
 
 }  // namespace
 }  // namespace lrkv::kernels

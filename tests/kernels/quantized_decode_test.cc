@@ -12,6 +12,7 @@
 #include "base/block_quant.h"
 #include "gtest/gtest.h"
 #include "kernels/decode_attention.h"
+#include "tests/kernels/isa_test.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace lrkv::kernels {
@@ -61,11 +62,7 @@ TEST(BlockQuantTest, QuantizersFollowGgml) {
   for (float v : y4) EXPECT_EQ(v, 0.0f);
 }
 
-class QuantizedKernelTest : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override { ForceKernelIsa(GetParam()); }
-  void TearDown() override { ForceKernelIsa(""); }
-};
+class QuantizedKernelTest : public testing::IsaTest {};
 
 TEST_P(QuantizedKernelTest, MhaMatchesTheReference) {
   std::mt19937 rng(11);
@@ -222,12 +219,7 @@ TEST_P(QuantizedKernelTest, WidthsThatAreNotWholeBlocksAreRefused) {
   EXPECT_EQ(FactoredDecode(f).code(), absl::StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, QuantizedKernelTest,
-                         ::testing::Values("", "avx2", "generic"),
-                         [](const auto& info) {
-                           return info.param.empty() ? std::string("best")
-                                                     : info.param;
-                         });
+LRKV_INSTANTIATE_ISA_TESTS(QuantizedKernelTest);
 
 }  // namespace
 }  // namespace lrkv::kernels
