@@ -12,6 +12,8 @@
 
 #include <cstring>
 
+#include "base/dtype.h"
+
 namespace lrkv::kernels::LRKV_KERNEL_NS {
 namespace {
 
@@ -21,19 +23,7 @@ inline float HalfScale(const uint8_t* block) {
 #ifdef __F16C__
   return _cvtsh_ss(h);
 #else
-  // IEEE half to float (finite scales; ggml writes no others).
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const int exp = (h >> 10) & 0x1f;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float f = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -f : f;
-  }
-  const uint32_t bits =
-      sign | static_cast<uint32_t>(exp + 112) << 23 | mant << 13;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return HalfToFloat(h);
 #endif
 }
 
@@ -57,13 +47,6 @@ inline void WidenBlocks(const uint8_t* src, int64_t blocks, float* out) {
   }
 }
 
-// Bytes from one position's row to the next for a segment of `stride`
-// elements.
-template <CacheDType T>
-constexpr int64_t RowBytes(int64_t stride) {
-  return CacheBytes(T, stride);
-}
-
 template <CacheDType T>
 void MhaQuantized(const MhaDecodeParams& p) {
   const int64_t g = p.heads / p.kv_heads, dh = p.head_dim;
@@ -71,7 +54,7 @@ void MhaQuantized(const MhaDecodeParams& p) {
   const int64_t splits = SplitsFor(pairs, p.length);
   const int64_t chunk = (p.length + splits - 1) / splits;
   const int64_t step =
-      RowBytes<T>(p.Offset(0, 0, 1));  // bytes between positions
+      CacheBytes(T, p.Offset(0, 0, 1));  // bytes between positions
   std::vector<HeadState> states(pairs * splits * g);
   std::vector<float> accs(pairs * splits * g * dh, 0.0f);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -123,7 +106,7 @@ template <CacheDType T>
 void WidenTile(const uint8_t* seq, int64_t stride, int64_t width, int64_t t,
                int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) {
-    WidenBlocks<T>(seq + (t + i) * RowBytes<T>(stride), width / kQuantBlock,
+    WidenBlocks<T>(seq + (t + i) * CacheBytes(T, stride), width / kQuantBlock,
                    out + i * width);
   }
 }
@@ -138,9 +121,11 @@ void FactoredQuantized(const FactoredDecodeParams& p) {
   const int64_t per_head = n + r;
   std::vector<HeadState> states(items * H);
   std::vector<float> accs(items * H * per_head, 0.0f);
+  const bool same_kv = p.k.data == p.v.data && p.k.stride == p.v.stride;
+  const bool same_z = p.zk.data == p.zv.data && p.zk.stride == p.zv.stride;
   auto seq_of = [&](const CacheSegment& s, int64_t b) {
     return static_cast<const uint8_t*>(s.data) +
-           b * p.capacity * RowBytes<T>(s.stride);
+           b * p.capacity * CacheBytes(T, s.stride);
   };
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t item = 0; item < items; ++item) {
@@ -183,13 +168,16 @@ void FactoredQuantized(const FactoredDecodeParams& p) {
         SoftmaxTile(&st[h], &s[h * kTile], count, &w[h * kTile], a, n, a + n,
                     r);
       }
-      // Sums: a · V_shared, then a · Z_V per KV head.
-      WidenTile<T>(seq_of(p.v, b), p.v.stride, n, t, count, shared.data());
+      // Sums: a · V_shared, then a · Z_V per KV head. Absorbed MLA reads one
+      // segment as key and value: its widened rows are already in place.
+      if (!same_kv)
+        WidenTile<T>(seq_of(p.v, b), p.v.stride, n, t, count, shared.data());
       for (int64_t i = 0; i < count; ++i) rows[i] = &shared[i * n];
       for (int64_t h = 0; h < H; ++h)
         AccumulateRows(acc + h * per_head, &w[h * kTile], rows, count, n);
       if (r == 0) continue;
-      WidenTile<T>(seq_of(p.zv, b), p.zv.stride, lw, t, count, latent.data());
+      if (!same_z)
+        WidenTile<T>(seq_of(p.zv, b), p.zv.stride, lw, t, count, latent.data());
       for (int64_t h = 0; h < H; ++h) {
         for (int64_t i = 0; i < count; ++i)
           rows[i] = &latent[i * lw + (h / g) * r];

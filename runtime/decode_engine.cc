@@ -69,12 +69,12 @@ at::Tensor DecodeEngine::NewScaleCache(std::vector<int64_t> rest) const {
 
 namespace {
 
-// value's rows of `width` values (value.numel() a multiple of it) as blocks,
-// shaped like `slot` (kByte, whose last dimension is the bytes of a row).
+// value (numel a multiple of 32) as blocks, shaped `sizes` (kByte, whose last
+// dimension is the bytes of a row).
 at::Tensor QuantizeRows(DType blocks, const at::Tensor& value,
-                        const at::Tensor& slot) {
+                        at::IntArrayRef sizes) {
   const auto x = value.to(at::kFloat).contiguous();
-  auto out = at::empty(slot.sizes(), at::kByte);
+  auto out = at::empty(sizes, at::kByte);
   TORCH_CHECK(out.numel() == static_cast<int64_t>(*TensorBytes(
                                  blocks, x.numel(), BlockValues(blocks))),
               "cache entry of ", x.numel(), " values for a slot of ",
@@ -102,7 +102,7 @@ void DecodeEngine::Write(at::Tensor& cache, int64_t pos,
                          const at::Tensor& value) const {
   auto slot = cache.select(1, pos);
   slot.copy_(cache.scalar_type() == at::kByte
-                 ? QuantizeRows(*options_.cache_blocks, value, slot)
+                 ? QuantizeRows(*options_.cache_blocks, value, slot.sizes())
                  : value);
 }
 
@@ -111,7 +111,7 @@ void DecodeEngine::Write(at::Tensor& cache, const RowPositions& at,
   if (!at.consecutive) return Write(cache, at.pos, value);
   auto slot = cache.select(0, 0).narrow(0, at.pos, value.size(0));
   slot.copy_(cache.scalar_type() == at::kByte
-                 ? QuantizeRows(*options_.cache_blocks, value, slot)
+                 ? QuantizeRows(*options_.cache_blocks, value, slot.sizes())
                  : value);
 }
 
@@ -126,10 +126,11 @@ at::Tensor DecodeEngine::Read(const at::Tensor& cache, int64_t n) const {
 
 at::Tensor DecodeEngine::QueryForKeys(const at::Tensor& q) const {
   if (!options_.q8_query) return q;
-  const auto blocks = at::empty(
-      {q.numel() / kernels::kQuantBlock, static_cast<int64_t>(kQ8_0BlockBytes)},
-      at::kByte);
-  return DequantizeRows(DType::kQ8_0, QuantizeRows(DType::kQ8_0, q, blocks))
+  const int64_t blocks = q.numel() / kernels::kQuantBlock;
+  return DequantizeRows(
+             DType::kQ8_0,
+             QuantizeRows(DType::kQ8_0, q,
+                          {blocks, static_cast<int64_t>(kQ8_0BlockBytes)}))
       .view(q.sizes())
       .to(q.scalar_type());
 }
