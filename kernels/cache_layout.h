@@ -11,8 +11,13 @@
 
 namespace lrkv::kernels {
 
-// Elements per 32-bit lane of the tiled layout: 2 for bf16, 1 for fp32.
-inline int64_t ElementsPerLane(CacheDType t) { return 4 / CacheDTypeSize(t); }
+// Elements per 32-bit lane of the tiled layout: 2 for bf16, 1 for fp32. Block
+// types have no tiled layout (validation refuses one); 1 keeps the row offsets
+// that callers compute for them defined.
+inline int64_t ElementsPerLane(CacheDType t) {
+  const int64_t size = CacheDTypeSize(t);
+  return size > 0 ? 4 / size : 1;
+}
 
 // The stride a tiled segment of `width` elements needs: keys round up to a
 // whole lane (bf16 keys of odd width carry one zero column).
