@@ -163,6 +163,12 @@ int64_t MeasureAdmission(Served& s, const ServeBenchOptions& o) {
   const int64_t n = o.batcher.max_seqs;
   const int64_t prompt = std::min<int64_t>(16, o.batcher.context / 2);
   std::atomic<bool> stop{false};
+  // Counted before any client starts: a small model's requests can be
+  // submitted before this thread reads the count, which then waited out the
+  // time limit below for requests it had missed.
+  const ContinuousBatcher& b = s.server->batcher();
+  const int64_t before = b.Stats().submitted;
+  const auto t0 = Clock::now();
   std::vector<std::thread> clients;
   for (int64_t i = 0; i < n; ++i) {
     clients.emplace_back([&, i] {
@@ -170,9 +176,6 @@ int64_t MeasureAdmission(Served& s, const ServeBenchOptions& o) {
              o.batcher.context - prompt, -1, &stop);
     });
   }
-  const ContinuousBatcher& b = s.server->batcher();
-  const int64_t before = b.Stats().submitted;
-  const auto t0 = Clock::now();
   // Every request in; then the next steps admit all that fit (each decodes
   // until told to stop, so none leaves before the count).
   while (b.Stats().submitted - before < n && Seconds(t0, Clock::now()) < 120) {
