@@ -300,6 +300,43 @@ class OptionSchema {
     return spec;
   }
 
+  // A list of T (an enum) given by names (a comma list on the command line, a
+  // JSON array in params_json), as Choice names each.
+  template <typename Field, typename NameOf,
+            typename List =
+                std::remove_reference_t<std::invoke_result_t<Field, Options&>>,
+            typename T = typename List::value_type>
+  OptionSpec<Options>& ChoiceList(std::string name, Field field,
+                                  std::vector<T> values, NameOf name_of,
+                                  std::string help) {
+    OptionSpec<Options>& spec =
+        Add(std::move(name), OptionType::kStringList, std::move(help));
+    Options defaults{};
+    spec.info.choices_ignore_case = true;
+    std::vector<std::pair<T, std::string>> named;
+    for (const T& value : values) {
+      named.emplace_back(value, name_of(value));
+      spec.info.choices.push_back(named.back().second);
+    }
+    nlohmann::json default_names = nlohmann::json::array();
+    for (const T& value : field(defaults))
+      default_names.push_back(name_of(value));
+    spec.info.default_value = default_names;
+    spec.store = [field, named](const nlohmann::json& v, Options& o,
+                                OptionSource) {
+      List list;
+      for (const auto& element : v) {
+        for (const auto& [value, text] : named) {
+          if (absl::EqualsIgnoreCase(text, element.get<std::string>()))
+            list.push_back(value);
+        }
+      }
+      field(o) = std::move(list);
+      return absl::OkStatus();
+    };
+    return spec;
+  }
+
   // A member of type T given as a string that `parse` reads (InvalidArgument
   // otherwise) and `format` writes (for the default).
   template <typename Field, typename T = std::remove_reference_t<

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <new>
 #include <numeric>
@@ -17,6 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "base/block_quant.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "nlohmann/json.hpp"
@@ -49,12 +52,13 @@ Memory AlignedMemory(size_t bytes) {
   return m;
 }
 
-// A cache buffer filled with small pseudo-random values (no NaN, no
-// denormals).
+// A cache buffer of n values filled with small pseudo-random values (no NaN,
+// no denormals); block types hold the fp32 values quantized (n a multiple of
+// kQuantBlock).
 struct Buffer {
   Memory memory;
   Buffer(size_t n, CacheDType t, uint32_t seed) {
-    memory = AlignedMemory(n * CacheDTypeSize(t));
+    memory = AlignedMemory(CacheBytes(t, static_cast<int64_t>(n)));
     if (t == CacheDType::kBF16) {
       auto* bf16 = static_cast<uint16_t*>(memory.get());
 #pragma omp parallel for
@@ -63,15 +67,30 @@ struct Buffer {
         bf16[i] =
             static_cast<uint16_t>(0x3c00 | (y >> 25));  // ~[0.0078, 0.0155]
       }
+    } else if (t == CacheDType::kF32) {
+      FillFloats(static_cast<float*>(memory.get()), n, seed);
     } else {
-      auto* f32 = static_cast<float*>(memory.get());
-      uint32_t x = seed * 2654435761u + 1;
-      for (size_t i = 0; i < n; ++i) {
-        x = x * 1664525u + 1013904223u;
-        f32[i] = ((static_cast<float>(x >> 9) / static_cast<float>(1u << 23)) -
-                  0.5f) *
-                 0.1f;
+      // A block row at a time: the fp32 values of a long context would not
+      // fit beside the cache.
+      const size_t row = 64 * kQuantBlock;
+      std::vector<float> values(row);
+      auto* out = static_cast<uint8_t*>(memory.get());
+      for (size_t i = 0; i < n; i += row) {
+        const size_t count = std::min(row, n - i);
+        FillFloats(values.data(), count, seed + static_cast<uint32_t>(i));
+        QuantizeBlocks(t == CacheDType::kQ8_0 ? DType::kQ8_0 : DType::kQ4_0,
+                       values.data(), count,
+                       out + CacheBytes(t, static_cast<int64_t>(i)));
       }
+    }
+  }
+  static void FillFloats(float* f32, size_t n, uint32_t seed) {
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; ++i) {
+      x = x * 1664525u + 1013904223u;
+      f32[i] =
+          ((static_cast<float>(x >> 9) / static_cast<float>(1u << 23)) - 0.5f) *
+          0.1f;
     }
   }
   const void* data() const { return memory.get(); }
@@ -137,7 +156,7 @@ class ReadBuffer {
 };
 
 struct Variant : TimedVariant {
-  std::function<void()> step;
+  std::function<absl::Status()> step;
 };
 
 float ScaleOf(const DecodeBenchOptions& o) {
@@ -183,7 +202,8 @@ TimedVariant BenchMhaRow(const std::string& name, const DecodeBenchOptions& o,
   TimedVariant v;
   v.name = name;
   v.config = absl::StrCat("n_kv=", n_kv);
-  v.bytes = 2 * o.batch * n_kv * context * o.head_dim * CacheDTypeSize(o.dtype);
+  v.cache = o.dtype;
+  v.bytes = 2 * CacheBytes(o.dtype, o.batch * n_kv * context * o.head_dim);
   v.macs = 2 * o.batch * o.heads * context * o.head_dim;
   return v;
 }
@@ -204,7 +224,8 @@ TimedVariant BenchMlaRow(const DecodeBenchOptions& o, int64_t context,
   TimedVariant v;
   v.name = "mla";
   v.config = absl::StrCat("d_c=", latent, " absorbed");
-  v.bytes = o.batch * context * latent * CacheDTypeSize(o.dtype);
+  v.cache = o.dtype;
+  v.bytes = CacheBytes(o.dtype, o.batch * context * latent);
   v.macs = 2 * o.batch * o.heads * context * latent;
   return v;
 }
@@ -251,18 +272,30 @@ absl::StatusOr<BenchBaselines> BaselinesFor(const DecodeBenchOptions& o) {
 
 void AppendContextRows(int64_t context, std::vector<TimedVariant> variants,
                        DecodeBenchReport* report) {
-  double mha_median = 0, stream_gbps = 0;
+  double stream_gbps = 0;
+  // Medians by storage and variant: MHA's of each storage, and every
+  // variant's with the first storage.
+  std::map<std::pair<CacheDType, std::string>, double> medians;
   for (auto& v : variants) {
     std::sort(v.times_ms.begin(), v.times_ms.end());
     const double median = v.times_ms[v.times_ms.size() / 2];
     if (v.name == "stream") stream_gbps = v.bytes / (median * 1e-3) / 1e9;
-    if (v.name == "mha") mha_median = median;
+    medians[{v.cache, v.name}] = median;
   }
+  const CacheDType first = report->options.cache_dtypes.empty()
+                               ? report->options.dtype
+                               : report->options.cache_dtypes.front();
+  auto median_of = [&](CacheDType t, const std::string& name) {
+    auto it = medians.find({t, name});
+    return it == medians.end() ? 0.0 : it->second;
+  };
   report->stream_gbps = std::max(report->stream_gbps, stream_gbps);
   for (const auto& v : variants) {
+    const bool stream = v.name == "stream";
     DecodeBenchRow row;
     row.variant = v.name;
     row.config = v.config;
+    row.cache = stream ? "" : CacheDTypeName(v.cache);
     row.context = context;
     row.median_ms = v.times_ms[v.times_ms.size() / 2];
     row.min_ms = v.times_ms.front();
@@ -272,11 +305,15 @@ void AppendContextRows(int64_t context, std::vector<TimedVariant> variants,
     row.host_us = v.host_us;
     row.gbps = v.bytes / (row.median_ms * 1e-3) / 1e9;
     row.bandwidth_fraction = stream_gbps > 0 ? row.gbps / stream_gbps : 0;
-    row.ratio_to_mha =
-        v.name == "stream" || mha_median <= 0 ? 0 : row.median_ms / mha_median;
+    const double mha = median_of(v.cache, "mha");
+    const double same = median_of(first, v.name);
+    row.ratio_to_mha = stream || mha <= 0 ? 0 : row.median_ms / mha;
+    row.ratio_to_first_cache = stream || same <= 0 ? 0 : row.median_ms / same;
     report->rows.push_back(row);
   }
 }
+
+namespace {
 
 // The LRKV rows at context L: one cache (four segment arrays) for every mode.
 void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
@@ -284,14 +321,16 @@ void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
                      std::vector<std::shared_ptr<void>>* keep,
                      std::vector<std::unique_ptr<Variant>>* variants) {
   const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
-  const int64_t es = CacheDTypeSize(o.dtype);
   // LRKV: one cache (four segment arrays) for every mode, tiled for the fused
   // kernel (capacity a whole number of tiles; bf16 keys of odd width carry
-  // one zero column, counted in the bytes read).
-  const int64_t cap = (L + kCacheTile - 1) / kCacheTile * kCacheTile;
+  // one zero column, counted in the bytes read). Block types have no tiled
+  // form: their segments are rows of whole blocks, as the engines keep them.
+  const bool blocks = IsBlockQuantized(o.dtype);
+  const int64_t cap =
+      blocks ? L : (L + kCacheTile - 1) / kCacheTile * kCacheTile;
   const int64_t lat = hkv * r;
-  const int64_t k_stride = TiledStride(o.dtype, true, dh);
-  const int64_t zk_stride = TiledStride(o.dtype, true, lat);
+  const int64_t k_stride = blocks ? dh : TiledStride(o.dtype, true, dh);
+  const int64_t zk_stride = blocks ? lat : TiledStride(o.dtype, true, lat);
   auto ks = std::make_shared<Buffer>(B * cap * k_stride, o.dtype, 4);
   auto vs = std::make_shared<Buffer>(B * cap * dh, o.dtype, 5);
   auto zk = std::make_shared<Buffer>(B * cap * std::max<int64_t>(zk_stride, 1),
@@ -304,7 +343,7 @@ void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
   auto sin = std::make_shared<std::vector<float>>(Filled(cap * dh / 2, 0.6f));
   keep->insert(keep->end(), {bt, cos, sin});
   FactoredDecodeParams lp = BenchLrkvParams(o, L, cap);
-  lp.layout = CacheLayout::kTiles;
+  lp.layout = blocks ? CacheLayout::kRows : CacheLayout::kTiles;
   lp.k = {ks->data(), k_stride};
   lp.v = {vs->data(), dh};
   lp.zk = {zk->data(), zk_stride};
@@ -313,27 +352,36 @@ void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
   lp.q_latent = ql;
   lp.out = out;
   lp.out_latent = out_l;
-  const int64_t lrkv_bytes = B * L * (k_stride + dh + zk_stride + lat) * es;
+  const int64_t lrkv_bytes =
+      CacheBytes(o.dtype, B * L * (k_stride + dh + zk_stride + lat));
   // Modes: no RoPE and plane read the same cache the same way (plane rotates
   // the latents when they are written); reconstruct rebuilds B_h z per
   // position and runs on rows. The rows line is the no-RoPE step on the same
-  // buffers read as rows, to show what the tiled layout buys.
+  // buffers read as rows, to show what the tiled layout buys. A block type's
+  // one step is plane's, on rows (the engine's quantized layout).
   struct Mode {
     const char* name;
     CacheLayout layout;
     bool reconstruct;
     bool bf16_operands;
   };
-  std::vector<Mode> modes = {{"lrkv-norope", CacheLayout::kTiles, false, false},
-                             {"lrkv-plane", CacheLayout::kTiles, false, false}};
+  std::vector<Mode> modes;
+  if (blocks) {
+    modes.push_back({"lrkv-plane", CacheLayout::kRows, false, false});
+  } else {
+    modes.push_back({"lrkv-norope", CacheLayout::kTiles, false, false});
+    modes.push_back({"lrkv-plane", CacheLayout::kTiles, false, false});
+  }
   if (o.dtype == CacheDType::kBF16) {
     // The same steps with queries and weights rounded to bf16 (as
     // FlashAttention/FlashMLA do for bf16 caches).
     modes.push_back({"lrkv-norope-bf16", CacheLayout::kTiles, false, true});
     modes.push_back({"lrkv-plane-bf16", CacheLayout::kTiles, false, true});
   }
-  modes.push_back({"lrkv-norope-rows", CacheLayout::kRows, false, false});
-  modes.push_back({"lrkv-reconstruct", CacheLayout::kRows, true, false});
+  if (!blocks) {
+    modes.push_back({"lrkv-norope-rows", CacheLayout::kRows, false, false});
+    modes.push_back({"lrkv-reconstruct", CacheLayout::kRows, true, false});
+  }
   for (const Mode& m : modes) {
     auto var = std::make_unique<Variant>();
     var->name = m.name;
@@ -341,6 +389,7 @@ void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
         "r=", r, m.layout == CacheLayout::kTiles ? " tiles" : " rows",
         m.bf16_operands ? " bf16 q,p" : "");
     var->bytes = lrkv_bytes;
+    var->cache = o.dtype;
     FactoredDecodeParams p = lp;
     p.layout = m.layout;
     p.bf16_operands = m.bf16_operands;
@@ -353,42 +402,132 @@ void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
     } else {
       var->macs = 2 * B * L * (H * dh + H * r);
     }
-    var->step = [p] { (void)FactoredDecode(p); };
+    var->step = [p] { return FactoredDecode(p); };
     variants->push_back(std::move(var));
   }
 }
 
 // Times every variant o.iterations times, each sweep in an interleaved order,
-// the caches evicted before each step.
+// the caches evicted before each step. A variant whose warm-up step the
+// kernel refuses (a storage its shape does not fit) is dropped, the kernel's
+// reason noted in the report.
 void TimeInterleaved(std::vector<std::unique_ptr<Variant>>& variants,
-                     ReadBuffer& reads, int64_t iterations) {
+                     ReadBuffer& reads, int64_t iterations,
+                     DecodeBenchReport* report) {
   // Interleaved and shuffled: a rotating order kept the neighbours fixed,
   // and the step after MHA's 200 MB stream measured a few percent slower,
   // no-RoPE (always after MLA) a few percent slower than plane after it.
-  for (auto& v : variants) v->step();  // warm-up
+  std::vector<std::unique_ptr<Variant>> runnable;
+  for (auto& v : variants) {
+    if (const absl::Status st = v->step(); st.ok()) {
+      runnable.push_back(std::move(v));
+    } else {
+      const std::string note = absl::StrCat(
+          v->name, " (", CacheDTypeName(v->cache), "): ", st.message());
+      auto& notes = report->notes;
+      if (std::find(notes.begin(), notes.end(), note) == notes.end())
+        notes.push_back(note);
+    }
+  }
+  variants = std::move(runnable);
   for (const auto& order : InterleavedOrder(variants.size(), iterations)) {
     for (size_t i : order) {
       auto& v = variants[i];
       reads.Evict();
       const auto t0 = Clock::now();
-      v->step();
+      (void)v->step();
       v->times_ms.push_back(
           std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
   }
 }
 
+// Whether a block type's rows of `width` values hold whole blocks; else the
+// reason, for the report's notes (a buffer of partial blocks is never built).
+bool FitsBlocks(CacheDType t, const char* variant, const char* what,
+                int64_t width, std::vector<std::string>* notes) {
+  if (!IsBlockQuantized(t) || width % kQuantBlock == 0) return true;
+  const std::string note = absl::StrCat(
+      variant, " (", CacheDTypeName(t), "): blocks of ", kQuantBlock,
+      " values do not divide the ", what, " of ", width, "; left out");
+  if (std::find(notes->begin(), notes->end(), note) == notes->end())
+    notes->push_back(note);
+  return false;
+}
+
+// The steps of one storage (od.dtype) at context L: MHA, the budget-matched
+// GQA, the source's position-major cache where it has fewer KV heads, MLA and
+// the LRKV modes. The query and output buffers are the context's, shared.
+void AddStorageVariants(const DecodeBenchOptions& od,
+                        const BenchBaselines& base, int64_t L, const float* q,
+                        const float* ql, float* out, float* out_l,
+                        std::vector<std::shared_ptr<void>>* keep,
+                        std::vector<std::unique_ptr<Variant>>* variants,
+                        std::vector<std::string>* notes) {
+  const int64_t H = od.heads, dh = od.head_dim, B = od.batch;
+  const int64_t hkv = base.kv_heads, dc = base.mla_latent;
+  auto add_mha = [&](const std::string& name, int64_t n_kv,
+                     bool position_major) {
+    auto k = std::make_shared<Buffer>(B * n_kv * L * dh, od.dtype, 1);
+    auto v = std::make_shared<Buffer>(B * n_kv * L * dh, od.dtype, 2);
+    keep->insert(keep->end(), {k, v});
+    MhaDecodeParams p = BenchMhaParams(od, L, n_kv);
+    p.position_major = position_major;
+    p.k = k->data();
+    p.v = v->data();
+    p.q = q;
+    p.out = out;
+    auto var = std::make_unique<Variant>();
+    static_cast<TimedVariant&>(*var) = BenchMhaRow(name, od, L, n_kv);
+    if (position_major) var->config += " position-major";
+    var->step = [p] { return MhaDecode(p); };
+    variants->push_back(std::move(var));
+  };
+  add_mha("mha", H, false);
+  if (base.gqa_kv_heads < H) add_mha("gqa", base.gqa_kv_heads, false);
+  // The GQA source an LRKV conversion of --kv-heads came from, in the
+  // decode engines' position-major cache (the kernel `bench generate` times
+  // for the source).
+  if (hkv < H) add_mha("source", hkv, true);
+  if (FitsBlocks(od.dtype, "mla", "latent d_c", dc, notes)) {
+    // MLA, absorbed (no RoPE), equal cache: the latent is read as key and
+    // value.
+    auto c = std::make_shared<Buffer>(B * L * dc, od.dtype, 3);
+    keep->push_back(c);
+    FactoredDecodeParams p = BenchMlaParams(od, L, dc);
+    p.k = p.v = {c->data(), dc};
+    p.q = q;
+    p.out = out;
+    auto var = std::make_unique<Variant>();
+    static_cast<TimedVariant&>(*var) = BenchMlaRow(od, L, dc);
+    var->step = [p] { return FactoredDecode(p); };
+    variants->push_back(std::move(var));
+  }
+  if (FitsBlocks(od.dtype, "lrkv", "latent width H_kv*r", hkv * od.rank,
+                 notes)) {
+    AddLrkvVariants(od, L, hkv, q, ql, out, out_l, keep, variants);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
   auto baselines = BaselinesFor(o);
   if (!baselines.ok()) return baselines.status();
   if (o.threads > 0) omp_set_num_threads(o.threads);
   const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
-  const int64_t hkv = baselines->kv_heads, gqa = baselines->gqa_kv_heads;
   DecodeBenchReport report;
   report.options = o;
   report.threads = omp_get_max_threads();
   report.isa = KernelIsa();
   report.cache_ratio = baselines->cache_ratio;
+  for (CacheDType t : o.cache_dtypes) {
+    if (IsBlockQuantized(t) && dh % kQuantBlock != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bench decode: a ", CacheDTypeName(t), " cache stores blocks of ",
+          kQuantBlock, " values, which do not divide the head dim of ", dh));
+    }
+  }
   auto reads = std::make_shared<ReadBuffer>();
   const int64_t dc = baselines->mla_latent;
 
@@ -403,59 +542,44 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
     auto ql = std::make_shared<std::vector<float>>(
         Filled(B * H * std::max<int64_t>(r, 1), 0.01f));
     keep.insert(keep.end(), {out, out_l, q, ql});
-    auto add_mha = [&](const std::string& name, int64_t n_kv,
-                       bool position_major) {
-      auto k = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 1);
-      auto v = std::make_shared<Buffer>(B * n_kv * L * dh, o.dtype, 2);
-      keep.insert(keep.end(), {k, v});
-      MhaDecodeParams p = BenchMhaParams(o, L, n_kv);
-      p.position_major = position_major;
-      p.k = k->data();
-      p.v = v->data();
-      p.q = q->data();
-      p.out = out->data();
-      auto var = std::make_unique<Variant>();
-      static_cast<TimedVariant&>(*var) = BenchMhaRow(name, o, L, n_kv);
-      if (position_major) var->config += " position-major";
-      var->step = [p] { (void)MhaDecode(p); };
-      variants.push_back(std::move(var));
-    };
-    add_mha("mha", H, false);
-    if (gqa < H) add_mha("gqa", gqa, false);
-    // The GQA source an LRKV conversion of --kv-heads came from, in the
-    // decode engines' position-major cache (the kernel `bench generate` times
-    // for the source).
-    if (hkv < H) add_mha("source", hkv, true);
-    {  // MLA, absorbed (no RoPE), equal cache: the latent is read as key and
-       // value.
-      auto c = std::make_shared<Buffer>(B * L * dc, o.dtype, 3);
-      keep.push_back(c);
-      FactoredDecodeParams p = BenchMlaParams(o, L, dc);
-      p.k = p.v = {c->data(), dc};
-      p.q = q->data();
-      p.out = out->data();
-      auto var = std::make_unique<Variant>();
-      static_cast<TimedVariant&>(*var) = BenchMlaRow(o, L, dc);
-      var->step = [p] { (void)FactoredDecode(p); };
-      variants.push_back(std::move(var));
+    for (CacheDType t : o.cache_dtypes) {
+      DecodeBenchOptions od = o;
+      od.dtype = t;
+      AddStorageVariants(od, *baselines, L, q->data(), ql->data(), out->data(),
+                         out_l->data(), &keep, &variants, &report.notes);
     }
-    AddLrkvVariants(o, L, hkv, q->data(), ql->data(), out->data(),
-                    out_l->data(), &keep, &variants);
     {
       auto var = std::make_unique<Variant>();
       var->name = "stream";
       var->config = "read 256 MiB";
       var->bytes = ReadBuffer::StreamBytes();
-      var->step = [reads] { reads->Stream(); };
+      var->step = [reads] {
+        reads->Stream();
+        return absl::OkStatus();
+      };
       variants.push_back(std::move(var));
     }
-    TimeInterleaved(variants, *reads, o.iterations);
+    TimeInterleaved(variants, *reads, o.iterations, &report);
     std::vector<TimedVariant> timed;
     for (auto& v : variants) timed.push_back(std::move(*v));
     AppendContextRows(L, std::move(timed), &report);
   }
   return report;
 }
+
+namespace {
+
+// The storages timed, by name.
+std::vector<std::string> CacheNameList(const DecodeBenchOptions& o) {
+  std::vector<std::string> names;
+  for (CacheDType t : o.cache_dtypes) names.push_back(CacheDTypeName(t));
+  return names;
+}
+std::string CacheNames(const DecodeBenchOptions& o) {
+  return absl::StrJoin(CacheNameList(o), ",");
+}
+
+}  // namespace
 
 std::string DecodeBenchReport::ToTable() const {
   const bool gpu = device != "cpu";
@@ -465,8 +589,7 @@ std::string DecodeBenchReport::ToTable() const {
       "timed among the steps; %%stream is against the row of the same "
       "context), up to %.1f GB/s\n\n",
       options.heads, options.kv_heads > 0 ? options.kv_heads : options.heads,
-      options.head_dim, options.rank, options.batch,
-      options.dtype == CacheDType::kBF16 ? "bf16" : "fp32",
+      options.head_dim, options.rank, options.batch, CacheNames(options),
       gpu ? absl::StrCat("CUDA on ", device)
           : absl::StrFormat("%d threads, %s kernels", threads, isa),
       cache_ratio, gpu ? "a read kernel over 1 GiB" : "same threads",
@@ -487,25 +610,34 @@ std::string DecodeBenchReport::ToTable() const {
                                : "a copy to rows (no AVX512-BF16 here)",
         "; \"rows\": the row layout; \"bf16 q,p\": queries and softmax "
         "weights rounded to bf16 before the multiply (else kept to ~16 "
-        "bits)\n\n");
+        "bits); q8/q4 caches (ggml's Q8_0/Q4_0 blocks) are read as rows, their "
+        "blocks widened in L1; \"vs first\" is a row's time over the same "
+        "variant's with the first cache dtype, in the same run\n\n");
   }
+  for (const auto& note : notes) absl::StrAppend(&out, "note: ", note, "\n");
+  if (!notes.empty()) absl::StrAppend(&out, "\n");
   absl::StrAppend(&out,
-                  "context  variant           config                median ms "
-                  "    min ms     max ms   MB/step     GB/s  %stream  vs MHA   "
-                  "GMAC/step",
+                  "context  variant           cache config                "
+                  "median ms     min ms     max ms   MB/step     GB/s  %stream "
+                  " vs MHA vs first   GMAC/step",
                   gpu ? "  host us\n" : "\n");
   for (const auto& r : rows) {
     absl::StrAppendFormat(&out,
-                          "%7d  %-17s %-20s %10.3f %10.3f %10.3f %9.1f %8.1f "
-                          "%7.0f%% ",
-                          r.context, r.variant, r.config, r.median_ms, r.min_ms,
-                          r.max_ms, r.bytes_per_step / 1e6, r.gbps,
+                          "%7d  %-17s %-5s %-20s %10.3f %10.3f %10.3f %9.1f "
+                          "%8.1f %7.0f%% ",
+                          r.context, r.variant, r.cache, r.config, r.median_ms,
+                          r.min_ms, r.max_ms, r.bytes_per_step / 1e6, r.gbps,
                           100 * r.bandwidth_fraction);
     if (r.variant == "stream") {
-      absl::StrAppend(&out, "      -           -", gpu ? "        -\n" : "\n");
+      absl::StrAppend(&out, "      -        -           -",
+                      gpu ? "        -\n" : "\n");
     } else {
-      absl::StrAppendFormat(&out, "%7.3f %11.3f", r.ratio_to_mha,
-                            r.macs_per_step / 1e9);
+      absl::StrAppendFormat(
+          &out, "%7.3f %8s %11.3f", r.ratio_to_mha,
+          r.ratio_to_first_cache > 0
+              ? absl::StrFormat("%.3f", r.ratio_to_first_cache)
+              : std::string("-"),
+          r.macs_per_step / 1e9);
       absl::StrAppend(&out, gpu ? absl::StrFormat(" %8.1f\n", r.host_us)
                                 : std::string("\n"));
     }
@@ -518,6 +650,7 @@ std::string DecodeBenchReport::ToJson() const {
   for (const auto& r : rows) {
     rows_json.push_back({{"context", r.context},
                          {"variant", r.variant},
+                         {"cache", r.cache},
                          {"config", r.config},
                          {"median_ms", r.median_ms},
                          {"min_ms", r.min_ms},
@@ -526,6 +659,7 @@ std::string DecodeBenchReport::ToJson() const {
                          {"gbps", r.gbps},
                          {"bandwidth_fraction", r.bandwidth_fraction},
                          {"ratio_to_mha", r.ratio_to_mha},
+                         {"ratio_to_first_cache", r.ratio_to_first_cache},
                          {"macs_per_step", r.macs_per_step},
                          {"host_us", r.host_us}});
   }
@@ -535,12 +669,13 @@ std::string DecodeBenchReport::ToJson() const {
       {"head_dim", options.head_dim},
       {"rank", options.rank},
       {"batch", options.batch},
-      {"dtype", options.dtype == CacheDType::kBF16 ? "bf16" : "fp32"},
+      {"cache_dtypes", CacheNameList(options)},
       {"device", device},
       {"threads", threads},
       {"isa", isa},
       {"stream_gbps", stream_gbps},
       {"cache_ratio", cache_ratio},
+      {"notes", notes},
       {"rows", rows_json}};
   return j.dump(2);
 }

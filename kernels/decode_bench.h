@@ -22,6 +22,10 @@ struct DecodeBenchOptions {
   int64_t rank = 51;
   int64_t batch = 4;
   std::vector<int64_t> contexts = {512, 2048, 8192, 32768};
+  // The cache storages timed side by side in one run (`--cache-dtype`).
+  std::vector<CacheDType> cache_dtypes = {CacheDType::kBF16};
+  // The storage of the variants being set up: one of cache_dtypes, set by
+  // the bench for each in turn.
   CacheDType dtype = CacheDType::kBF16;
   int threads = 0;  // 0: the current OpenMP setting
   int iterations = 15;
@@ -30,11 +34,16 @@ struct DecodeBenchOptions {
 struct DecodeBenchRow {
   std::string variant;  // mha, gqa, mla, lrkv-*, or stream (the read reference)
   std::string config;
+  std::string
+      cache;  // the cache storage's name (CacheDTypeName); "" for stream
   int64_t context = 0;
   double median_ms = 0, min_ms = 0, max_ms = 0;
   int64_t bytes_per_step = 0;     // cache bytes read per step
   double gbps = 0;                // bytes_per_step / median
-  double ratio_to_mha = 0;        // median / MHA median
+  double ratio_to_mha = 0;        // median / the same storage's MHA median
+  // median / the same variant's median with the first of cache_dtypes (0
+  // where that storage has no such row).
+  double ratio_to_first_cache = 0;
   double bandwidth_fraction = 0;  // gbps / this context's "stream" row
   int64_t macs_per_step = 0;      // multiply-adds of the attention itself
   // CUDA: host microseconds to enqueue one step (planning and launches,
@@ -51,6 +60,9 @@ struct DecodeBenchReport {
   double stream_gbps = 0;  // the best context's "stream" row, GB/s
   double cache_ratio = 0;  // LRKV cache / MHA cache
   std::vector<DecodeBenchRow> rows;
+  // Variants a storage cannot hold, and why (a block type's rows hold whole
+  // blocks of 32).
+  std::vector<std::string> notes;
   std::string ToTable() const;
   std::string ToJson() const;
 };
@@ -72,6 +84,7 @@ absl::StatusOr<BenchBaselines> BaselinesFor(const DecodeBenchOptions& o);
 // One variant's timed steps at one context.
 struct TimedVariant {
   std::string name, config;
+  CacheDType cache = CacheDType::kBF16;
   int64_t bytes = 0, macs = 0;
   std::vector<double> times_ms;
   double host_us = 0;  // as DecodeBenchRow::host_us

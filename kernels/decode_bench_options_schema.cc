@@ -1,6 +1,8 @@
 // The decode bench options (see decode_bench_options_schema.h).
 #include "kernels/decode_bench_options_schema.h"
 
+#include <iterator>
+
 namespace lrkv::kernels {
 namespace {
 
@@ -46,13 +48,15 @@ OptionSchema<Options> Build() {
        "Context lengths (a comma list)")
       .Range(1, 1 << 22)
       .NonEmpty();
-  s.Choice(
-      "dtype", [](Options & o) -> auto& { return o.bench.dtype; },
-      {CacheDType::kBF16, CacheDType::kF32},
-      [](CacheDType t) {
-        return std::string(t == CacheDType::kBF16 ? "bf16" : "fp32");
-      },
-      "Cache storage: bf16 | fp32");
+  s.ChoiceList(
+       "cache_dtype", [](Options & o) -> auto& { return o.bench.cache_dtypes; },
+       std::vector<CacheDType>(std::begin(kCacheDTypes),
+                               std::end(kCacheDTypes)),
+       [](CacheDType t) { return std::string(CacheDTypeName(t)); },
+       "KV-cache storages timed side by side in one run (a comma list): bf16, "
+       "f32, q8 (ggml's Q8_0), q4 (Q4_0); every variant a row per storage, "
+       "with its time over the first storage's")
+      .NonEmpty();
   s.Value(
        "device", [](Options & o) -> auto& { return o.device; },
        "cpu | cuda (the CUDA kernels, when built with nvcc)")

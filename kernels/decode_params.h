@@ -19,6 +19,19 @@ namespace lrkv::kernels {
 
 enum class CacheDType { kF32, kBF16, kQ8_0, kQ4_0 };
 
+// The name a user gives each storage (`--cache-dtype`, every command): "f32",
+// "bf16", and ggml's block types "q8" (Q8_0: 8.5 bits a value) and "q4" (Q4_0:
+// 4.5 bits).
+constexpr const char* CacheDTypeName(CacheDType t) {
+  return t == CacheDType::kF32    ? "f32"
+         : t == CacheDType::kBF16 ? "bf16"
+         : t == CacheDType::kQ8_0 ? "q8"
+                                  : "q4";
+}
+// Every storage, in the order help lists them.
+constexpr CacheDType kCacheDTypes[] = {CacheDType::kBF16, CacheDType::kF32,
+                                       CacheDType::kQ8_0, CacheDType::kQ4_0};
+
 // Values per block of a block-quantized cache; rows of such a cache hold whole
 // blocks, so their widths and offsets are multiples of it.
 constexpr int64_t kQuantBlock = 32;

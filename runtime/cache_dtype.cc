@@ -21,15 +21,29 @@ void CacheDtype::ApplyTo(EngineOptions* options) const {
 }
 
 const std::vector<std::string>& CacheDtypeNames() {
-  static const std::vector<std::string> names = {"bf16", "f32", "q8", "q4"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (kernels::CacheDType t : kernels::kCacheDTypes)
+      n.push_back(kernels::CacheDTypeName(t));
+    return n;
+  }();
   return names;
 }
 
+CacheDtype CacheDtypeOf(kernels::CacheDType kind) {
+  CacheDtype c;
+  c.kind = kind;
+  c.name = kernels::CacheDTypeName(kind);
+  c.dtype = kind == kernels::CacheDType::kBF16 ? at::kBFloat16 : at::kFloat;
+  if (kind == kernels::CacheDType::kQ8_0) c.blocks = DType::kQ8_0;
+  if (kind == kernels::CacheDType::kQ4_0) c.blocks = DType::kQ4_0;
+  return c;
+}
+
 absl::StatusOr<CacheDtype> ParseCacheDtype(const std::string& name) {
-  if (name == "f32") return CacheDtype{name, at::kFloat, std::nullopt};
-  if (name == "bf16") return CacheDtype{name, at::kBFloat16, std::nullopt};
-  if (name == "q8") return CacheDtype{name, at::kFloat, DType::kQ8_0};
-  if (name == "q4") return CacheDtype{name, at::kFloat, DType::kQ4_0};
+  for (kernels::CacheDType t : kernels::kCacheDTypes) {
+    if (name == kernels::CacheDTypeName(t)) return CacheDtypeOf(t);
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown cache dtype '", name,
                    "'; valid: ", absl::StrJoin(CacheDtypeNames(), ", ")));

@@ -11,6 +11,7 @@
 #include "base/median.h"
 #include "base/status_macros.h"
 #include "model/checkpoint.h"
+#include "runtime/cache_dtype.h"
 #include "runtime/decode_engine.h"
 #include "runtime/llama_weights.h"
 #include "runtime/stored_linear.h"
@@ -28,8 +29,8 @@ absl::Status ValidateGenerateBenchOptions(const GenerateBenchOptions& o,
     return absl::InvalidArgumentError(
         absl::StrCat("--rounds must lie in [1, 100] (got ", o.rounds, ")"));
   }
-  if (o.dtype != "bf16" && o.dtype != "fp32") {
-    return absl::InvalidArgumentError("--dtype must be bf16 or fp32");
+  if (o.cache_dtypes.empty()) {
+    return absl::InvalidArgumentError("--cache-dtype names no storage");
   }
   if (o.cache_layout != "auto" && o.cache_layout != "rows" && o.cache_layout != "tiles") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -64,6 +65,7 @@ struct Contender {
   const LlamaWeights* weights;
   DecodeMode mode;
   std::string model;  // "converted" | "source"
+  kernels::CacheDType cache = kernels::CacheDType::kBF16;
 };
 
 // One round of one engine: its prefill and its timed steps.
@@ -79,7 +81,7 @@ absl::StatusOr<Sample> Time(const Contender& e, const GenerateBenchOptions& o,
   const ModelConfig& c = *e.config;
   EngineOptions eo;
   eo.capacity = o.context + o.tokens;
-  eo.cache_dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  CacheDtypeOf(e.cache).ApplyTo(&eo);
   eo.factored_layout = o.cache_layout == "rows"    ? FactoredCacheLayout::kRows
                        : o.cache_layout == "tiles" ? FactoredCacheLayout::kTiles
                                                    : FactoredCacheLayout::kAuto;
@@ -130,7 +132,8 @@ absl::StatusOr<std::vector<GenerateBenchRow>> TimeRounds(
     for (int64_t k = 0; k < n; ++k) {
       const int64_t i = round % 2 == 0 ? k : n - 1 - k;
       const Contender& e = contenders[i];
-      std::string name = absl::StrCat(e.model, " ", DecodeModeName(e.mode));
+      std::string name = absl::StrCat(e.model, " ", DecodeModeName(e.mode),
+                                      ", ", kernels::CacheDTypeName(e.cache));
       if (o.rounds > 1)
         absl::StrAppend(&name, " (round ", round + 1, " of ", o.rounds, ")");
       ASSIGN_OR_RETURN(Sample s, Time(e, o, name, progress));
@@ -145,6 +148,7 @@ absl::StatusOr<std::vector<GenerateBenchRow>> TimeRounds(
     GenerateBenchRow& row = rows[i];
     row.model = contenders[i].model;
     row.engine = DecodeModeName(contenders[i].mode);
+    row.cache = kernels::CacheDTypeName(contenders[i].cache);
     row.context = o.context;
     row.prefill_seconds = prefill_seconds[i] / o.rounds;
     row.prefill_tokens_per_second = o.context / row.prefill_seconds;
@@ -161,20 +165,29 @@ absl::StatusOr<std::vector<GenerateBenchRow>> Run(const GenerateBenchOptions& o)
                                                     : o.mode));
   const bool factored =
       ckpt->config().kv.Factored() && !DecodeModeTraitsOf(mode).reference;
-  const int64_t engines = 1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1);
+  const int64_t engines =
+      (1 + (factored ? 1 : 0) + (o.source.empty() ? 0 : 1)) *
+      static_cast<int64_t>(o.cache_dtypes.size());
   BenchProgress progress{o, 0, 1 + 2 * engines * o.rounds};
   progress.Tell("loading the weights");
   ASSIGN_OR_RETURN(LlamaWeights w, LoadLlamaWeights(ckpt, StoredDtype()));
-  std::vector<Contender> contenders = {
-      {&ckpt->config(), &w, DecodeMode::kExpanded, "converted"}};
-  if (factored) contenders.push_back({&ckpt->config(), &w, mode, "converted"});
   std::shared_ptr<const Checkpoint> src;
   LlamaWeights sw;
   if (!o.source.empty()) {
     ASSIGN_OR_RETURN(src, Checkpoint::Open(o.source));
     ASSIGN_OR_RETURN(sw, LoadLlamaWeights(src, StoredDtype()));
+  }
+  std::vector<Contender> contenders;
+  for (kernels::CacheDType cache : o.cache_dtypes) {
     contenders.push_back(
-        {&src->config(), &sw, DecodeMode::kExpanded, "source"});
+        {&ckpt->config(), &w, DecodeMode::kExpanded, "converted", cache});
+    if (factored) {
+      contenders.push_back({&ckpt->config(), &w, mode, "converted", cache});
+    }
+    if (src) {
+      contenders.push_back(
+          {&src->config(), &sw, DecodeMode::kExpanded, "source", cache});
+    }
   }
   return TimeRounds(contenders, o, progress);
 }

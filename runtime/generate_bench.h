@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "base/stop_check.h"
 #include "formats/config.h"
+#include "kernels/decode_params.h"
 
 namespace lrkv {
 
@@ -22,7 +23,9 @@ struct GenerateBenchOptions {
   std::string mode = "auto";
   int64_t context = 2048;  // tokens in the cache before timing
   int64_t tokens = 32;     // timed decode steps
-  std::string dtype = "bf16";
+  // The KV-cache storages (`--cache-dtype`): every engine is timed with each,
+  // in the same rounds.
+  std::vector<kernels::CacheDType> cache_dtypes = {kernels::CacheDType::kBF16};
   std::string cache_layout = "auto";  // plane mode's cache: auto | rows | tiles
   // The prefill's products with bf16 weights round the activations to bf16 (fp32 sums),
   // as llama.cpp's do (runtime/stored_linear.h); false: the exact widened products.
@@ -40,6 +43,7 @@ struct GenerateBenchOptions {
 struct GenerateBenchRow {
   std::string model;   // "converted" | "source"
   std::string engine;  // expanded | plane | reconstruct | ...
+  std::string cache;   // the cache storage (kernels::CacheDTypeName)
   int64_t context = 0, tokens = 0;
   // The context filled in one Prefill (its GEMMs over all tokens).
   double prefill_seconds = 0, prefill_tokens_per_second = 0;

@@ -21,7 +21,7 @@ i=1
 while [ "$i" -le "$n" ]; do
   # shellcheck disable=SC2086  # $bench is a command and its words
   $bench --heads 12 --head-dim 128 --rank 51 --batch 4 --context 8192 \
-    --dtype bf16 --threads "$threads" "$@" --json-out "$dir/run$i.json" >/dev/null
+    --cache-dtype bf16 --threads "$threads" "$@" --json-out "$dir/run$i.json" >/dev/null
   i=$((i + 1))
 done
 python3 - "$dir" "$n" <<'PY'

@@ -20,6 +20,7 @@
 #include "clients/cli/commands.h"
 #include "clients/cli/decode_bench_args.h"
 #include "clients/cli/remote.h"
+#include "clients/cli/renamed_options.h"
 #include "clients/cli/shared_options.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
@@ -151,7 +152,8 @@ absl::StatusOr<GenerateBenchRow> RunLlamaCpp(const std::string& gguf,
   GenerateBenchRow row;
   row.model = "llama.cpp";
   row.engine = engine;
-  row.cache_layout = "f16";
+  row.cache = "f16";  // llama.cpp's default cache type
+  row.cache_layout = "ggml";
   row.context = o.context;
   row.prefill_seconds = j["prefill_seconds"].get<double>();
   row.prefill_tokens_per_second = (o.context - 1) / row.prefill_seconds;
@@ -172,42 +174,86 @@ void PrintLlamaCppSourceRatio(const GenerateBenchRow& converted,
       converted.prefill_tokens_per_second / source.prefill_tokens_per_second);
 }
 
-// Each round's median step of `r` over the source's in the same round; empty
-// without a source or for the source itself.
-std::vector<double> RoundRatiosToSource(
-    const GenerateBenchRow& r, const std::vector<GenerateBenchRow>& rows) {
+// Each round's median step of `r` over `ref`'s in the same round; empty when
+// there is no ref or r is it.
+std::vector<double> RoundRatios(const GenerateBenchRow& r,
+                                const GenerateBenchRow* ref) {
   std::vector<double> ratios;
-  const auto src = std::find_if(
-      rows.begin(), rows.end(),
-      [](const GenerateBenchRow& x) { return x.model == "source"; });
-  if (src == rows.end() || &*src == &r) return ratios;
+  if (ref == nullptr || ref == &r) return ratios;
   for (size_t i = 0; i < r.round_step_ms_median.size() &&
-                     i < src->round_step_ms_median.size();
+                     i < ref->round_step_ms_median.size();
        ++i) {
-    ratios.push_back(r.round_step_ms_median[i] / src->round_step_ms_median[i]);
+    ratios.push_back(r.round_step_ms_median[i] / ref->round_step_ms_median[i]);
   }
   return ratios;
 }
 
-// The converted engines' same-round ratios to the source, where there are
-// rounds and a source: the figure that judges "no slower than its source" on a
-// shared machine, where one engine's block of steps can meet a slower minute
-// than another's.
+// The row of `rows` matching `match`, or null.
+template <typename Match>
+const GenerateBenchRow* FindRow(const std::vector<GenerateBenchRow>& rows,
+                                Match match) {
+  const auto it = std::find_if(rows.begin(), rows.end(), match);
+  return it == rows.end() ? nullptr : &*it;
+}
+
+// The source's row with r's cache storage: what "faster than its source"
+// compares against.
+const GenerateBenchRow* SourceRowFor(
+    const GenerateBenchRow& r, const std::vector<GenerateBenchRow>& rows) {
+  return FindRow(rows, [&](const GenerateBenchRow& x) {
+    return x.model == "source" && x.cache == r.cache;
+  });
+}
+
+// The same model and engine with the first storage timed: what a smaller
+// cache is judged against.
+const GenerateBenchRow* FirstCacheRowFor(
+    const GenerateBenchRow& r, const std::vector<GenerateBenchRow>& rows) {
+  if (rows.empty()) return nullptr;
+  return FindRow(rows, [&](const GenerateBenchRow& x) {
+    return x.model == r.model && x.engine == r.engine &&
+           x.cache == rows.front().cache;
+  });
+}
+
+// Same-round ratios, where there are rounds: the figures that judge "no
+// slower than its source" and "faster with a smaller cache" on a shared
+// machine, where one engine's block of steps can meet a slower minute than
+// another's.
 void PrintRoundRatios(const std::vector<GenerateBenchRow>& rows) {
-  bool header = false;
-  for (const auto& r : rows) {
-    const auto ratios = RoundRatiosToSource(r, rows);
-    if (ratios.size() < 2) continue;
-    if (!header) {
-      std::printf(
-          "\nmedian step over the source's, round by round (below 1 is "
-          "faster)\n");
-      header = true;
+  auto print = [&](const char* title, auto reference_of) {
+    bool header = false;
+    for (const auto& r : rows) {
+      const auto ratios = RoundRatios(r, reference_of(r, rows));
+      if (ratios.size() < 2) continue;
+      if (!header) {
+        std::printf(
+            "\nmedian step over %s, round by round (below 1 is "
+            "faster)\n",
+            title);
+        header = true;
+      }
+      std::printf("  %-10s %-12s %-5s", r.model.c_str(), r.engine.c_str(),
+                  r.cache.c_str());
+      for (double x : ratios) std::printf(" %.3f", x);
+      std::printf("   median %.3f\n", Median(ratios));
     }
-    std::printf("  %-10s %-12s", r.model.c_str(), r.engine.c_str());
-    for (double x : ratios) std::printf(" %.3f", x);
-    std::printf("   median %.3f\n", Median(ratios));
+  };
+  print("the source's with the same cache", SourceRowFor);
+  if (!rows.empty()) {
+    print(("the same engine's with a " + rows.front().cache + " cache").c_str(),
+          FirstCacheRowFor);
   }
+}
+
+// The storages' names ("bf16,q8").
+std::string CacheNames(const GenerateBenchOptions& o) {
+  std::string names;
+  for (kernels::CacheDType t : o.cache_dtypes) {
+    absl::StrAppend(&names, names.empty() ? "" : ",",
+                    kernels::CacheDTypeName(t));
+  }
+  return names;
 }
 
 int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
@@ -236,7 +282,7 @@ int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
     nlohmann::json j = {{"context", o.context},
                         {"tokens", o.tokens},
                         {"rounds", o.rounds},
-                        {"dtype", o.dtype},
+                        {"cache_dtypes", CacheNames(o)},
                         {"threads", ThreadCount()},
                         {"provenance", BuildProvenance()},
                         {"rows", nlohmann::json::array()}};
@@ -244,6 +290,7 @@ int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
       nlohmann::json row = {
           {"model", r.model},
           {"engine", r.engine},
+          {"cache", r.cache},
           {"cache_layout", r.cache_layout},
           {"context", r.context},
           {"prefill_seconds", r.prefill_seconds},
@@ -255,9 +302,15 @@ int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
           {"step_ms_max", r.step_ms_max},
           {"round_step_ms_median", r.round_step_ms_median},
           {"cache_bytes", r.cache_bytes}};
-      if (const auto ratios = RoundRatiosToSource(r, *rows); !ratios.empty()) {
+      if (const auto ratios = RoundRatios(r, SourceRowFor(r, *rows));
+          !ratios.empty()) {
         row["round_step_ratio_to_source"] = ratios;
         row["median_round_step_ratio_to_source"] = Median(ratios);
+      }
+      if (const auto ratios = RoundRatios(r, FirstCacheRowFor(r, *rows));
+          !ratios.empty()) {
+        row["round_step_ratio_to_first_cache"] = ratios;
+        row["median_round_step_ratio_to_first_cache"] = Median(ratios);
       }
       if (!against_llama_cpp.empty() && r.model != "llama.cpp") {
         const GenerateBenchRow& ref = rows->back();
@@ -284,7 +337,7 @@ int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
       "cache, %d "
       "threads",
       static_cast<long long>(o.context), static_cast<long long>(o.tokens),
-      o.dtype.c_str(), ThreadCount());
+      CacheNames(o).c_str(), ThreadCount());
   if (o.rounds > 1) {
     std::printf(
         "; %lld rounds (each engine prefilled and timed once a round, in turn; "
@@ -292,14 +345,16 @@ int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
         static_cast<long long>(o.rounds));
   }
   std::printf("\n\n");
-  std::printf("%-10s %-12s %-6s %11s %11s %10s %10s %10s %14s\n", "model", "engine",
-              "cache", "prefill t/s", "decode t/s", "median ms", "min ms", "max ms",
-              "cache bytes");
+  std::printf("%-10s %-12s %-5s %-6s %11s %11s %10s %10s %10s %14s\n", "model",
+              "engine", "cache", "layout", "prefill t/s", "decode t/s",
+              "median ms", "min ms", "max ms", "cache bytes");
   for (const auto& r : *rows) {
-    std::printf("%-10s %-12s %-6s %11.1f %11.2f %10.2f %10.2f %10.2f %14lld\n",
-                r.model.c_str(), r.engine.c_str(), r.cache_layout.c_str(),
-                r.prefill_tokens_per_second, r.tokens_per_second, r.step_ms_median,
-                r.step_ms_min, r.step_ms_max, static_cast<long long>(r.cache_bytes));
+    std::printf(
+        "%-10s %-12s %-5s %-6s %11.1f %11.2f %10.2f %10.2f %10.2f %14lld\n",
+        r.model.c_str(), r.engine.c_str(), r.cache.c_str(),
+        r.cache_layout.c_str(), r.prefill_tokens_per_second,
+        r.tokens_per_second, r.step_ms_median, r.step_ms_min, r.step_ms_max,
+        static_cast<long long>(r.cache_bytes));
   }
   PrintRoundRatios(*rows);
   if (!against_llama_cpp.empty()) {
@@ -344,6 +399,7 @@ void AddBenchCommands(CLI::App& app, int* exit_code) {
       "End-to-end decode tokens/s at long context, converted vs source");
   auto timing = AddSchemaFlags(gen, GenerateBenchOptionSchema());
   auto own = AddSchemaFlags(gen, GenerateArgsSchema());
+  RefuseRenamedOption(gen, "--dtype", kCacheDtypeHint);
   gen->callback([timing, own, exit_code] {
     auto o = ParseFlags(*timing, GenerateBenchOptionSchema(), {});
     auto a = ParseFlags(*own, GenerateArgsSchema(), {});

@@ -35,6 +35,7 @@ DecodeBenchFlags AddDecodeBenchOptions(CLI::App* cmd) {
   flags.bench = AddSchemaFlags(cmd, kernels::DecodeBenchOptionSchema());
   flags.outputs = AddSchemaFlags(cmd, OutputSchema());
   RefuseRenamedOption(cmd, "--kv-heads", kSourceKvHeadsHint);
+  RefuseRenamedOption(cmd, "--dtype", kCacheDtypeHint);
   RefuseRenamedOption(cmd, "--iters",
                       "renamed --iterations here (the timed steps); --iters is "
                       "the solver's iterations of `lrkv convert`");

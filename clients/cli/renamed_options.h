@@ -35,6 +35,11 @@ inline constexpr char kSourceKvHeadsHint[] =
     "renamed --source-kv-heads here (the source's KV heads); --kv-heads is the "
     "KV heads of the model a command writes (the GQA target of `lrkv convert`)";
 
+// `--dtype` where it meant the KV cache's storage: `--cache-dtype` everywhere.
+inline constexpr char kCacheDtypeHint[] =
+    "renamed --cache-dtype (bf16, f32, q8, q4; a comma list in the benches), "
+    "the name every command gives the KV cache's storage";
+
 }  // namespace lrkv::cli
 
 #endif  // LRKV_CLIENTS_CLI_RENAMED_OPTIONS_H_

@@ -148,12 +148,25 @@ absl::Status TimeHostCalls(std::vector<Variant>& variants) {
   return absl::OkStatus();
 }
 
-}  // namespace
+// The options with their one storage set: the CUDA bench times one bf16 or
+// f32 cache.
+absl::StatusOr<DecodeBenchOptions> OneCudaStorage(
+    const DecodeBenchOptions& options) {
+  if (options.cache_dtypes.size() != 1 ||
+      IsBlockQuantized(options.cache_dtypes.front())) {
+    return absl::UnimplementedError(
+        "bench decode --device cuda: times one bf16 or f32 cache (the CUDA "
+        "kernels have no Q8_0/Q4_0 form yet)");
+  }
+  DecodeBenchOptions o = options;
+  o.dtype = o.cache_dtypes.front();
+  return o;
+}
 
-absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
-    const DecodeBenchOptions& o) {
-  ASSIGN_OR_RETURN(auto device, CurrentDevice());
-  ASSIGN_OR_RETURN(auto base, BaselinesFor(o));
+// The report's header: options, device, baselines.
+template <typename Device>
+DecodeBenchReport EmptyReport(const DecodeBenchOptions& o, const Device& device,
+                              const BenchBaselines& base) {
   DecodeBenchReport report;
   report.options = o;
   report.device =
@@ -161,6 +174,17 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
                       device.compute_capability);
   report.isa = "cuda";
   report.cache_ratio = base.cache_ratio;
+  return report;
+}
+
+}  // namespace
+
+absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
+    const DecodeBenchOptions& options) {
+  ASSIGN_OR_RETURN(const DecodeBenchOptions o, OneCudaStorage(options));
+  ASSIGN_OR_RETURN(auto device, CurrentDevice());
+  ASSIGN_OR_RETURN(auto base, BaselinesFor(o));
+  DecodeBenchReport report = EmptyReport(o, device, base);
   const int64_t H = o.heads, dh = o.head_dim, r = o.rank, B = o.batch;
   const int64_t hkv = base.kv_heads, dc = base.mla_latent, lat = hkv * r;
   const int64_t es = CacheDTypeSize(o.dtype);
@@ -238,6 +262,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBenchCuda(
       for (const char* name : {"lrkv-norope", "lrkv-plane"}) {
         Variant var;
         var.name = name;
+        var.cache = o.dtype;
         var.config = absl::StrCat("r=", r, " rows");
         var.bytes = B * L * 2 * (dh + lat) * es;
         var.macs = 2 * B * L * (H * dh + H * r);
