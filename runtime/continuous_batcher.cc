@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/median.h"
 #include "base/status_macros.h"
+#include "runtime/cache_dtype.h"
 #include "runtime/kv_layout.h"
 #include "runtime/stored_linear.h"
 #include "runtime/transformer.h"
@@ -45,9 +46,6 @@ absl::Status BatcherOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("the prefill chunk must be in [1, ", kPrefillChunk,
                      "], got ", prefill_chunk));
-  }
-  if (cache_dtype != at::kBFloat16 && cache_dtype != at::kFloat) {
-    return absl::InvalidArgumentError("the cache dtype must be bf16 or f32");
   }
   return absl::OkStatus();
 }
@@ -122,7 +120,7 @@ absl::StatusOr<DecodeMode> ServingMode(const ModelConfig& c,
 
 EngineOptions EngineOptionsFor(const BatcherOptions& o, int64_t positions) {
   EngineOptions eo;
-  eo.cache_dtype = o.cache_dtype;
+  CacheDtypeOf(o.cache_dtype).ApplyTo(&eo);
   eo.capacity = RoundUp16(positions);
   return eo;
 }

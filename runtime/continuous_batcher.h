@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "formats/config.h"
+#include "kernels/decode_params.h"
 #include "runtime/decode_engine.h"
 #include "runtime/sampler.h"
 
@@ -49,8 +50,9 @@ struct BatcherOptions {
   /// sequences (chunked prefill: decode steps of the others are never held up
   /// by more).
   int64_t prefill_chunk = 256;
-  /// Storage of every cache tensor: at::kBFloat16 or at::kFloat.
-  at::ScalarType cache_dtype = at::kBFloat16;
+  /// Storage of every cache (bf16, f32, or ggml's Q8_0/Q4_0 blocks); the KV
+  /// memory admits by the bytes that storage takes.
+  kernels::CacheDType cache_dtype = kernels::CacheDType::kBF16;
   /// The decode mode ("auto": the model's own factored engine, expanded for
   /// dense K/V).
   std::string mode = "auto";

@@ -440,7 +440,7 @@ json ServeBenchReport::ToJson() const {
             {"kv_memory", b.kv_memory},
             {"max_seqs", b.max_seqs},
             {"context", b.context},
-            {"cache_dtype", b.cache_dtype == at::kFloat ? "f32" : "bf16"},
+            {"cache_dtype", kernels::CacheDTypeName(b.cache_dtype)},
             {"engine_steps", options.engine_steps},
             {"soak_seconds", options.soak_seconds},
             {"abort_share", options.abort_share}}},
@@ -453,7 +453,7 @@ std::string ServeBenchReport::ToText() const {
       "bench serve: KV memory %d bytes (%s cache), context %d, --max-seqs %d; "
       "batching: %d "
       "requests per stream of %d prompt + %d generated tokens\n\n",
-      b.kv_memory, b.cache_dtype == at::kFloat ? "f32" : "bf16", b.context,
+      b.kv_memory, kernels::CacheDTypeName(b.cache_dtype), b.context,
       b.max_seqs, options.requests, options.prompt_tokens, options.max_tokens);
   absl::StrAppend(
       &out,

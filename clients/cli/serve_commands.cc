@@ -19,6 +19,7 @@
 #include "clients/cli/schema_flags.h"
 #include "clients/cli/shared_options.h"
 #include "clients/cli/stage_progress.h"
+#include "runtime/cache_dtype.h"
 #include "runtime/language_model.h"
 #include "runtime/threads.h"
 #include "serve/openai_server.h"
@@ -151,7 +152,8 @@ absl::StatusOr<ServeOptions> OptionsOf(const ServeArgs& a,
   o.batcher.max_seqs = a.max_seqs;
   o.batcher.max_queue = a.max_queue;
   o.batcher.context = a.ctx;
-  o.batcher.cache_dtype = a.cache_dtype == "f32" ? at::kFloat : at::kBFloat16;
+  ASSIGN_OR_RETURN(const CacheDtype cache, ParseCacheDtype(a.cache_dtype));
+  o.batcher.cache_dtype = cache.kind;
   o.batcher.mode = a.mode;
   if (!a.chat_template_file.empty()) {
     ASSIGN_OR_RETURN(o.chat_template,
@@ -167,10 +169,10 @@ absl::StatusOr<ServeOptions> OptionsOf(const ServeArgs& a,
 void PrintCapacity(const ServeArgs& a, const LanguageModel& model,
                    const ContinuousBatcher& b) {
   const int64_t per_seq = b.CacheBytes(a.ctx);
-  const int64_t element = a.cache_dtype == "f32" ? 4 : 2;
   const ModelConfig& c = model.config();
-  const int64_t source_per_seq =
-      SourceCacheElements(ShapeOf(c)) * c.num_layers * element * a.ctx;
+  const int64_t source_per_seq = kernels::CacheBytes(
+      b.options().cache_dtype,
+      SourceCacheElements(ShapeOf(c)) * c.num_layers * a.ctx);
   const int64_t kv = b.options().kv_memory;
   std::fprintf(stderr,
                "lrkv serve: KV memory %s bytes; a %lld-token sequence caches "
@@ -227,7 +229,9 @@ struct ServeBenchArgs {
 int RunServeBench(ServeBenchArgs a) {
   ConfigureThreads(a.threads);
   a.o.batcher.kv_memory = static_cast<int64_t>(a.kv_memory);
-  a.o.batcher.cache_dtype = a.cache_dtype == "f32" ? at::kFloat : at::kBFloat16;
+  auto cache = ParseCacheDtype(a.cache_dtype);
+  if (!cache.ok()) return Fail(cache.status());
+  a.o.batcher.cache_dtype = cache->kind;
   a.o.bf16_products = a.products == "bf16";
   StageProgress progress("bench serve");
   a.o.progress = progress.Sink();
@@ -244,8 +248,9 @@ template <typename A>
 void AddCacheOptions(OptionSchema<A>& s) {
   s.Value(
        "cache_dtype", [](A & a) -> auto& { return a.cache_dtype; },
-       "Storage of the KV cache")
-      .Choices({"bf16", "f32"});
+       "Storage of the KV cache: bf16, f32, q8 (ggml's Q8_0, 8.5 bits a "
+       "value), q4 (Q4_0, 4.5 bits); --kv-memory admits by its bytes")
+      .Choices(CacheDtypeNames());
   AddThreadsOption(
       s, [](A & a) -> auto& { return a.threads; });
   AddProductsOption(

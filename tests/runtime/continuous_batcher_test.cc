@@ -192,7 +192,7 @@ TEST(ContinuousBatcher, SequencesDecodedTogetherEqualGreedyGenerationAlone) {
   auto m = Stories();
   ASSERT_TRUE(m);
   BatcherOptions o;
-  o.cache_dtype = at::kFloat;
+  o.cache_dtype = kernels::CacheDType::kF32;
   o.context = 256;
   o.prefill_chunk =
       4;  // prompts arrive in chunks, interleaved with decode steps
@@ -336,7 +336,7 @@ TEST(ContinuousBatcher, ScoredPromptLogprobsSumToThePerplexityNll) {
   auto eval = m->Perplexity({doc});
   ASSERT_TRUE(eval.ok());
   BatcherOptions o;
-  o.cache_dtype = at::kFloat;
+  o.cache_dtype = kernels::CacheDType::kF32;
   o.prefill_chunk = 64;
   auto b = ContinuousBatcher::Create(m->transformer(), o);
   ASSERT_TRUE(b.ok());

@@ -8,14 +8,20 @@
 //    decoding (its kernels) against the same engine reading its stored cache
 //    back in fp32 through ATen (`materialize`), the gap far below what the
 //    quantization itself moves (same engine, bf16 cache);
-// (one listed exception below) and stories260K's d_h = 8, which holds no
+// (one listed exception below);
+//  - the continuous batcher admits by those bytes (--kv-memory holds the
+//    sequences their quantized caches fit), and sequences decoded together
+//    through a quantized cache are greedy-equal to each decoded alone;
+// and stories260K's d_h = 8, which holds no
 // 32-value block, is refused naming the width, as llama.cpp refuses q8_0 there.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "runtime/cache_dtype.h"
+#include "runtime/continuous_batcher.h"
 #include "runtime/kv_layout.h"
 #include "runtime/language_model.h"
 #include "runtime/transformer.h"
@@ -115,6 +121,65 @@ TEST_P(QuantizedCacheTest, BytesAreTheFormulaAndFactoredEqualsExpanded) {
     // the issue until found.
     if (GetParam().name == "mqa" && name == "q4") continue;
     EXPECT_LT(equivalence, 0.01 * quantization);
+  }
+}
+
+// Greedy continuations of three prompts through `b`.
+std::vector<std::vector<int32_t>> GreedyThrough(ContinuousBatcher& b) {
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 40, 41, 42}, {1, 300, 12, 99, 7, 250}, {1, 5}};
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  for (const auto& p : prompts) {
+    SequenceRequest r;
+    r.prompt = p;
+    r.max_tokens = 10;
+    r.sampling.temperature = 0;
+    r.stop_at_eos = false;
+    auto s = b.Submit(r);
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) seqs.push_back(*s);
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (auto& s : seqs) {
+    std::vector<int32_t> ids;
+    for (FinishReason f = FinishReason::kNone; f == FinishReason::kNone;) {
+      SequenceUpdate u = s->Take(std::chrono::milliseconds(1000));
+      for (const auto& t : u.tokens) ids.push_back(t.id);
+      f = u.finish;
+    }
+    out.push_back(ids);
+  }
+  return out;
+}
+
+TEST_P(QuantizedCacheTest, TheBatcherAdmitsByTheseBytesAndBatchesAsAlone) {
+  at::NoGradGuard no_grad;
+  const auto model = Converted(GetParam());
+  ASSERT_NE(model, nullptr);
+  const Transformer& t = model->transformer();
+  const int64_t elements =
+      CacheElementsAllLayers(ShapeOf(t.config()), KvConfigOf(t.config()));
+  for (const std::string name : {"q8", "q4"}) {
+    SCOPED_TRACE(name);
+    const CacheDtype storage = *ParseCacheDtype(name);
+    BatcherOptions o;
+    o.cache_dtype = storage.kind;
+    o.context = 4096;
+    o.kv_memory = int64_t{64} << 20;
+    auto b = ContinuousBatcher::Create(t, o);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const int64_t per_seq = (*b)->CacheBytes(4096);
+    EXPECT_EQ(per_seq * 32,
+              elements * 4096 * (storage.blocks == DType::kQ8_0 ? 34 : 18));
+    EXPECT_EQ((*b)->SequencesThatFit(4096), o.kv_memory / per_seq);
+    if (name != "q8") continue;
+    o.context = 64;
+    auto together = ContinuousBatcher::Create(t, o);
+    o.max_seqs = 1;
+    auto alone = ContinuousBatcher::Create(t, o);
+    ASSERT_TRUE(together.ok() && alone.ok());
+    EXPECT_EQ(GreedyThrough(**together), GreedyThrough(**alone));
+    EXPECT_GE((*together)->Stats().peak_running, 2);
   }
 }
 
