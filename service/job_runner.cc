@@ -404,9 +404,16 @@ absl::StatusOr<nlohmann::json> JobRunner::RunCompare(
                               l.ratio_to_mha, 1e3 / l.step_ms));
   }
   RETURN_IF_ERROR(store_->AddRows(job.id, latency));
-  RETURN_IF_ERROR(store_->AddRows(
-      job.id, std::vector<v1::Evaluation>{
-                  Evaluation("source", r.eval_tokens, r.source_perplexity)}));
+  // The study at equal bytes: each point a held-out evaluation through its
+  // cache (bytes and the Pareto front are in the job's report).
+  std::vector<v1::Evaluation> evaluations = {
+      Evaluation("source", r.eval_tokens, r.source_perplexity)};
+  for (const CachePoint& p : r.cache_points) {
+    evaluations.push_back(
+        Evaluation(absl::StrCat(p.label, " [", p.cache, " cache]"),
+                   r.eval_tokens, p.perplexity));
+  }
+  RETURN_IF_ERROR(store_->AddRows(job.id, evaluations));
   return r.ToJson();
 }
 

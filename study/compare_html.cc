@@ -131,6 +131,10 @@ absl::StatusOr<CompareReport> CompareReportFromJson(const nlohmann::json& j) {
     }
     for (const auto& n : j.at("notes")) r.notes.push_back(n.get<std::string>());
     if (j.contains("run_config")) r.run_config = j["run_config"];
+    r.cache_points =
+        CachePointsFromJson(j.value("cache_points", nlohmann::json::array()));
+    for (const auto& line : j.value("cache_summary", nlohmann::json::array()))
+      r.cache_summary.push_back(line.get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a comparison report: ", e.what()));

@@ -228,6 +228,13 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
 
 namespace {
 
+std::vector<std::string> CacheDtypeNames(const CompareJobOptions& o) {
+  std::vector<std::string> names;
+  for (kernels::CacheDType t : o.cache_dtypes)
+    names.push_back(kernels::CacheDTypeName(t));
+  return names;
+}
+
 // The study's parameters as its report records them.
 nlohmann::json RunConfigJson(const CompareJobOptions& o) {
   auto range = [](const DocumentRange& r) {
@@ -252,7 +259,8 @@ nlohmann::json RunConfigJson(const CompareJobOptions& o) {
           {"eval_range", range(o.eval_range)},
           {"kl_tokens", o.kl_tokens},
           {"contexts", o.contexts},
-          {"timed_tokens", o.timed_tokens}};
+          {"timed_tokens", o.timed_tokens},
+          {"cache_dtypes", CacheDtypeNames(o)}};
 }
 
 // What every row of one study shares.
@@ -262,7 +270,21 @@ struct Study {
   std::vector<std::string> eval_docs;
   std::string kl_text;  // the held-out text as written for the verifier's KL
   std::map<int64_t, double> mha_ms;  // the source's step at each context
+  double source_bf16_bytes = 0;      // per token, for the cache points
 };
+
+// `model` scored through its cache in every storage of the study.
+absl::Status MeasureCachePoints(const Study& st, const std::string& model,
+                                const std::string& label,
+                                CompareReport* report) {
+  for (kernels::CacheDType t : st.o.cache_dtypes) {
+    ASSIGN_OR_RETURN(
+        CachePoint p,
+        MeasureCachePoint(model, label, t, st.eval_docs, st.source_bf16_bytes));
+    report->cache_points.push_back(p);
+  }
+  return absl::OkStatus();
+}
 
 // Converts the row's plan; returns the converted checkpoint.
 absl::StatusOr<std::string> ConvertRow(const Study& st, const Plan& p,
@@ -427,6 +449,12 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
   const int64_t n = static_cast<int64_t>(plans.size());
   RETURN_IF_ERROR(stage("source", 0, n, "measuring the source"));
   RETURN_IF_ERROR(MeasureSource(st, &report));
+  if (!o.cache_dtypes.empty()) {
+    ASSIGN_OR_RETURN(st.source_bf16_bytes,
+                     SourceBf16BytesPerToken(o.checkpoint));
+    RETURN_IF_ERROR(stage("cache", 0, n, "the source through each cache"));
+    RETURN_IF_ERROR(MeasureCachePoints(st, o.checkpoint, "source", &report));
+  }
   for (int64_t i = 0; i < n; ++i) {
     const Plan& p = plans[i];
     const std::string name = absl::StrCat(p.target.ToString(), " ", p.rope_mode,
@@ -450,8 +478,15 @@ absl::StatusOr<CompareReport> RunCompareJob(const CompareJobOptions& o,
     RETURN_IF_ERROR(VerifyRow(st, p, model, &row));
     RETURN_IF_ERROR(stage("bench", i + 1, n, name));
     RETURN_IF_ERROR(BenchRow(st, p, model, &row, &report));
+    if (!o.cache_dtypes.empty()) {
+      RETURN_IF_ERROR(stage("cache", i + 1, n, name));
+      RETURN_IF_ERROR(MeasureCachePoints(
+          st, model, absl::StrCat(row.config, " ", p.rope_mode), &report));
+    }
     report.rows.push_back(row);
   }
+  MarkParetoFront(&report.cache_points);
+  report.cache_summary = SummarizeByteBudgets(report.cache_points);
   return report;
 }
 
@@ -493,6 +528,8 @@ nlohmann::json CompareReport::ToJson() const {
           {"eval_tokens", eval_tokens},
           {"rows", rows_json},
           {"latency", lat},
+          {"cache_points", CachePointsJson(cache_points)},
+          {"cache_summary", cache_summary},
           {"notes", notes},
           {"run_config", run_config}};
 }
@@ -521,6 +558,13 @@ std::string CompareReport::ToTable() const {
             : "-",
         r.kl_mean ? absl::StrFormat("%.3f", *r.kl_mean) : "-", r.verdict,
         r.step_ratio_to_mha, r.step_context, r.madds_per_step);
+  }
+  if (!cache_points.empty()) {
+    absl::StrAppend(&out,
+                    "\nat equal bytes: held-out perplexity through each "
+                    "cache (bytes per token, all layers, scales included)\n\n",
+                    CachePointsTable(cache_points), "\n");
+    for (const auto& line : cache_summary) absl::StrAppend(&out, line, "\n");
   }
   for (const auto& n : notes) absl::StrAppend(&out, "\nnote: ", n);
   if (!notes.empty()) out += "\n";

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/decode_params.h"
 #include "nlohmann/json.hpp"
+#include "study/cache_points.h"
 #include "study/compare_row.h"
 #include "surgery/convert_job.h"
 
@@ -64,6 +66,10 @@ struct CompareJobOptions {
   /// table's), and timed steps at each.
   std::vector<int64_t> contexts = {128, 512, 2048};
   int64_t timed_tokens = 16;
+  /// The study at equal bytes (study/cache_points.h): the source and every
+  /// row's final model scored through their caches in each of these storages.
+  /// Empty: not measured.
+  std::vector<kernels::CacheDType> cache_dtypes;
   /// Converted and healed checkpoints go here (one folder per row).
   std::string work_dir;
   /// Asked between stages and before every healing step; true ends the study
@@ -87,6 +93,10 @@ struct CompareReport {
   int64_t eval_tokens = 0;
   std::vector<CompareRow> rows;
   std::vector<CompareLatency> latency;
+  // The study at equal bytes, when cache_dtypes were given: its points (Pareto
+  // front marked) and one summary line per byte budget.
+  std::vector<CachePoint> cache_points;
+  std::vector<std::string> cache_summary;
   std::vector<std::string> notes;
   // How the study was run (budgets, variants, healing, texts, contexts), as the report
   // records it.

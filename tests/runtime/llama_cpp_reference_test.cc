@@ -19,6 +19,7 @@
 #include "runtime/llama_weights.h"
 #include "runtime/transformer.h"
 #include "surgery/convert_job.h"
+#include "tests/kjv_text.h"
 #include "tests/model_test_util.h"
 #include "tests/runtime/ggml_quantize.h"
 #include "tests/test_paths.h"
@@ -545,42 +546,6 @@ TEST(LlamaCppBench, BenchGenerateTimesLlamaCppBesideItsEngines) {
   EXPECT_NE(std::system(bad.c_str()), 0);
 }
 
-// Held-out text of kjv-d64 (trained on the first 95 % of the KJV's chapters):
-// Revelation, from Debian's `bible` program, in passages of about 600
-// characters ending at a sentence, as scripts/compare_study.sh cuts them.
-std::vector<std::string> RevelationPassages(size_t count) {
-  std::vector<std::string> out;
-  FILE* pipe = popen("bible -f Rev1:1-Rev22:21 2>/dev/null", "r");
-  EXPECT_NE(pipe, nullptr);
-  if (pipe == nullptr) return out;
-  std::string text;
-  char line[4096];
-  while (fgets(line, sizeof line, pipe) != nullptr) {
-    std::string l(line);
-    while (!l.empty() && (l.back() == '\n' || l.back() == '\r')) l.pop_back();
-    // "Rev1:1 In the ..." starts a verse; other lines continue one.
-    if (l.rfind("Rev", 0) == 0 && l.find(' ') != std::string::npos)
-      l = l.substr(l.find(' ') + 1);
-    if (!l.empty()) text += l + " ";
-  }
-  pclose(pipe);
-  std::string passage;
-  for (size_t i = 0; i < text.size() && out.size() < count; ++i) {
-    passage += text[i];
-    const bool end = (text[i] == '.' || text[i] == ';' || text[i] == ':' ||
-                      text[i] == '?') &&
-                     i + 1 < text.size() && text[i + 1] == ' ';
-    if (end && passage.size() >= 600) {
-      out.push_back(passage);
-      passage.clear();
-      ++i;  // the space after the sentence
-    }
-  }
-  EXPECT_EQ(out.size(), count)
-      << "is Debian's bible-kjv installed (scripts/setup.sh)?";
-  return out;
-}
-
 // lrkv's Q8_0 / Q4_0 KV caches against llama.cpp's on the same GGUF export of
 // kjv-d64 and the same token ids, each engine's perplexity rise over its own
 // full-precision cache. Named steps of llama.cpp are matched so that both
@@ -606,7 +571,7 @@ TEST(LlamaCppQuantizedCache, SamePerplexityIncreaseAsLlamaCppsQ8AndQ4Caches) {
   const std::string gguf = (fs::path(o.out_dir) / kGgufExportFileName).string();
   auto model = LanguageModel::Load(gguf);
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<std::string> docs = RevelationPassages(16);
+  const std::vector<std::string> docs = testing::RevelationPassages(16);
   ASSERT_EQ(docs.size(), 16u);
   const bool rotation = std::getenv("LRKV_LLAMA_CPP_ROTATION") != nullptr;
   json input = {{"docs", json::array()}, {"prompt", {1}}};

@@ -4,15 +4,17 @@
 // consistent.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <regex>
 #include <vector>
 
-#include "gmock/gmock.h"
 #include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "study/compare_html.h"
 #include "study/compare_job.h"
 #include "study/svg_plot.h"
+#include "tests/kjv_text.h"
 #include "tests/test_paths.h"
 
 namespace lrkv {
@@ -193,6 +195,70 @@ TEST(Study, SmallStudyRowsAreConsistentAndRoundTrip) {
   EXPECT_THAT(bad_html, HasSubstr("error 0.003 exceeds the error model's bound 0.0001"));
   EXPECT_EQ(CompareReportFromJson(nlohmann::json::object()).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The study at equal bytes on kjv-d64 (d_h = 64, which holds 32-value blocks):
+// the source and an LRKV plane row through bf16, q8 and q4 caches. Each point's
+// bytes are its scheme's cached values at the storage's bits; the Pareto front
+// holds exactly the undominated points; the summary judges each byte budget;
+// the points survive the report's JSON.
+TEST(Study, CachePointsAtEqualBytes) {
+  const auto dir = lrkv::testing::FreshTempDir("study_cache_points");
+  const std::string eval = (dir / "heldout.txt").string();
+  {
+    std::ofstream out(eval);
+    for (const auto& p : lrkv::testing::RevelationPassages(6))
+      out << p << "\n<|endoftext|>\n";
+  }
+  CompareJobOptions o;
+  o.checkpoint = lrkv::testing::SharedPath("models/kjv-d64");
+  o.budgets = {0.5};
+  o.variants = {"lrkv"};
+  o.rope_modes = {"plane"};
+  o.eval = eval;
+  o.kl_tokens = 200;
+  o.contexts = {32};
+  o.timed_tokens = 2;
+  o.cache_dtypes = {kernels::CacheDType::kBF16, kernels::CacheDType::kQ8_0,
+                    kernels::CacheDType::kQ4_0};
+  o.work_dir = (dir / "work").string();
+  auto r = RunCompareJob(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 1u);
+  ASSERT_EQ(r->cache_points.size(), 6u);
+  const double fractions[] = {1.0, 17.0 / 32, 9.0 / 32};  // 16, 8.5, 4.5 bits
+  for (size_t i = 0; i < 6; ++i) {
+    const CachePoint& p = r->cache_points[i];
+    SCOPED_TRACE(p.label + " " + p.cache);
+    const double scheme = i < 3 ? 1.0 : r->rows[0].cache_ratio;
+    EXPECT_NEAR(p.bytes_fraction, scheme * fractions[i % 3], 1e-12);
+    EXPECT_GT(p.perplexity, 1.0);
+    // On the front exactly when no other point has at most its bytes and a
+    // lower perplexity.
+    bool dominated = false;
+    for (const CachePoint& q : r->cache_points) {
+      dominated =
+          dominated || (&q != &p && q.bytes_per_token <= p.bytes_per_token &&
+                        q.perplexity < p.perplexity);
+    }
+    EXPECT_EQ(p.pareto, !dominated);
+  }
+  EXPECT_EQ(r->cache_points[0].label, "source");
+  // The source through its bf16 cache scores as the plain forward does, to
+  // bf16 rounding; q4 moves perplexity more than q8.
+  EXPECT_NEAR(r->cache_points[0].perplexity / r->source_perplexity, 1.0, 5e-3);
+  const double q8 = std::abs(
+      r->cache_points[1].perplexity / r->cache_points[0].perplexity - 1);
+  const double q4 = std::abs(
+      r->cache_points[2].perplexity / r->cache_points[0].perplexity - 1);
+  EXPECT_LT(q8, q4);
+  ASSERT_EQ(r->cache_summary.size(), 3u);
+  EXPECT_THAT(r->cache_summary[0], HasSubstr("at <= 50.0%"));
+  EXPECT_THAT(r->cache_summary[2], HasSubstr("at <= 12.5%"));
+  auto back = CompareReportFromJson(r->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToTable(), r->ToTable());
+  EXPECT_THAT(r->ToTable(), HasSubstr("at equal bytes"));
 }
 
 // Decoupled-RoPE MLA is compared without and with DeepSeek's latent norm: the
