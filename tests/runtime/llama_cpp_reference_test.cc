@@ -525,9 +525,10 @@ TEST(LlamaCppBench, BenchGenerateTimesLlamaCppBesideItsEngines) {
     if (line.rfind("llama.cpp  gguf", 0) == 0) {
       row = true;
       std::istringstream f(line.substr(16));
-      std::string cache;
+      std::string cache, layout;
       double prefill = 0, decode = 0, median = 0;
-      f >> cache >> prefill >> decode >> median;
+      f >> cache >> layout >> prefill >> decode >> median;
+      EXPECT_EQ(cache, "f16") << line;  // llama.cpp's default cache type
       EXPECT_GT(prefill, 0) << line;
       EXPECT_GT(decode, 0) << line;
       EXPECT_GT(median, 0) << line;
