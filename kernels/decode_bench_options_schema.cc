@@ -1,7 +1,7 @@
 // The decode bench options (see decode_bench_options_schema.h).
 #include "kernels/decode_bench_options_schema.h"
 
-#include <iterator>
+#include "kernels/cache_dtype_option.h"
 
 namespace lrkv::kernels {
 namespace {
@@ -48,14 +48,11 @@ OptionSchema<Options> Build() {
        "Context lengths (a comma list)")
       .Range(1, 1 << 22)
       .NonEmpty();
-  s.ChoiceList(
-       "cache_dtype", [](Options & o) -> auto& { return o.bench.cache_dtypes; },
-       std::vector<CacheDType>(std::begin(kCacheDTypes),
-                               std::end(kCacheDTypes)),
-       [](CacheDType t) { return std::string(CacheDTypeName(t)); },
-       "KV-cache storages timed side by side in one run (a comma list): bf16, "
-       "f32, q8 (ggml's Q8_0), q4 (Q4_0); every variant a row per storage, "
-       "with its time over the first storage's")
+  AddCacheDtypesOption(
+      s, [](Options & o) -> auto& { return o.bench.cache_dtypes; },
+      "KV-cache storages timed side by side in one run (a comma list): bf16, "
+      "f32, q8 (ggml's Q8_0), q4 (Q4_0); every variant a row per storage, "
+      "with its time over the first storage's")
       .NonEmpty();
   s.Value(
        "device", [](Options & o) -> auto& { return o.device; },

@@ -1,7 +1,7 @@
 // The generate bench options (see generate_bench_options_schema.h).
 #include "runtime/generate_bench_options_schema.h"
 
-#include <iterator>
+#include "kernels/cache_dtype_option.h"
 
 namespace lrkv {
 namespace {
@@ -28,15 +28,10 @@ OptionSchema<Options> Build() {
        "order every other round (the machine's drift falls on all alike); "
        "prints each round's ratio to the source")
       .Range(1, 100);
-  s.ChoiceList(
-       "cache_dtype", [](Options & o) -> auto& { return o.cache_dtypes; },
-       std::vector<kernels::CacheDType>(std::begin(kernels::kCacheDTypes),
-                                        std::end(kernels::kCacheDTypes)),
-       [](kernels::CacheDType t) {
-         return std::string(kernels::CacheDTypeName(t));
-       },
-       "KV-cache storages (a comma list): bf16, f32, q8 (ggml's Q8_0), q4 "
-       "(Q4_0); every engine is timed with each in the same rounds")
+  kernels::AddCacheDtypesOption(
+      s, [](Options & o) -> auto& { return o.cache_dtypes; },
+      "KV-cache storages (a comma list): bf16, f32, q8 (ggml's Q8_0), q4 "
+      "(Q4_0); every engine is timed with each in the same rounds")
       .NonEmpty();
   s.Value(
        "cache_layout", [](Options & o) -> auto& { return o.cache_layout; },

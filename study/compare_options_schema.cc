@@ -1,8 +1,7 @@
 // The compare options (see compare_options_schema.h).
 #include "study/compare_options_schema.h"
 
-#include <iterator>
-
+#include "kernels/cache_dtype_option.h"
 #include "surgery/convert_options_schema.h"
 
 namespace lrkv {
@@ -31,17 +30,12 @@ void AddStudyOptions(OptionSchema<Options>& s) {
        "MLA "
        "reconstruct, and with partial also decoupled RoPE)")
       .Choices({"plane", "reconstruct", "partial", "shared-plane"});
-  s.ChoiceList(
-       "cache_dtype", [](Options & o) -> auto& { return o.cache_dtypes; },
-       std::vector<kernels::CacheDType>(std::begin(kernels::kCacheDTypes),
-                                        std::end(kernels::kCacheDTypes)),
-       [](kernels::CacheDType t) {
-         return std::string(kernels::CacheDTypeName(t));
-       },
-       "The study at equal bytes: score the source and every row through "
-       "their KV caches in each storage (a comma list of bf16, f32, q8, q4), "
-       "with the Pareto front of perplexity against cache bytes and the best "
-       "entry at 50/25/12.5% of the source's bf16 bytes (default: none)")
+  kernels::AddCacheDtypesOption(
+      s, [](Options & o) -> auto& { return o.cache_dtypes; },
+      "The study at equal bytes: score the source and every row through "
+      "their KV caches in each storage (a comma list of bf16, f32, q8, q4), "
+      "with the Pareto front of perplexity against cache bytes and the best "
+      "entry at 50/25/12.5% of the source's bf16 bytes (default: none)")
       .Alias("cache_dtypes");
   s.Choice(
       "allocation", [](Options & o) -> auto& { return o.allocation; },

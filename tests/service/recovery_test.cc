@@ -87,12 +87,14 @@ TEST(Recovery, APipelineKilledInEachStageEndsAsAnUninterruptedOne) {
   const std::string text = lrkv::testing::StoriesTextPath();
   // Each stage long enough (a few hundred ms at least) to be caught in.
   const std::string params = absl::StrCat(
-      R"({"convert": {"variant": "lrkv", "rank": 2, "metric": "activation", "calib": ")", text,
-      R"(", "calib_tokens": 4096, "eval": ")", text, R"(", "eval_range": "0.95:1"},
-          "heal": {"data": ")", text,
+      R"({"convert": {"variant": "lrkv", "rank": 2, "metric": "activation", "calib": ")",
+      text, R"(", "calib_tokens": 2048, "eval": ")", text,
+      R"(", "eval_range": "0.97:1"},
+          "heal": {"data": ")",
+      text,
       R"(", "data_range": "0:0.3", "steps": 20, "batch": 2, "seq_len": 64, "warmup": 1,
                    "eval_every": 0},
-          "verify": {"prompt_tokens": 32, "decode_tokens": 60, "rope_modes": ["reconstruct"]},
+          "verify": {"prompt_tokens": 32, "decode_tokens": 40, "rope_modes": ["reconstruct"]},
           "bench": {"context": 256, "tokens": 128}})");
   // Runs the pipeline, SIGKILLing the server once `kill_in` is the running stage ("" =
   // never); returns the job's rows per table.
