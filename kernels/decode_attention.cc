@@ -333,7 +333,10 @@ absl::Status FactoredDecodeReference(const FactoredDecodeParams& p) {
     for (int64_t h = 0; h < p.heads; ++h) {
       const int64_t kvh = h / g;
       const float* q = p.q + (b * p.heads + h) * n;
-      const float* ql = r > 0 ? p.q_latent + (b * p.heads + h) * r : nullptr;
+      // Reconstruct mode has no latent query (q_latent null, rank > 0).
+      const float* ql = r > 0 && p.q_latent != nullptr
+                            ? p.q_latent + (b * p.heads + h) * r
+                            : nullptr;
       std::vector<double> scores(p.length);
       for (int64_t t = 0; t < p.length; ++t) {
         double s = 0;
