@@ -14,6 +14,14 @@
 
 namespace lrkv::kernels {
 
+// The names of `storages`, in order ("bf16", "q8").
+inline std::vector<std::string> NamesOf(
+    const std::vector<CacheDType>& storages) {
+  std::vector<std::string> names;
+  for (CacheDType t : storages) names.push_back(CacheDTypeName(t));
+  return names;
+}
+
 template <typename Options, typename Field>
 OptionSpec<Options>& AddCacheDtypesOption(OptionSchema<Options>& s, Field field,
                                           std::string help) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/block_quant.h"
+#include "kernels/cache_dtype_option.h"
 #include "kernels/cache_layout.h"
 #include "kernels/decode_attention.h"
 #include "nlohmann/json.hpp"
@@ -407,6 +408,13 @@ void AddLrkvVariants(const DecodeBenchOptions& o, int64_t L, int64_t hkv,
   }
 }
 
+// Adds `note` to the report's notes unless it is there (each context meets
+// the same refusals).
+void AddNote(const std::string& note, std::vector<std::string>* notes) {
+  if (std::find(notes->begin(), notes->end(), note) == notes->end())
+    notes->push_back(note);
+}
+
 // Times every variant o.iterations times, each sweep in an interleaved order,
 // the caches evicted before each step. A variant whose warm-up step the
 // kernel refuses (a storage its shape does not fit) is dropped, the kernel's
@@ -422,11 +430,9 @@ void TimeInterleaved(std::vector<std::unique_ptr<Variant>>& variants,
     if (const absl::Status st = v->step(); st.ok()) {
       runnable.push_back(std::move(v));
     } else {
-      const std::string note = absl::StrCat(
-          v->name, " (", CacheDTypeName(v->cache), "): ", st.message());
-      auto& notes = report->notes;
-      if (std::find(notes.begin(), notes.end(), note) == notes.end())
-        notes.push_back(note);
+      AddNote(absl::StrCat(v->name, " (", CacheDTypeName(v->cache),
+                           "): ", st.message()),
+              &report->notes);
     }
   }
   variants = std::move(runnable);
@@ -450,8 +456,7 @@ bool FitsBlocks(CacheDType t, const char* variant, const char* what,
   const std::string note = absl::StrCat(
       variant, " (", CacheDTypeName(t), "): blocks of ", kQuantBlock,
       " values do not divide the ", what, " of ", width, "; left out");
-  if (std::find(notes->begin(), notes->end(), note) == notes->end())
-    notes->push_back(note);
+  AddNote(note, notes);
   return false;
 }
 
@@ -569,14 +574,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(const DecodeBenchOptions& o) {
 
 namespace {
 
-// The storages timed, by name.
-std::vector<std::string> CacheNameList(const DecodeBenchOptions& o) {
-  std::vector<std::string> names;
-  for (CacheDType t : o.cache_dtypes) names.push_back(CacheDTypeName(t));
-  return names;
-}
 std::string CacheNames(const DecodeBenchOptions& o) {
-  return absl::StrJoin(CacheNameList(o), ",");
+  return absl::StrJoin(NamesOf(o.cache_dtypes), ",");
 }
 
 }  // namespace
@@ -669,7 +668,7 @@ std::string DecodeBenchReport::ToJson() const {
       {"head_dim", options.head_dim},
       {"rank", options.rank},
       {"batch", options.batch},
-      {"cache_dtypes", CacheNameList(options)},
+      {"cache_dtypes", NamesOf(options.cache_dtypes)},
       {"device", device},
       {"threads", threads},
       {"isa", isa},

@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "formats/text_corpus.h"
+#include "kernels/cache_dtype_option.h"
 #include "model/checkpoint.h"
 #include "runtime/generate_bench.h"
 #include "runtime/language_model.h"
@@ -228,13 +229,6 @@ int64_t DecodeMacsPerStep(const AttentionShape& s, const KvConfig& c,
 
 namespace {
 
-std::vector<std::string> CacheDtypeNames(const CompareJobOptions& o) {
-  std::vector<std::string> names;
-  for (kernels::CacheDType t : o.cache_dtypes)
-    names.push_back(kernels::CacheDTypeName(t));
-  return names;
-}
-
 // The study's parameters as its report records them.
 nlohmann::json RunConfigJson(const CompareJobOptions& o) {
   auto range = [](const DocumentRange& r) {
@@ -260,7 +254,7 @@ nlohmann::json RunConfigJson(const CompareJobOptions& o) {
           {"kl_tokens", o.kl_tokens},
           {"contexts", o.contexts},
           {"timed_tokens", o.timed_tokens},
-          {"cache_dtypes", CacheDtypeNames(o)}};
+          {"cache_dtypes", kernels::NamesOf(o.cache_dtypes)}};
 }
 
 // What every row of one study shares.

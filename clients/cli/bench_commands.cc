@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "base/median.h"
 #include "base/status_macros.h"
@@ -22,6 +23,7 @@
 #include "clients/cli/remote.h"
 #include "clients/cli/renamed_options.h"
 #include "clients/cli/shared_options.h"
+#include "kernels/cache_dtype_option.h"
 #include "model/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "runtime/generate_bench.h"
@@ -248,12 +250,7 @@ void PrintRoundRatios(const std::vector<GenerateBenchRow>& rows) {
 
 // The storages' names ("bf16,q8").
 std::string CacheNames(const GenerateBenchOptions& o) {
-  std::string names;
-  for (kernels::CacheDType t : o.cache_dtypes) {
-    absl::StrAppend(&names, names.empty() ? "" : ",",
-                    kernels::CacheDTypeName(t));
-  }
-  return names;
+  return absl::StrJoin(kernels::NamesOf(o.cache_dtypes), ",");
 }
 
 int RunGenerate(GenerateBenchOptions o, const GenerateArgs& a) {
